@@ -1,0 +1,13 @@
+#pragma once
+// The functional API: every op a user can call, each dispatched through the current
+// interpreter (core/interpreter.h).
+#include "core/ops/binary.h"
+#include "core/ops/copy.h"
+#include "core/ops/creation.h"
+#include "core/ops/index.h"
+#include "core/ops/matmul.h"
+#include "core/ops/reduce.h"
+#include "core/ops/softmax.h"
+#include "core/ops/unary.h"
+#include "core/ops/view.h"
+#include "core/random.h"

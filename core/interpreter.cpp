@@ -1,0 +1,97 @@
+#include "core/interpreter.h"
+
+#include <glog/logging.h>
+
+#include "core/ops/copy.h"
+
+namespace flow {
+namespace {
+AutogradRecorder* g_recorder = nullptr;
+
+Interpreter*& thread_interpreter() {
+  thread_local Interpreter* current = nullptr;
+  return current;
+}
+
+EagerInterpreter& eager() {
+  static EagerInterpreter interpreter;
+  return interpreter;
+}
+
+TensorMeta meta_of(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
+}  // namespace
+
+void set_autograd_recorder(AutogradRecorder* recorder) { g_recorder = recorder; }
+AutogradRecorder* autograd_recorder() { return g_recorder; }
+
+Interpreter& current_interpreter() {
+  Interpreter* current = thread_interpreter();
+  return current ? *current : eager();
+}
+
+InterpreterGuard::InterpreterGuard(Interpreter* interpreter) : previous_(thread_interpreter()) {
+  thread_interpreter() = interpreter;
+}
+InterpreterGuard::~InterpreterGuard() { thread_interpreter() = previous_; }
+
+std::vector<TensorMeta> check_and_infer(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  CHECK(op.infer) << "op '" << op.name << "' is used but has no definition";
+  if (!op.variadic_inputs && inputs.size() != op.input_names.size()) {
+    fail(op.name, "expected ", op.input_names.size(), " inputs, got ", inputs.size());
+  }
+  std::vector<TensorMeta> metas;
+  metas.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) fail(op.name, "input ", i, " is an undefined tensor");
+    metas.push_back(meta_of(inputs[i]));
+    if (!op.mixed_devices && metas[i].device != metas[0].device) {
+      fail(op.name, "expected all tensors on the same device, got ", metas[0].device, " and ", metas[i].device);
+    }
+  }
+  return op.infer(metas, attrs);
+}
+
+TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  return current_interpreter().apply(op, inputs, attrs);
+}
+
+Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  TensorList outputs = apply(op, inputs, attrs);
+  CHECK_EQ(outputs.size(), 1u) << op.name;
+  return std::move(outputs[0]);
+}
+
+TensorList EagerInterpreter::apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  const std::vector<TensorMeta> out_metas = check_and_infer(op, inputs, attrs);
+  TensorList outputs;
+  if (op.view) {
+    CHECK_EQ(out_metas.size(), 1u);
+    outputs.push_back(op.view(inputs[0], attrs));
+  } else {
+    outputs.reserve(out_metas.size());
+    for (const auto& meta : out_metas) outputs.push_back(make_tensor(meta.shape, meta.dtype, meta.device));
+    std::vector<TensorMeta> in_metas;
+    for (const auto& t : inputs) in_metas.push_back(meta_of(t));
+    Device device = out_metas.empty() ? in_metas.at(0).device : out_metas[0].device;
+    if (op.mixed_devices) {
+      for (const auto& meta : in_metas) {
+        if (!meta.device.is_cpu()) device = meta.device;  // device moves run on the accelerator's kernel
+      }
+    }
+    const KernelFn& kernel = op.kernel(device.type, op.dispatch_dtype(in_metas, out_metas));
+    if (op.contiguous_inputs) {
+      TensorList prepared;
+      prepared.reserve(inputs.size());
+      for (const auto& t : inputs) prepared.push_back(t.is_contiguous() ? t : detail::contiguous_copy(t));
+      KernelContext ctx{prepared, outputs, attrs};
+      kernel(ctx);
+    } else {
+      KernelContext ctx{inputs, outputs, attrs};
+      kernel(ctx);
+    }
+  }
+  if (g_recorder != nullptr) g_recorder->record(op, inputs, outputs, attrs);
+  return outputs;
+}
+
+}  // namespace flow

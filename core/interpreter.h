@@ -1,0 +1,52 @@
+#pragma once
+// The one dispatch point: functional ops hand (op, inputs, attrs) to the current interpreter.
+// Eager runs kernels now; the lazy interpreter (pushed by graph/ while tracing build()) records
+// nodes instead.
+#include <memory>
+
+#include "core/op.h"
+
+namespace flow {
+
+class Interpreter {
+ public:
+  virtual ~Interpreter() = default;
+  virtual TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) = 0;
+};
+
+// Autograd installs a recorder; the eager and lazy interpreters call it after each op so that
+// a backward node is made when an input requires grad.
+class AutogradRecorder {
+ public:
+  virtual ~AutogradRecorder() = default;
+  virtual void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) = 0;
+};
+void set_autograd_recorder(AutogradRecorder* recorder);
+AutogradRecorder* autograd_recorder();
+
+// The interpreter of the calling thread: eager unless an InterpreterGuard pushed another.
+Interpreter& current_interpreter();
+class InterpreterGuard {
+ public:
+  explicit InterpreterGuard(Interpreter* interpreter);
+  ~InterpreterGuard();
+  InterpreterGuard(const InterpreterGuard&) = delete;
+  InterpreterGuard& operator=(const InterpreterGuard&) = delete;
+
+ private:
+  Interpreter* previous_;
+};
+
+// Runs op through the current interpreter, checking arity first.
+TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs = {});
+Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs = {});
+
+// Shared by interpreters: arity, device agreement and meta inference; returns output metas.
+std::vector<TensorMeta> check_and_infer(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
+
+class EagerInterpreter final : public Interpreter {
+ public:
+  TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) override;
+};
+
+}  // namespace flow

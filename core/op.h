@@ -1,0 +1,160 @@
+#pragma once
+// The op registry. Every primitive op has one OpDef with fixed slots: schema, meta inference
+// (with the argument checks), SBP signatures, vjp and kernels per (device, dtype). The same
+// definition serves the eager interpreter, the lazy (Graph) interpreter and autograd.
+#include <functional>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace flow {
+
+using AttrValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>, DType, Device, Scalar>;
+
+// Typed attributes of one op call. set() normalises ints to int64_t and floats to double.
+class Attrs {
+ public:
+  Attrs() = default;
+  template <typename T>
+  Attrs& set(const std::string& name, T value) {
+    if constexpr (std::is_same_v<T, bool>) values_[name] = value;
+    else if constexpr (std::is_integral_v<T>) values_[name] = static_cast<int64_t>(value);
+    else if constexpr (std::is_floating_point_v<T>) values_[name] = static_cast<double>(value);
+    else if constexpr (std::is_same_v<T, Shape>) values_[name] = value.vec();
+    else if constexpr (std::is_convertible_v<T, std::string> && !std::is_same_v<T, Device>) values_[name] = std::string(value);
+    else values_[name] = AttrValue(std::move(value));
+    return *this;
+  }
+  template <typename T>
+  const T& get(const std::string& name) const {
+    auto it = values_.find(name);
+    if (it == values_.end()) fail("attrs", "missing attribute '", name, "'");
+    const T* value = std::get_if<T>(&it->second);
+    if (value == nullptr) fail("attrs", "attribute '", name, "' has another type");
+    return *value;
+  }
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  const std::map<std::string, AttrValue>& values() const { return values_; }
+  bool operator==(const Attrs& other) const = default;
+
+ private:
+  std::map<std::string, AttrValue> values_;
+};
+
+std::ostream& operator<<(std::ostream& out, const AttrValue& value);
+
+// What meta inference sees and produces: outputs are always contiguous.
+struct TensorMeta {
+  Shape shape;
+  DType dtype = kFloat32;
+  Device device;
+};
+
+// SBP: how a logical tensor is laid out over the devices of a placement.
+struct Sbp {
+  enum class Kind : uint8_t { kSplit, kBroadcast, kPartialSum };
+  Kind kind = Kind::kBroadcast;
+  int64_t axis = 0;
+  static Sbp split(int64_t axis) { return {Kind::kSplit, axis}; }
+  static Sbp broadcast() { return {Kind::kBroadcast, 0}; }
+  static Sbp partial_sum() { return {Kind::kPartialSum, 0}; }
+  bool operator==(const Sbp& other) const = default;
+  std::string str() const;  // "S(0)", "B", "P"
+};
+
+struct SbpSignature {
+  std::vector<Sbp> inputs;
+  std::vector<Sbp> outputs;
+};
+
+struct VjpContext {
+  const TensorList& inputs;
+  const TensorList& outputs;
+  const TensorList& grad_outputs;  // undefined where an output got no gradient
+  const Attrs& attrs;
+  std::vector<bool> needs_input_grad;
+};
+
+struct KernelContext {
+  const TensorList& inputs;
+  TensorList& outputs;
+  const Attrs& attrs;
+};
+
+using InferFn = std::function<std::vector<TensorMeta>(const std::vector<TensorMeta>& inputs, const Attrs& attrs)>;
+using SbpFn = std::function<std::vector<SbpSignature>(const std::vector<TensorMeta>& inputs, const Attrs& attrs)>;
+// Returns one gradient per input (undefined for inputs without one), written in functional ops.
+using VjpFn = std::function<TensorList(const VjpContext& ctx)>;
+using KernelFn = std::function<void(KernelContext& ctx)>;
+// View ops make their output alias the input's storage instead of running a kernel.
+using ViewFn = std::function<Tensor(const Tensor& input, const Attrs& attrs)>;
+
+struct OpDef {
+  std::string name;
+  std::vector<std::string> input_names;  // with variadic_inputs, the one name repeats
+  std::vector<std::string> output_names;
+  std::vector<std::string> attr_names;
+  bool variadic_inputs = false;
+  // Kernels receive contiguous inputs unless the op handles strides itself.
+  bool contiguous_inputs = true;
+  // Inputs may live on different devices (the device copy op).
+  bool mixed_devices = false;
+
+  InferFn infer;
+  SbpFn sbp;
+  VjpFn vjp;
+  ViewFn view;
+  std::map<std::pair<DeviceType, DType>, KernelFn> kernels;
+
+  // The dtype that selects the kernel: the first input's, or the first output's for sources.
+  DType dispatch_dtype(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs) const;
+  const KernelFn& kernel(DeviceType device, DType dtype) const;
+};
+
+// Returns the definition named name, creating an empty one on first use, so that op
+// definitions and kernel registrations may run in any static-initialisation order.
+OpDef& op_def(const std::string& name);
+// The registered op, or flow::Error when no op of that name is defined.
+const OpDef& find_op(const std::string& name);
+std::vector<std::string> registered_ops();
+
+// Registers fn as the kernel of op for every dtype listed; used from static initialisers.
+struct KernelRegistration {
+  KernelRegistration(const std::string& op, DeviceType device, const std::vector<DType>& dtypes, KernelFn fn);
+};
+
+// Builder for definitions: FLOW_DEFINE_OP(add) { op.inputs({"a","b"}).outputs({"out"}) ... }
+class OpBuilder {
+ public:
+  explicit OpBuilder(const std::string& name) : def_(op_def(name)) { def_.name = name; }
+  OpBuilder& inputs(std::vector<std::string> names, bool variadic = false);
+  OpBuilder& outputs(std::vector<std::string> names);
+  OpBuilder& attrs(std::vector<std::string> names);
+  OpBuilder& strided_inputs();
+  OpBuilder& mixed_devices();
+  OpBuilder& infer(InferFn fn);
+  OpBuilder& sbp(SbpFn fn);
+  OpBuilder& vjp(VjpFn fn);
+  OpBuilder& view(ViewFn fn);
+  const OpDef& def() const { return def_; }
+
+ private:
+  OpDef& def_;
+};
+
+namespace sbp {
+// Every input and output split on the same axis, for each axis of the output, plus all broadcast.
+// A size-1 (broadcast) input dim takes B where the output is split on that axis.
+std::vector<SbpSignature> elementwise(const std::vector<TensorMeta>& inputs, const Attrs& attrs);
+}  // namespace sbp
+
+}  // namespace flow
+
+#define FLOW_CONCAT_INNER(a, b) a##b
+#define FLOW_CONCAT(a, b) FLOW_CONCAT_INNER(a, b)
+// Registers a CPU/CUDA kernel at static-initialisation time.
+#define FLOW_REGISTER_KERNEL(op, device, dtypes, fn) \
+  static ::flow::KernelRegistration FLOW_CONCAT(flow_kernel_registration_, __COUNTER__)(op, device, dtypes, fn)

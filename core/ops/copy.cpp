@@ -1,0 +1,101 @@
+// The copy op: one primitive for dtype casts, device moves and making tensors contiguous, and
+// the in-place write (assign) that every in-place method is built on.
+#include "core/ops/copy.h"
+
+#include "core/allocator.h"
+#include "core/interpreter.h"
+#include "core/ops/creation.h"
+
+namespace flow {
+namespace {
+
+const OpDef& kCopy =
+      OpBuilder("copy")
+          .inputs({"input"})
+          .outputs({"out"})
+          .attrs({"dtype", "device"})
+          .strided_inputs()
+          .mixed_devices()
+          .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+            return std::vector<TensorMeta>{{in[0].shape, attrs.get<DType>("dtype"), attrs.get<Device>("device")}};
+          })
+          .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return sbp::elementwise(in, attrs); })
+          .vjp([](const VjpContext& ctx) {
+            return TensorList{to(to(ctx.grad_outputs[0], ctx.inputs[0].dtype()), ctx.inputs[0].device())};
+          })
+          .def();
+
+// assign(dst, src): writes src (broadcast, cast) into dst's elements; the output is dst itself.
+const OpDef& kAssign =
+      OpBuilder("assign")
+          .inputs({"dst", "src"})
+          .outputs({"out"})
+          .strided_inputs()
+          .mixed_devices()
+          .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+            const Shape shape = broadcast_shapes(in[0].shape, in[1].shape, "copy_");
+            if (!(shape == in[0].shape)) fail("copy_", "cannot broadcast source ", in[1].shape, " to destination ", in[0].shape);
+            return std::vector<TensorMeta>{in[0]};
+          })
+          .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return sbp::elementwise(in, attrs); })
+          .view([](const Tensor& dst, const Attrs&) { return dst; })
+          .def();
+
+}  // namespace
+
+Tensor to(const Tensor& input, DType dtype) {
+  if (input.dtype() == dtype) return input;
+  return apply_one(kCopy, {input}, Attrs().set("dtype", dtype).set("device", input.device()));
+}
+
+Tensor to(const Tensor& input, Device device) {
+  if (input.device() == device) return input;
+  backend_for(device, "to");
+  return apply_one(kCopy, {input}, Attrs().set("dtype", input.dtype()).set("device", device));
+}
+
+Tensor contiguous(const Tensor& input) { return input.is_contiguous() ? input : clone(input); }
+
+Tensor clone(const Tensor& input) {
+  return apply_one(kCopy, {input}, Attrs().set("dtype", input.dtype()).set("device", input.device()));
+}
+
+namespace detail {
+void copy_into(const Tensor& dst, const Tensor& src) {
+  TensorList outputs{dst};
+  TensorList inputs{src};
+  Attrs attrs;
+  attrs.set("dtype", dst.dtype()).set("device", dst.device());
+  KernelContext ctx{inputs, outputs, attrs};
+  const Device device = dst.device().is_cuda() ? dst.device() : src.device();
+  kCopy.kernel(device.type, src.dtype())(ctx);
+}
+
+Tensor contiguous_copy(const Tensor& input) {
+  Tensor out = make_tensor(input.shape(), input.dtype(), input.device());
+  copy_into(out, input);
+  return out;
+}
+}  // namespace detail
+
+Tensor Tensor::contiguous() const { return flow::contiguous(*this); }
+Tensor Tensor::clone() const { return flow::clone(*this); }
+Tensor Tensor::to(DType dtype) const { return flow::to(*this, dtype); }
+Tensor Tensor::to(Device device) const { return flow::to(*this, device); }
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  // The eager assign is a view op (output = dst); the write happens here so it also works for
+  // sources on another device or of another dtype.
+  apply(kAssign, {*this, src});
+  if (!is_lazy()) {
+    detail::copy_into(*this, src);
+    storage()->bump_version();
+  }
+  return *this;
+}
+
+Tensor& Tensor::fill_(const Scalar& value) {
+  return copy_(full({}, value, TensorOptions().dtype(dtype()).device(device())));
+}
+
+}  // namespace flow

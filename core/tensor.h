@@ -1,0 +1,148 @@
+#pragma once
+// Tensor: a cheap handle to a shared TensorImpl (meta, storage, autograd and lazy state).
+#include <memory>
+#include <ostream>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/scalar.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace flow {
+
+struct AutogradMeta;  // filled in by autograd/
+struct LazyInfo;      // filled in by graph/ while tracing
+
+struct TensorImpl {
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;  // in elements, into storage
+  DType dtype = kFloat32;
+  Device device;
+  std::shared_ptr<Storage> storage;  // null for lazy tensors, which have meta but no data
+  std::shared_ptr<AutogradMeta> autograd;
+  std::shared_ptr<LazyInfo> lazy;
+};
+
+class Tensor;
+using TensorList = std::vector<Tensor>;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  // Meta.
+  const Shape& shape() const { return checked().shape; }
+  const Shape& sizes() const { return shape(); }
+  int64_t size(int64_t dim) const;
+  int64_t dim() const { return shape().ndim(); }
+  int64_t numel() const { return shape().numel(); }
+  const Strides& strides() const { return checked().strides; }
+  int64_t stride(int64_t dim) const;
+  int64_t storage_offset() const { return checked().offset; }
+  DType dtype() const { return checked().dtype; }
+  Device device() const { return checked().device; }
+  bool is_contiguous() const;
+  bool is_lazy() const { return checked().lazy != nullptr; }
+  bool is_floating_point() const { return flow::is_floating(dtype()); }
+
+  // Data. data_ptr<T>() checks T against the dtype; item() needs exactly one element.
+  const std::shared_ptr<Storage>& storage() const { return checked().storage; }
+  void* data_ptr() const;
+  template <typename T>
+  T* data_ptr() const {
+    if (DTypeOf<T>::value != dtype()) {
+      fail("data_ptr", "requested ", dtype_name(DTypeOf<T>::value), " but the tensor is ", dtype_name(dtype()));
+    }
+    return static_cast<T*>(data_ptr());
+  }
+  template <typename T>
+  T item() const;
+  Scalar item() const;
+  // Copies the elements into a vector of T, converting from the tensor's dtype.
+  template <typename T>
+  std::vector<T> tolist() const;
+
+  // Views: share storage with this tensor.
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor expand(const Shape& shape) const;
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor contiguous() const;
+  Tensor clone() const;
+
+  // Conversions.
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+  Tensor cpu() const { return to(kCPU); }
+  Tensor cuda(int index = 0) const { return to(Device(DeviceType::kCUDA, index)); }
+
+  // In-place: copies src (broadcast and cast to this tensor's dtype) into this tensor's elements.
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(const Scalar& value);
+  Tensor& zero_() { return fill_(0); }
+
+  // Math, mirroring the functional API.
+  Tensor sum() const;
+  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor relu() const;
+  Tensor abs() const;
+  Tensor sqrt() const;
+  Tensor pow(const Scalar& exponent) const;
+  Tensor softmax(int64_t dim) const;
+
+ private:
+  const TensorImpl& checked() const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+
+// Prints like PyTorch/OneFlow: tensor([[ 3.2023,  2.9805, -2.6793]], dtype=flow.float32)
+std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
+
+// Makes a new contiguous tensor with uninitialised data (no op, no autograd): kernels use it for
+// outputs and scratch space.
+Tensor make_tensor(const Shape& shape, DType dtype, Device device);
+
+}  // namespace flow

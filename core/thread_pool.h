@@ -1,0 +1,20 @@
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace flow {
+
+// Threads used by CPU kernels (and by OpenBLAS). Defaults to FLOW_NUM_THREADS, else the
+// number of cores.
+int get_num_threads();
+void set_num_threads(int num_threads);
+
+// Splits [begin, end) into at most get_num_threads() contiguous chunks of at least grain_size
+// elements and runs fn(chunk_begin, chunk_end) on the pool, the caller taking the first chunk.
+// Nested calls run inline. The first exception thrown by any chunk is rethrown here.
+void parallel_for(int64_t begin, int64_t end, int64_t grain_size, const std::function<void(int64_t, int64_t)>& fn);
+
+// Element counts below which a loop is not worth splitting.
+inline constexpr int64_t kElementwiseGrain = 32768;
+
+}  // namespace flow

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the build needs (Debian packages) and builds flow into build/.
+# Usage: scripts/setup.sh [Release|Debug]   (env: FLOW_BUILD_DIR, FLOW_SANITIZE=ON)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build ccache pkg-config libgoogle-glog-dev libgtest-dev libgmock-dev
+          libbenchmark-dev libopenblas-dev libdnnl-dev libprotobuf-dev protobuf-compiler dataset-fashion-mnist)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build_type="${1:-Release}"
+build_dir="${FLOW_BUILD_DIR:-build}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DFLOW_SANITIZE="${FLOW_SANITIZE:-OFF}" >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"
