@@ -105,7 +105,7 @@ void print_rows(std::string& out, const Tensor& t, const Formatter& f, bool summ
         }
       }
       if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
-        out += "...,";
+        out += " ...,";
         out += " ";
         i = n - kEdgeItems;
         ++on_line;
