@@ -1,0 +1,91 @@
+// The op registry and the one dispatch point that eager, lazy (Graph) and autograd share.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "common/test_util.h"
+#include "core/flow.h"
+
+namespace {
+
+// Stands in for the Graph's lazy interpreter: sees every op, forwards to eager.
+class RecordingInterpreter final : public flow::Interpreter {
+ public:
+  flow::TensorList apply(const flow::OpDef& op, const flow::TensorList& inputs, const flow::Attrs& attrs) override {
+    names.push_back(op.name);
+    return eager.apply(op, inputs, attrs);
+  }
+  std::vector<std::string> names;
+  flow::EagerInterpreter eager;
+};
+
+class CountingRecorder final : public flow::AutogradRecorder {
+ public:
+  void record(const flow::OpDef& op, const flow::TensorList&, const flow::TensorList& outputs,
+              const flow::Attrs&) override {
+    names.push_back(op.name);
+    outputs_seen += outputs.size();
+  }
+  std::vector<std::string> names;
+  size_t outputs_seen = 0;
+};
+
+}  // namespace
+
+TEST(Dispatch, FunctionalCallsGoThroughTheCurrentInterpreter) {
+  RecordingInterpreter recording;
+  {
+    flow::InterpreterGuard guard(&recording);
+    auto a = flow::arange(6).reshape({2, 3}).t().contiguous();
+    EXPECT_EQ(a.tolist<int64_t>(), (std::vector<int64_t>{0, 3, 1, 4, 2, 5}));
+  }
+  EXPECT_EQ(recording.names, (std::vector<std::string>{"arange", "view", "permute", "copy"}));
+  flow::zeros({1});
+  EXPECT_EQ(recording.names.size(), 4u) << "the guard restores the eager interpreter";
+}
+
+TEST(Dispatch, AutogradRecorderSeesEveryOp) {
+  CountingRecorder recorder;
+  flow::set_autograd_recorder(&recorder);
+  flow::ones({2, 2}).t();
+  flow::set_autograd_recorder(nullptr);
+  EXPECT_EQ(recorder.names, (std::vector<std::string>{"full", "permute"}));
+  EXPECT_EQ(recorder.outputs_seen, 2u);
+}
+
+TEST(Dispatch, RegistryHoldsEveryDefinitionWithItsSlots) {
+  const auto names = flow::registered_ops();
+  for (const char* name : {"copy", "assign", "full", "arange", "view", "permute", "slice", "select", "expand"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
+  const flow::OpDef& permute = flow::find_op("permute");
+  EXPECT_EQ(permute.input_names, (std::vector<std::string>{"input"}));
+  EXPECT_EQ(permute.attr_names, (std::vector<std::string>{"dims"}));
+  EXPECT_TRUE(permute.vjp);
+  const flow::OpDef& copy = flow::find_op("copy");
+  auto signatures = copy.sbp({{flow::Shape{4, 5}, flow::kFloat32, flow::kCPU}}, flow::Attrs());
+  ASSERT_EQ(signatures.size(), 3u);  // S(0), S(1), B
+  EXPECT_EQ(signatures[0].outputs[0].str(), "S(0)");
+  EXPECT_EQ(signatures[2].inputs[0].str(), "B");
+  EXPECT_THROW_MSG(flow::find_op("no_such_op"), "[op] no op named 'no_such_op' is registered");
+}
+
+TEST(Dispatch, MissingKernelAndArityAreReported) {
+  EXPECT_THROW_MSG(flow::arange(3, flow::kBool), "[arange] no cpu kernel for dtype bool");
+  EXPECT_THROW_MSG(flow::apply(flow::find_op("permute"), {}), "[permute] expected 1 inputs, got 0");
+  EXPECT_THROW_MSG(flow::apply(flow::find_op("permute"), {flow::Tensor()}), "[permute] input 0 is an undefined tensor");
+}
+
+TEST(ThreadPool, ParallelForCoversRangeAndPropagatesErrors) {
+  std::vector<int> hits(100000, 0);
+  flow::parallel_for(0, 100000, 1000, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) ++hits[i];
+  });
+  EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), 100000);
+  EXPECT_THROW_MSG(flow::parallel_for(0, 100000, 10,
+                                      [](int64_t begin, int64_t) {
+                                        if (begin > 0) flow::fail("worker", "boom");
+                                      }),
+                   "[worker] boom");
+  EXPECT_THROW_MSG(flow::set_num_threads(0), "[set_num_threads] expected at least 1 thread");
+}
