@@ -66,7 +66,7 @@ TensorList EagerInterpreter::apply(const OpDef& op, const TensorList& inputs, co
   TensorList outputs;
   if (op.view) {
     CHECK_EQ(out_metas.size(), 1u);
-    outputs.push_back(op.view(inputs[0], attrs));
+    outputs.push_back(op.view(inputs, attrs));
   } else {
     outputs.reserve(out_metas.size());
     for (const auto& meta : out_metas) outputs.push_back(make_tensor(meta.shape, meta.dtype, meta.device));

@@ -70,12 +70,23 @@ struct SbpSignature {
   std::vector<Sbp> outputs;
 };
 
-struct VjpContext {
-  const TensorList& inputs;
-  const TensorList& outputs;
-  const TensorList& grad_outputs;  // undefined where an output got no gradient
+// What a vjp sees. Saved inputs/outputs are unpacked on demand, so only the values a rule
+// really uses are checked against later in-place changes; metas are always available.
+class VjpContext {
+ public:
+  VjpContext(const TensorList& grad_outputs_, const Attrs& attrs_, std::vector<bool> needs_input_grad_)
+      : grad_outputs(grad_outputs_), attrs(attrs_), needs_input_grad(std::move(needs_input_grad_)) {}
+  virtual ~VjpContext() = default;
+  virtual Tensor input(size_t i) const = 0;
+  virtual Tensor output(size_t i) const = 0;
+  virtual const TensorMeta& input_meta(size_t i) const = 0;
+  size_t num_inputs() const { return needs_input_grad.size(); }
+  // Gradient w.r.t. output i (zeros where that output received none).
+  const Tensor& grad(size_t i = 0) const { return grad_outputs[i]; }
+
+  const TensorList& grad_outputs;
   const Attrs& attrs;
-  std::vector<bool> needs_input_grad;
+  const std::vector<bool> needs_input_grad;
 };
 
 struct KernelContext {
@@ -89,8 +100,8 @@ using SbpFn = std::function<std::vector<SbpSignature>(const std::vector<TensorMe
 // Returns one gradient per input (undefined for inputs without one), written in functional ops.
 using VjpFn = std::function<TensorList(const VjpContext& ctx)>;
 using KernelFn = std::function<void(KernelContext& ctx)>;
-// View ops make their output alias the input's storage instead of running a kernel.
-using ViewFn = std::function<Tensor(const Tensor& input, const Attrs& attrs)>;
+// View ops make their output alias input 0's storage instead of running a kernel.
+using ViewFn = std::function<Tensor(const TensorList& inputs, const Attrs& attrs)>;
 
 struct OpDef {
   std::string name;

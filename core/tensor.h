@@ -13,7 +13,10 @@
 
 namespace flow {
 
-struct AutogradMeta;  // filled in by autograd/
+struct AutogradMeta;  // core/autograd_meta.h
+namespace autograd {
+class Node;  // autograd/node.h
+}
 struct LazyInfo;      // filled in by graph/ while tracing
 
 struct TensorImpl {
@@ -101,6 +104,25 @@ class Tensor {
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(const Scalar& value);
   Tensor& zero_() { return fill_(0); }
+
+  // Autograd. backward() is defined by the autograd library (link flow_autograd).
+  bool requires_grad() const;
+  // Makes a leaf require (or stop requiring) gradients; floating dtypes only.
+  Tensor& requires_grad_(bool requires_grad = true);
+  // The accumulated gradient of a leaf (or of a non-leaf after retain_grad()); undefined if none.
+  Tensor grad() const;
+  void set_grad(const Tensor& grad);
+  bool is_leaf() const;
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  // Keeps this non-leaf's gradient in grad() during backward.
+  void retain_grad();
+  bool retains_grad() const;
+  // A tensor sharing this one's storage, cut from the autograd graph.
+  Tensor detach() const;
+  // Gradient of this tensor w.r.t. graph leaves, accumulated into their grad(). A non-scalar
+  // tensor needs `gradient` (same shape). Without retain_graph the graph's saved values are
+  // freed, and a second backward through it is an error.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
 
   // Math, mirroring the functional API.
   Tensor sum() const;

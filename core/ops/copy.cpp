@@ -3,6 +3,7 @@
 #include "core/ops/copy.h"
 
 #include "core/allocator.h"
+#include "core/autograd_meta.h"
 #include "core/interpreter.h"
 #include "core/ops/creation.h"
 
@@ -21,7 +22,7 @@ const OpDef& kCopy =
           })
           .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return sbp::elementwise(in, attrs); })
           .vjp([](const VjpContext& ctx) {
-            return TensorList{to(to(ctx.grad_outputs[0], ctx.inputs[0].dtype()), ctx.inputs[0].device())};
+            return TensorList{to(to(ctx.grad(), ctx.input_meta(0).dtype), ctx.input_meta(0).device)};
           })
           .def();
 
@@ -38,7 +39,14 @@ const OpDef& kAssign =
             return std::vector<TensorMeta>{in[0]};
           })
           .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return sbp::elementwise(in, attrs); })
-          .view([](const Tensor& dst, const Attrs&) { return dst; })
+          .view([](const TensorList& inputs, const Attrs&) {
+            // Eager: the write happens here, before autograd records the node, so the saved
+            // destination carries its new version.
+            const Tensor& dst = inputs[0];
+            detail::copy_into(dst, inputs[1]);
+            dst.storage()->bump_version();
+            return dst;
+          })
           .def();
 
 }  // namespace
@@ -84,13 +92,11 @@ Tensor Tensor::to(DType dtype) const { return flow::to(*this, dtype); }
 Tensor Tensor::to(Device device) const { return flow::to(*this, device); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  // The eager assign is a view op (output = dst); the write happens here so it also works for
-  // sources on another device or of another dtype.
-  apply(kAssign, {*this, src});
-  if (!is_lazy()) {
-    detail::copy_into(*this, src);
-    storage()->bump_version();
+  if (is_grad_enabled() && requires_grad() && is_leaf()) {
+    fail("copy_", "a leaf tensor that requires grad is being used in an in-place operation; wrap it in "
+         "flow::autograd::NoGradGuard or use detach()");
   }
+  apply(kAssign, {*this, src});
   return *this;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/autograd_meta.h"
 #include "core/interpreter.h"
 #include "core/ops/copy.h"
 #include "core/random.h"
@@ -42,9 +43,8 @@ Attrs source_attrs(const char* op, const Shape& shape, DType dtype, const Tensor
   return Attrs().set("shape", shape).set("dtype", dtype).set("device", options.device_);
 }
 
-// requires_grad is applied by autograd/ (issue 3); until it exists the flag must not be lost silently.
 Tensor finish(Tensor t, const TensorOptions& options) {
-  if (options.requires_grad_) fail("tensor", "requires_grad needs the autograd library, which is not built yet");
+  if (options.requires_grad_) t.requires_grad_(true);
   return t;
 }
 

@@ -93,7 +93,8 @@ const OpDef& kView =
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           return std::vector<TensorMeta>{with_shape(in[0], infer_view_shape("view", in[0].shape, shape_attr(attrs)))};
         })
-        .view([](const Tensor& input, const Attrs& attrs) {
+        .view([](const TensorList& inputs, const Attrs& attrs) {
+          const Tensor& input = inputs[0];
           const Shape shape = infer_view_shape("view", input.shape(), shape_attr(attrs));
           auto strides = view_strides(input.shape(), input.strides(), shape);
           if (!strides) {
@@ -103,7 +104,7 @@ const OpDef& kView =
           }
           return alias(input, shape, *strides, input.storage_offset());
         })
-        .vjp([](const VjpContext& ctx) { return TensorList{reshape(ctx.grad_outputs[0], ctx.inputs[0].shape())}; })
+        .vjp([](const VjpContext& ctx) { return TensorList{reshape(ctx.grad(), ctx.input_meta(0).shape)}; })
         .def();
 
 std::vector<int64_t> checked_permutation(const char* op, const std::vector<int64_t>& dims, int64_t ndim) {
@@ -132,7 +133,8 @@ const OpDef& kPermute =
           for (int64_t d : dims) shape.push_back(in[0].shape[d]);
           return std::vector<TensorMeta>{with_shape(in[0], shape)};
         })
-        .view([](const Tensor& input, const Attrs& attrs) {
+        .view([](const TensorList& inputs, const Attrs& attrs) {
+          const Tensor& input = inputs[0];
           const auto dims = checked_permutation("permute", shape_attr(attrs, "dims"), input.dim());
           Shape shape;
           Strides strides;
@@ -146,7 +148,7 @@ const OpDef& kPermute =
           const auto dims = shape_attr(ctx.attrs, "dims");
           std::vector<int64_t> inverse(dims.size());
           for (size_t i = 0; i < dims.size(); ++i) inverse[wrap_dim(dims[i], dims.size(), "permute")] = i;
-          return TensorList{permute(ctx.grad_outputs[0], inverse)};
+          return TensorList{permute(ctx.grad(), inverse)};
         })
         .def();
 
@@ -178,7 +180,8 @@ const OpDef& kSlice =
           shape[spec.dim] = spec.length;
           return std::vector<TensorMeta>{with_shape(in[0], shape)};
         })
-        .view([](const Tensor& input, const Attrs& attrs) {
+        .view([](const TensorList& inputs, const Attrs& attrs) {
+          const Tensor& input = inputs[0];
           const SliceSpec spec = slice_spec(input.shape(), attrs);
           Shape shape = input.shape();
           Strides strides = input.strides();
@@ -211,7 +214,8 @@ const OpDef& kSelect =
           shape.erase(dim);
           return std::vector<TensorMeta>{with_shape(in[0], shape)};
         })
-        .view([](const Tensor& input, const Attrs& attrs) {
+        .view([](const TensorList& inputs, const Attrs& attrs) {
+          const Tensor& input = inputs[0];
           const int64_t dim = wrap_dim(attrs.get<int64_t>("dim"), input.dim(), "select");
           const int64_t index = select_index(input.shape(), dim, attrs.get<int64_t>("index"));
           Shape shape = input.shape();
@@ -259,7 +263,8 @@ const OpDef& kExpand =
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           return std::vector<TensorMeta>{with_shape(in[0], expanded_shape(in[0].shape, shape_attr(attrs)))};
         })
-        .view([](const Tensor& input, const Attrs& attrs) {
+        .view([](const TensorList& inputs, const Attrs& attrs) {
+          const Tensor& input = inputs[0];
           const Shape shape = expanded_shape(input.shape(), shape_attr(attrs));
           const size_t lead = shape.size() - input.shape().size();
           Strides strides(shape.size(), 0);

@@ -1,0 +1,19 @@
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace flow::autograd {
+
+// Accumulates d(sum of outputs·grad_outputs)/d(leaf) into every reachable leaf's grad().
+// grad_outputs may be empty (each output must then be a one-element tensor) or one per output.
+void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bool retain_graph = false,
+              bool create_graph = false);
+
+// Returns d(outputs)/d(inputs) without touching any grad(). With create_graph the result is
+// itself differentiable (higher-order gradients). An input the outputs do not depend on is an
+// error unless allow_unused, which returns an undefined tensor for it.
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
+                bool retain_graph = false, bool create_graph = false, bool allow_unused = false);
+
+}  // namespace flow::autograd

@@ -1,0 +1,153 @@
+#include "autograd/node.h"
+
+#include <glog/logging.h>
+
+#include <atomic>
+
+#include "core/functional.h"
+
+namespace flow::autograd {
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+
+class SavedContext final : public VjpContext {
+ public:
+  SavedContext(const TensorList& grads, const Attrs& attrs, std::vector<bool> needs, const std::string& op,
+               const std::shared_ptr<Node>& owner, const std::vector<SavedTensor>& inputs,
+               const std::vector<SavedTensor>& outputs, const std::vector<TensorMeta>& input_metas)
+      : VjpContext(grads, attrs, std::move(needs)),
+        op_(op),
+        owner_(owner),
+        inputs_(inputs),
+        outputs_(outputs),
+        input_metas_(input_metas) {}
+  Tensor input(size_t i) const override { return inputs_.at(i).unpack(owner_, op_, "input", i); }
+  Tensor output(size_t i) const override { return outputs_.at(i).unpack(owner_, op_, "output", i); }
+  const TensorMeta& input_meta(size_t i) const override { return input_metas_.at(i); }
+
+ private:
+  const std::string& op_;
+  const std::shared_ptr<Node>& owner_;
+  const std::vector<SavedTensor>& inputs_;
+  const std::vector<SavedTensor>& outputs_;
+  const std::vector<TensorMeta>& input_metas_;
+};
+
+const char* kFreedGraphMessage =
+    "trying to backward through the graph a second time (or to access saved tensors after they were freed). Saved "
+    "values are freed when you call backward() or autograd::grad(); pass retain_graph=true to the first call if you "
+    "need to backward through the graph again";
+}  // namespace
+
+SavedTensor::SavedTensor(const Tensor& tensor, bool is_output) : is_output_(is_output) {
+  if (!tensor.defined()) return;
+  was_defined_ = true;
+  requires_grad_ = tensor.requires_grad();
+  output_nr_ = tensor.impl()->autograd ? tensor.impl()->autograd->output_nr : 0;
+  data_ = is_output ? tensor.detach() : tensor;
+  version_ = tensor.is_lazy() ? 0 : tensor.storage()->version();
+}
+
+Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const std::string& op, const char* role,
+                           size_t index) const {
+  if (!was_defined_) return Tensor();
+  if (!data_.defined()) fail(op, kFreedGraphMessage);
+  if (!data_.is_lazy() && data_.storage()->version() != version_) {
+    fail(op, "one of the values needed for gradient computation has been modified by an in-place operation: ", role,
+         " ", index, " of ", op, " (shape ", data_.shape(), ") is at version ", data_.storage()->version(),
+         "; expected version ", version_, " instead");
+  }
+  if (!is_output_) return data_;
+  Tensor result = data_.detach();
+  if (requires_grad_) {
+    auto meta = std::make_shared<AutogradMeta>();
+    meta->requires_grad = true;
+    meta->grad_fn = owner;
+    meta->output_nr = output_nr_;
+    result.impl()->autograd = std::move(meta);
+  }
+  return result;
+}
+
+Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
+
+OpNode::OpNode(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs)
+    : op_(op), attrs_(attrs) {
+  for (const Tensor& input : inputs) {
+    next_edges_.push_back(gradient_edge(input));
+    input_metas_.push_back({input.shape(), input.dtype(), input.device()});
+    bool written_in_place = false;
+    for (const Tensor& output : outputs) written_in_place |= output.same(input);
+    saved_inputs_.emplace_back(input, written_in_place);
+  }
+  for (const Tensor& output : outputs) {
+    output_metas_.push_back({output.shape(), output.dtype(), output.device()});
+    saved_outputs_.emplace_back(output, true);
+  }
+}
+
+TensorList OpNode::apply(const TensorList& grad_outputs, bool retain_graph) {
+  if (released_) fail(op_.name, kFreedGraphMessage);
+  if (!op_.vjp) fail(op_.name, "the op has no gradient formula, so gradients cannot flow through it");
+  TensorList grads = grad_outputs;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && is_floating(output_metas_[i].dtype)) {
+      grads[i] = zeros(output_metas_[i].shape, TensorOptions(output_metas_[i].dtype).device(output_metas_[i].device));
+    }
+  }
+  std::vector<bool> needs;
+  for (const Edge& edge : next_edges_) needs.push_back(edge.valid());
+  SavedContext ctx(grads, attrs_, needs, op_.name, shared_from_this(), saved_inputs_, saved_outputs_, input_metas_);
+  TensorList input_grads = op_.vjp(ctx);
+  CHECK_EQ(input_grads.size(), next_edges_.size()) << op_.name << " vjp returned the wrong number of gradients";
+  for (size_t i = 0; i < input_grads.size(); ++i) {
+    if (!input_grads[i].defined() || !needs[i]) continue;
+    CHECK(input_grads[i].shape() == input_metas_[i].shape)
+        << op_.name << " vjp gave gradient " << input_grads[i].shape() << " for input " << i << " of shape "
+        << input_metas_[i].shape;
+  }
+  if (!retain_graph) {
+    for (auto& saved : saved_inputs_) saved.release();
+    for (auto& saved : saved_outputs_) saved.release();
+    released_ = true;
+  }
+  return input_grads;
+}
+
+AccumulateGrad::AccumulateGrad(const Tensor& leaf) : leaf_(leaf.impl_ptr()) {}
+
+Tensor AccumulateGrad::leaf() const {
+  auto impl = leaf_.lock();
+  return impl ? Tensor(impl) : Tensor();
+}
+
+TensorList AccumulateGrad::apply(const TensorList& grad_outputs, bool) {
+  Tensor leaf_tensor = leaf();
+  const Tensor& incoming = grad_outputs.at(0);
+  if (!leaf_tensor.defined() || !incoming.defined()) return {};
+  // Without create_graph the stored gradient must not keep the backward graph alive.
+  Tensor g = is_grad_enabled() ? incoming : incoming.detach();
+  Tensor current = leaf_tensor.grad();
+  if (!current.defined()) {
+    // A copy: the incoming gradient may alias another buffer (e.g. the ones of the root), and
+    // users modify grad() in place (zero_()).
+    leaf_tensor.set_grad(g.clone());
+  } else {
+    leaf_tensor.set_grad(current + g);
+  }
+  return {};
+}
+
+Edge gradient_edge(const Tensor& tensor) {
+  if (!tensor.defined() || !tensor.requires_grad()) return {};
+  AutogradMeta& meta = *tensor.impl()->autograd;
+  if (meta.grad_fn) return {meta.grad_fn, meta.output_nr};
+  auto accumulator = meta.grad_accumulator.lock();
+  if (!accumulator) {
+    accumulator = std::make_shared<AccumulateGrad>(tensor);
+    meta.grad_accumulator = accumulator;
+  }
+  return {accumulator, 0};
+}
+
+}  // namespace flow::autograd

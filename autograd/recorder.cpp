@@ -1,0 +1,39 @@
+// Installs the autograd recorder into core's interpreters when the library is loaded: after
+// every op whose inputs require grad (with grad mode on), a backward node is made and the
+// floating-point outputs point at it.
+#include <memory>
+
+#include "autograd/node.h"
+#include "core/interpreter.h"
+
+namespace flow::autograd {
+namespace {
+
+class GraphRecorder final : public AutogradRecorder {
+ public:
+  void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) override {
+    if (!is_grad_enabled()) return;
+    bool any_requires_grad = false;
+    for (const Tensor& input : inputs) any_requires_grad |= input.requires_grad();
+    if (!any_requires_grad) return;
+    auto node = std::make_shared<OpNode>(op, inputs, outputs, attrs);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const Tensor& output = outputs[i];
+      if (!is_floating(output.dtype())) continue;  // indices and masks carry no gradient
+      auto meta = std::make_shared<AutogradMeta>();
+      meta->requires_grad = true;
+      meta->grad_fn = node;
+      meta->output_nr = static_cast<uint32_t>(i);
+      output.impl()->autograd = std::move(meta);
+    }
+  }
+};
+
+struct Installer {
+  Installer() { set_autograd_recorder(&recorder); }
+  GraphRecorder recorder;
+};
+Installer installer;
+
+}  // namespace
+}  // namespace flow::autograd

@@ -1,0 +1,77 @@
+#include "core/autograd_meta.h"
+
+#include <glog/logging.h>
+
+namespace flow {
+namespace {
+thread_local bool t_grad_enabled = true;
+
+AutogradMeta& meta_of(TensorImpl* impl) {
+  if (!impl->autograd) impl->autograd = std::make_shared<AutogradMeta>();
+  return *impl->autograd;
+}
+}  // namespace
+
+bool is_grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+
+bool Tensor::requires_grad() const {
+  const auto& meta = impl()->autograd;
+  return meta && meta->requires_grad;
+}
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  if (!defined()) fail("requires_grad_", "undefined tensor");
+  if (!is_leaf()) {
+    fail("requires_grad_", "you can only change requires_grad flags of leaf tensors; use detach() to get a leaf "
+         "from a non-leaf");
+  }
+  if (requires_grad && !is_floating_point()) {
+    fail("requires_grad_", "only tensors of floating point dtype can require gradients, got ", dtype_name(dtype()));
+  }
+  meta_of(impl()).requires_grad = requires_grad;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  const auto& meta = impl()->autograd;
+  return meta ? meta->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& grad) {
+  if (grad.defined() && !(grad.shape() == shape())) {
+    fail("grad", "assigned grad has shape ", grad.shape(), " but the tensor has shape ", shape());
+  }
+  meta_of(impl()).grad = grad;
+}
+
+bool Tensor::is_leaf() const {
+  const auto& meta = impl()->autograd;
+  return !meta || !meta->grad_fn;
+}
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<autograd::Node> kNone;
+  const auto& meta = impl()->autograd;
+  return meta ? meta->grad_fn : kNone;
+}
+
+bool Tensor::retains_grad() const {
+  const auto& meta = impl()->autograd;
+  return meta && meta->retain_grad;
+}
+
+Tensor Tensor::detach() const {
+  const TensorImpl& source = *impl();
+  auto detached = std::make_shared<TensorImpl>();
+  detached->shape = source.shape;
+  detached->strides = source.strides;
+  detached->offset = source.offset;
+  detached->dtype = source.dtype;
+  detached->device = source.device;
+  detached->storage = source.storage;
+  detached->lazy = source.lazy;
+  return Tensor(std::move(detached));
+}
+
+}  // namespace flow

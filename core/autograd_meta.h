@@ -1,0 +1,29 @@
+#pragma once
+// Per-tensor autograd state and the grad-mode switch. They live in core because Tensor's
+// accessors (requires_grad(), grad(), ...) and the interpreters need them; the backward graph
+// and the engine live in autograd/.
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace flow {
+namespace autograd {
+class Node;
+}
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool retain_grad = false;
+  Tensor grad;
+  std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
+  uint32_t output_nr = 0;                   // which output of grad_fn this tensor is
+  // A leaf's gradient sink, shared by every use of the leaf in a graph.
+  std::weak_ptr<autograd::Node> grad_accumulator;
+};
+
+// Whether ops record backward nodes on this thread (on by default; off under NoGradGuard).
+bool is_grad_enabled();
+void set_grad_enabled(bool enabled);
+
+}  // namespace flow
