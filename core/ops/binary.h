@@ -43,6 +43,7 @@ Tensor logical_xor(const Tensor& a, const Tensor& b);
 // condition ? a : b, all three broadcast together; condition must be bool.
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& condition, const Tensor& a, const Scalar& b);
+Tensor where(const Tensor& condition, const Scalar& a, const Tensor& b);
 
 // True when all elements are within atol + rtol * |b| (NaNs equal only when equal_nan).
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);

@@ -16,6 +16,13 @@ Tensor var(const Tensor& input, const std::vector<int64_t>& dims = {}, int64_t c
 Tensor std(const Tensor& input, const std::vector<int64_t>& dims = {}, int64_t correction = 1, bool keepdim = false);
 Tensor logsumexp(const Tensor& input, const std::vector<int64_t>& dims, bool keepdim = false);
 
+// Sums grad over the dims that broadcasting expanded, giving a tensor of `shape` (the
+// gradient of a broadcast operand).
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+// True when every element is nonzero / some element is nonzero.
+bool all(const Tensor& input);
+bool any(const Tensor& input);
+
 // Maximum/minimum of all elements (0-d result).
 Tensor max(const Tensor& input);
 Tensor min(const Tensor& input);

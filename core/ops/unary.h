@@ -8,6 +8,8 @@ namespace flow {
 // Element-wise math; integer inputs to floating functions (exp, sin, sigmoid, ...) give float32.
 Tensor neg(const Tensor& input);
 Tensor abs(const Tensor& input);
+// -1, 0 or 1 by the sign of each element.
+Tensor sign(const Tensor& input);
 Tensor exp(const Tensor& input);
 Tensor log(const Tensor& input);
 Tensor sqrt(const Tensor& input);

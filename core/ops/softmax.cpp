@@ -1,0 +1,53 @@
+// softmax and log_softmax along a dim: primitives with fused, numerically stable kernels.
+#include "core/ops/softmax.h"
+
+#include "core/interpreter.h"
+#include "core/ops/binary.h"
+#include "core/ops/reduce.h"
+#include "core/ops/unary.h"
+
+namespace flow {
+namespace {
+
+std::vector<SbpSignature> softmax_sbp(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  std::vector<SbpSignature> signatures;
+  for (int64_t d = 0; d < in[0].shape.ndim(); ++d) {
+    if (d != attrs.get<int64_t>("dim")) signatures.push_back({{Sbp::split(d)}, {Sbp::split(d)}});
+  }
+  signatures.push_back({{Sbp::broadcast()}, {Sbp::broadcast()}});
+  return signatures;
+}
+
+const OpDef& softmax_op(const char* name, VjpFn vjp) {
+  return OpBuilder(name)
+      .inputs({"input"})
+      .outputs({"out"})
+      .attrs({"dim"})
+      .infer([](const std::vector<TensorMeta>& in, const Attrs&) { return std::vector<TensorMeta>{in[0]}; })
+      .sbp(softmax_sbp)
+      .vjp(std::move(vjp))
+      .def();
+}
+
+const OpDef& kSoftmax = softmax_op("softmax", [](const VjpContext& ctx) {
+  const Tensor y = ctx.output(0);
+  const int64_t dim = ctx.attrs.get<int64_t>("dim");
+  return TensorList{y * (ctx.grad() - sum(ctx.grad() * y, {dim}, true))};
+});
+const OpDef& kLogSoftmax = softmax_op("log_softmax", [](const VjpContext& ctx) {
+  const int64_t dim = ctx.attrs.get<int64_t>("dim");
+  return TensorList{ctx.grad() - exp(ctx.output(0)) * sum(ctx.grad(), {dim}, true)};
+});
+
+Tensor run(const OpDef& op, const Tensor& input, int64_t dim, const char* name) {
+  if (!input.is_floating_point()) fail(name, "expected a floating point input, got ", dtype_name(input.dtype()));
+  return apply_one(op, {input}, Attrs().set("dim", wrap_dim(dim, input.dim(), name)));
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& input, int64_t dim) { return run(kSoftmax, input, dim, "softmax"); }
+Tensor log_softmax(const Tensor& input, int64_t dim) { return run(kLogSoftmax, input, dim, "log_softmax"); }
+Tensor Tensor::softmax(int64_t dim) const { return flow::softmax(*this, dim); }
+
+}  // namespace flow

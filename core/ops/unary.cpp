@@ -1,0 +1,151 @@
+// Element-wise unary ops: one tensor in, one out, same shape. Each vjp is written with
+// functional ops so it serves eager, Graph and higher-order gradients alike.
+#include "core/ops/unary.h"
+
+#include <cmath>
+
+#include "core/interpreter.h"
+#include "core/ops/binary.h"
+#include "core/ops/copy.h"
+#include "core/ops/creation.h"
+#include "core/ops/elementwise_util.h"
+
+namespace flow {
+namespace {
+
+std::vector<TensorMeta> same_meta(const std::vector<TensorMeta>& in, const Attrs&) { return {in[0]}; }
+std::vector<TensorMeta> bool_meta(const std::vector<TensorMeta>& in, const Attrs&) {
+  return {{in[0].shape, kBool, in[0].device}};
+}
+
+const OpDef& unary(const char* name, VjpFn vjp, std::vector<std::string> attrs = {}, InferFn infer = same_meta) {
+  OpBuilder builder(name);
+  builder.inputs({"input"}).outputs({"out"}).attrs(std::move(attrs)).strided_inputs().infer(std::move(infer)).sbp(
+      sbp::elementwise);
+  if (vjp) builder.vjp(std::move(vjp));
+  return builder.def();
+}
+
+Tensor x0(const VjpContext& ctx) { return ctx.input(0); }
+Tensor y0(const VjpContext& ctx) { return ctx.output(0); }
+
+const OpDef& kNeg = unary("neg", [](const VjpContext& ctx) { return TensorList{neg(ctx.grad())}; });
+const OpDef& kAbs = unary("abs", [](const VjpContext& ctx) { return TensorList{ctx.grad() * sign(x0(ctx))}; });
+const OpDef& kSign = unary("sign", [](const VjpContext& ctx) { return TensorList{zeros_like(ctx.grad())}; });
+const OpDef& kExp = unary("exp", [](const VjpContext& ctx) { return TensorList{ctx.grad() * y0(ctx)}; });
+const OpDef& kLog = unary("log", [](const VjpContext& ctx) { return TensorList{ctx.grad() / x0(ctx)}; });
+const OpDef& kSqrt = unary("sqrt", [](const VjpContext& ctx) { return TensorList{ctx.grad() * 0.5 / y0(ctx)}; });
+const OpDef& kRsqrt = unary("rsqrt", [](const VjpContext& ctx) {
+  const Tensor y = y0(ctx);
+  return TensorList{ctx.grad() * (y * y * y) * -0.5};
+});
+const OpDef& kSin = unary("sin", [](const VjpContext& ctx) { return TensorList{ctx.grad() * cos(x0(ctx))}; });
+const OpDef& kCos = unary("cos", [](const VjpContext& ctx) { return TensorList{neg(ctx.grad() * sin(x0(ctx)))}; });
+const OpDef& kTanh = unary("tanh", [](const VjpContext& ctx) {
+  const Tensor y = y0(ctx);
+  return TensorList{ctx.grad() * (1.0 - y * y)};
+});
+const OpDef& kSigmoid = unary("sigmoid", [](const VjpContext& ctx) {
+  const Tensor y = y0(ctx);
+  return TensorList{ctx.grad() * y * (1.0 - y)};
+});
+const OpDef& kRelu = unary("relu", [](const VjpContext& ctx) {
+  return TensorList{where(gt(y0(ctx), 0), ctx.grad(), 0)};
+});
+const OpDef& kSilu = unary("silu", [](const VjpContext& ctx) {
+  const Tensor x = x0(ctx);
+  const Tensor s = sigmoid(x);
+  return TensorList{ctx.grad() * s * (1.0 + x * (1.0 - s))};
+});
+
+// gelu's derivative has no short functional form (erf is not an op), so it is an op of its own.
+const OpDef& kGeluGrad = OpBuilder("gelu_grad")
+                             .inputs({"grad", "input"})
+                             .outputs({"out"})
+                             .attrs({"approximate"})
+                             .strided_inputs()
+                             .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+                               elementwise::check_same_dtype(in, "gelu_grad");
+                               return std::vector<TensorMeta>{elementwise::broadcast_meta(in, in[0].dtype, "gelu_grad")};
+                             })
+                             .sbp(sbp::elementwise)
+                             .def();
+const OpDef& kGelu = unary(
+    "gelu",
+    [](const VjpContext& ctx) {
+      return TensorList{apply_one(kGeluGrad, {ctx.grad(), x0(ctx)}, Attrs().set("approximate", ctx.attrs.get<std::string>("approximate")))};
+    },
+    {"approximate"});
+
+const OpDef& kClamp = unary(
+    "clamp",
+    [](const VjpContext& ctx) {
+      const Tensor x = x0(ctx);
+      Tensor inside = ones_like(x, kBool);
+      if (ctx.attrs.get<bool>("has_min")) inside = logical_and(inside, ge(x, ctx.attrs.get<Scalar>("min")));
+      if (ctx.attrs.get<bool>("has_max")) inside = logical_and(inside, le(x, ctx.attrs.get<Scalar>("max")));
+      return TensorList{where(inside, ctx.grad(), 0)};
+    },
+    {"min", "max", "has_min", "has_max"});
+
+const OpDef& kLogicalNot = unary("logical_not", nullptr, {}, bool_meta);
+
+// Floating functions of integer tensors compute in the default float type, like PyTorch.
+Tensor floating(const Tensor& input) { return input.is_floating_point() ? input : to(input, kDefaultFloat); }
+
+Tensor run(const OpDef& op, const Tensor& input, const Attrs& attrs = {}) { return apply_one(op, {input}, attrs); }
+
+void check_not_bool(const Tensor& input, const char* op) {
+  if (input.dtype() == kBool) fail(op, "not supported for bool tensors; use logical_not for negation");
+}
+
+}  // namespace
+
+Tensor neg(const Tensor& input) {
+  check_not_bool(input, "neg");
+  return run(kNeg, input);
+}
+Tensor abs(const Tensor& input) { return run(kAbs, input); }
+Tensor sign(const Tensor& input) { return run(kSign, input); }
+Tensor exp(const Tensor& input) { return run(kExp, floating(input)); }
+Tensor log(const Tensor& input) { return run(kLog, floating(input)); }
+Tensor sqrt(const Tensor& input) { return run(kSqrt, floating(input)); }
+Tensor rsqrt(const Tensor& input) { return run(kRsqrt, floating(input)); }
+Tensor sin(const Tensor& input) { return run(kSin, floating(input)); }
+Tensor cos(const Tensor& input) { return run(kCos, floating(input)); }
+Tensor tanh(const Tensor& input) { return run(kTanh, floating(input)); }
+Tensor sigmoid(const Tensor& input) { return run(kSigmoid, floating(input)); }
+Tensor relu(const Tensor& input) {
+  check_not_bool(input, "relu");
+  return run(kRelu, input);
+}
+Tensor silu(const Tensor& input) { return run(kSilu, floating(input)); }
+
+Tensor gelu(const Tensor& input, const std::string& approximate) {
+  FLOW_ARG_CHECK(approximate == "none" || approximate == "tanh", "gelu",
+                 "approximate must be 'none' or 'tanh', got '", approximate, "'");
+  return run(kGelu, floating(input), Attrs().set("approximate", approximate));
+}
+
+Tensor clamp(const Tensor& input, std::optional<Scalar> min, std::optional<Scalar> max) {
+  FLOW_ARG_CHECK(min || max, "clamp", "at least one of min or max must be given");
+  check_not_bool(input, "clamp");
+  const bool needs_float = !input.is_floating_point() && ((min && min->is_floating()) || (max && max->is_floating()));
+  return run(kClamp, needs_float ? to(input, kDefaultFloat) : input,
+             Attrs()
+                 .set("min", min.value_or(0))
+                 .set("max", max.value_or(0))
+                 .set("has_min", min.has_value())
+                 .set("has_max", max.has_value()));
+}
+
+Tensor logical_not(const Tensor& input) { return run(kLogicalNot, input); }
+
+Tensor Tensor::exp() const { return flow::exp(*this); }
+Tensor Tensor::log() const { return flow::log(*this); }
+Tensor Tensor::relu() const { return flow::relu(*this); }
+Tensor Tensor::abs() const { return flow::abs(*this); }
+Tensor Tensor::sqrt() const { return flow::sqrt(*this); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+}  // namespace flow
