@@ -1,0 +1,187 @@
+// CPU kernels of the indexing ops. Index values are checked here (they are data); an index
+// out of range raises flow::Error naming the op, the value and the dim's size.
+#include <cstring>
+
+#include "core/kernels/cpu/convert.h"
+#include "core/kernels/cpu/loop.h"
+#include "core/op.h"
+
+namespace flow::cpu {
+namespace {
+
+// (outer, size along dim, inner) of a contiguous shape.
+struct DimSplit {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+DimSplit split_at(const Shape& shape, int64_t dim) {
+  DimSplit s;
+  if (shape.ndim() == 0) return s;
+  for (int64_t d = 0; d < dim; ++d) s.outer *= shape[d];
+  s.size = shape[dim];
+  for (int64_t d = dim + 1; d < shape.ndim(); ++d) s.inner *= shape[d];
+  return s;
+}
+
+template <typename Index>
+int64_t checked_index(Index value, int64_t size, int64_t dim, const char* op) {
+  const int64_t i = static_cast<int64_t>(value);
+  if (i < -size || i >= size) fail(op, "index ", i, " is out of bounds for dimension ", dim, " with size ", size);
+  return i < 0 ? i + size : i;
+}
+
+template <typename F>
+void dispatch_index(DType dtype, F f) {
+  if (dtype == kInt64) f.template operator()<int64_t>();
+  else f.template operator()<int32_t>();
+}
+
+void cat_kernel(KernelContext& ctx) {
+  const int64_t dim = ctx.attrs.get<int64_t>("dim");
+  Tensor& out = ctx.outputs[0];
+  const size_t item = itemsize(out.dtype());
+  const DimSplit o = split_at(out.shape(), dim);
+  char* dst = static_cast<char*>(out.data_ptr());
+  int64_t offset = 0;
+  for (const Tensor& t : ctx.inputs) {
+    const DimSplit s = split_at(t.shape(), dim);
+    const size_t run = static_cast<size_t>(s.size * s.inner) * item;
+    const char* src = static_cast<const char*>(t.data_ptr());
+    parallel_for(0, o.outer, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(s.size * s.inner, 1)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t r = begin; r < end; ++r) {
+                     std::memcpy(dst + (static_cast<size_t>(r * o.size * o.inner + offset * o.inner)) * item,
+                                 src + static_cast<size_t>(r) * run, run);
+                   }
+                 });
+    offset += s.size;
+  }
+}
+
+void index_select_kernel(KernelContext& ctx) {
+  const Tensor &input = ctx.inputs[0], &index = ctx.inputs[1];
+  Tensor& out = ctx.outputs[0];
+  const int64_t dim = ctx.attrs.get<int64_t>("dim");
+  const DimSplit s = split_at(input.shape(), dim);
+  const int64_t n = index.numel();
+  const size_t row = static_cast<size_t>(s.inner) * itemsize(input.dtype());
+  const char* src = static_cast<const char*>(input.data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+  dispatch_index(index.dtype(), [&]<typename I>() {
+    const I* idx = static_cast<const I*>(index.data_ptr());
+    std::vector<int64_t> rows(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) rows[static_cast<size_t>(j)] = checked_index(idx[j], s.size, dim, "index_select");
+    parallel_for(0, s.outer * n, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(s.inner, 1)),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t k = begin; k < end; ++k) {
+                     const int64_t o = k / n, j = k % n;
+                     std::memcpy(dst + static_cast<size_t>(k) * row,
+                                 src + static_cast<size_t>(o * s.size + rows[static_cast<size_t>(j)]) * row, row);
+                   }
+                 });
+  });
+}
+
+// Walks every element of `index` (contiguous, rank r) with its position's offsets into `a`
+// (input, for gather) and `b` (src or out), both contiguous with their own shapes.
+template <typename F>
+void for_each_index(const Tensor& index, const Shape& a_shape, const Shape& b_shape, F f) {
+  const Shape& shape = index.shape();
+  const Strides a_strides = contiguous_strides(a_shape), b_strides = contiguous_strides(b_shape);
+  const int64_t n = index.numel();
+  parallel_for(0, n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      int64_t rest = k, a_off = 0, b_off = 0;
+      std::vector<int64_t> position(shape.size());
+      for (size_t d = shape.size(); d-- > 0;) {
+        position[d] = rest % shape[d];
+        rest /= shape[d];
+        a_off += position[d] * a_strides[d];
+        b_off += position[d] * b_strides[d];
+      }
+      f(k, a_off, b_off, position);
+    }
+  });
+}
+
+void gather_kernel(KernelContext& ctx) {
+  const Tensor &input = ctx.inputs[0], &index = ctx.inputs[1];
+  const int64_t dim = ctx.attrs.get<int64_t>("dim");
+  const int64_t size = input.dim() == 0 ? 1 : input.size(dim);
+  const int64_t stride = input.dim() == 0 ? 0 : contiguous_strides(input.shape())[static_cast<size_t>(dim)];
+  FLOW_DISPATCH_ALL(input.dtype(), "gather", [&]<typename T>() {
+    const T* src = static_cast<const T*>(input.data_ptr());
+    T* dst = static_cast<T*>(ctx.outputs[0].data_ptr());
+    dispatch_index(index.dtype(), [&]<typename I>() {
+      const I* idx = static_cast<const I*>(index.data_ptr());
+      for_each_index(index, input.shape(), index.shape(), [&](int64_t k, int64_t a_off, int64_t, const std::vector<int64_t>& pos) {
+        const int64_t i = checked_index(idx[k], size, dim, "gather");
+        dst[k] = src[a_off + (i - (pos.empty() ? 0 : pos[static_cast<size_t>(dim)])) * stride];
+      });
+    });
+  });
+}
+
+// Sequential: several index entries may name one output element, so the order must be fixed.
+void scatter_kernel(KernelContext& ctx) {
+  const Tensor &input = ctx.inputs[0], &index = ctx.inputs[1], &src = ctx.inputs[2];
+  Tensor& out = ctx.outputs[0];
+  const int64_t dim = ctx.attrs.get<int64_t>("dim");
+  const bool add = ctx.attrs.get<std::string>("reduce") == "add";
+  const char* op = add ? "scatter_add" : "scatter";
+  std::memcpy(out.data_ptr(), input.data_ptr(), static_cast<size_t>(input.numel()) * itemsize(input.dtype()));
+  const int64_t size = input.dim() == 0 ? 1 : input.size(dim);
+  const Strides out_strides = contiguous_strides(out.shape()), src_strides = contiguous_strides(src.shape());
+  FLOW_DISPATCH_ALL(input.dtype(), op, [&]<typename T>() {
+    T* dst = static_cast<T*>(out.data_ptr());
+    const T* values = static_cast<const T*>(src.data_ptr());
+    dispatch_index(index.dtype(), [&]<typename I>() {
+      const I* idx = static_cast<const I*>(index.data_ptr());
+      const Shape& shape = index.shape();
+      std::vector<int64_t> position(shape.size(), 0);
+      for (int64_t k = 0; k < index.numel(); ++k) {
+        int64_t out_off = 0, src_off = 0;
+        for (size_t d = 0; d < shape.size(); ++d) {
+          src_off += position[d] * src_strides[d];
+          out_off += (static_cast<int64_t>(d) == dim ? checked_index(idx[k], size, dim, op) : position[d]) * out_strides[d];
+        }
+        if (add) dst[out_off] = convert<T>(convert<double>(dst[out_off]) + convert<double>(values[src_off]));
+        else dst[out_off] = values[src_off];
+        for (size_t d = shape.size(); d-- > 0;) {
+          if (++position[d] < shape[d]) break;
+          position[d] = 0;
+        }
+      }
+    });
+  });
+}
+
+void masked_fill_kernel(KernelContext& ctx) {
+  const Scalar& value = ctx.attrs.get<Scalar>("value");
+  FLOW_DISPATCH_ALL(ctx.inputs[0].dtype(), "masked_fill", [&]<typename T>() {
+    const T v = value.is_floating() ? convert<T>(value.to_double()) : convert<T>(value.to_int());
+    binary_loop<T, T, bool>(ctx.outputs[0], ctx.inputs[0], ctx.inputs[1], [v](T x, bool m) { return m ? v : x; });
+  });
+}
+
+void one_hot_kernel(KernelContext& ctx) {
+  const Tensor& indices = ctx.inputs[0];
+  Tensor& out = ctx.outputs[0];
+  const int64_t classes = ctx.attrs.get<int64_t>("num_classes");
+  int64_t* dst = static_cast<int64_t*>(out.data_ptr());
+  std::fill(dst, dst + out.numel(), 0);
+  const int64_t* idx = static_cast<const int64_t*>(indices.data_ptr());
+  for (int64_t k = 0; k < indices.numel(); ++k) {
+    if (idx[k] < 0 || idx[k] >= classes) fail("one_hot", "class index ", idx[k], " is out of range [0, ", classes, ")");
+    dst[k * classes + idx[k]] = 1;
+  }
+}
+
+FLOW_REGISTER_KERNEL("cat", DeviceType::kCPU, all_dtypes(), cat_kernel);
+FLOW_REGISTER_KERNEL("index_select", DeviceType::kCPU, all_dtypes(), index_select_kernel);
+FLOW_REGISTER_KERNEL("gather", DeviceType::kCPU, all_dtypes(), gather_kernel);
+FLOW_REGISTER_KERNEL("scatter", DeviceType::kCPU, all_dtypes(), scatter_kernel);
+FLOW_REGISTER_KERNEL("masked_fill", DeviceType::kCPU, all_dtypes(), masked_fill_kernel);
+FLOW_REGISTER_KERNEL("one_hot", DeviceType::kCPU, {kInt64}, one_hot_kernel);
+
+}  // namespace
+}  // namespace flow::cpu

@@ -1,0 +1,101 @@
+// CPU GEMM through OpenBLAS. Operands of any strides: a matrix whose rows or columns are
+// contiguous goes to BLAS as is (transposed when column-major), others are copied first.
+#include <cblas.h>
+
+#include "core/kernels/cpu/reduce_loop.h"
+#include "core/op.h"
+#include "core/ops/copy.h"
+
+namespace flow::cpu {
+namespace {
+
+struct MatrixView {
+  Tensor holder;  // keeps a contiguous copy alive when one was needed
+  CBLAS_TRANSPOSE trans = CblasNoTrans;
+  int64_t ld = 0;
+};
+
+// How to hand the last two dims of t (rows x cols) to BLAS.
+MatrixView blas_view(const Tensor& t) {
+  const int64_t rows = t.size(-2), cols = t.size(-1);
+  const int64_t rs = t.stride(-2), cs = t.stride(-1);
+  if ((cs == 1 || cols == 1) && rs >= std::max<int64_t>(cols, 1)) return {t, CblasNoTrans, rs};
+  if ((rs == 1 || rows == 1) && cs >= std::max<int64_t>(rows, 1)) return {t, CblasTrans, cs};
+  Tensor copy = detail::contiguous_copy(t);
+  return {copy, CblasNoTrans, std::max<int64_t>(cols, 1)};
+}
+
+template <typename T>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
+// Element offsets of each output batch into an operand whose batch dims broadcast to out's.
+std::vector<int64_t> batch_offsets(const Tensor& operand, const Shape& out_batch) {
+  const int64_t lead = static_cast<int64_t>(out_batch.size()) - (operand.dim() - 2);
+  std::vector<int64_t> strides(out_batch.size(), 0);
+  for (int64_t d = 0; d < operand.dim() - 2; ++d) {
+    if (operand.size(d) != 1) strides[static_cast<size_t>(d + lead)] = operand.stride(d);
+  }
+  const int64_t count = out_batch.numel();
+  std::vector<int64_t> offsets(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) offsets[static_cast<size_t>(i)] = offset_of(i, out_batch.vec(), strides);
+  return offsets;
+}
+
+void matmul_kernel(KernelContext& ctx) {
+  const Tensor &a = ctx.inputs[0], &b = ctx.inputs[1];
+  Tensor& out = ctx.outputs[0];
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  const Shape out_batch(out.shape().begin(), out.shape().end() - 2);
+  if (out.numel() == 0) return;
+  FLOW_DISPATCH_FLOATING(a.dtype(), "matmul", [&]<typename T>() {
+    T* c = static_cast<T*>(out.data_ptr());
+    if (k == 0) {
+      std::fill(c, c + out.numel(), T(0));
+      return;
+    }
+    const MatrixView va = blas_view(a), vb = blas_view(b);
+    const auto offsets_a = batch_offsets(va.holder, out_batch), offsets_b = batch_offsets(vb.holder, out_batch);
+    const T* pa = static_cast<const T*>(va.holder.data_ptr());
+    const T* pb = static_cast<const T*>(vb.holder.data_ptr());
+    for (size_t i = 0; i < offsets_a.size(); ++i) {
+      gemm<T>(va.trans, vb.trans, m, n, k, pa + offsets_a[i], va.ld, pb + offsets_b[i], vb.ld, T(0),
+              c + static_cast<int64_t>(i) * m * n, n);
+    }
+  });
+}
+
+// out = x @ w^T + bias: bias rows are written first and GEMM accumulates onto them (beta = 1).
+void linear_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
+  Tensor& out = ctx.outputs[0];
+  const int64_t in_features = w.size(1), out_features = w.size(0);
+  const int64_t rows = out_features == 0 ? 0 : out.numel() / out_features;
+  FLOW_DISPATCH_FLOATING(x.dtype(), "linear", [&]<typename T>() {
+    T* c = static_cast<T*>(out.data_ptr());
+    const bool has_bias = ctx.inputs.size() == 3;
+    if (has_bias) {
+      const T* bias = static_cast<const T*>(ctx.inputs[2].data_ptr());
+      for (int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out_features, c + r * out_features);
+    }
+    if (rows == 0 || out_features == 0) return;
+    if (in_features == 0) {
+      if (!has_bias) std::fill(c, c + rows * out_features, T(0));
+      return;
+    }
+    gemm<T>(CblasNoTrans, CblasTrans, rows, out_features, in_features, static_cast<const T*>(x.data_ptr()), in_features,
+            static_cast<const T*>(w.data_ptr()), in_features, has_bias ? T(1) : T(0), c, out_features);
+  });
+}
+
+FLOW_REGISTER_KERNEL("matmul", DeviceType::kCPU, floating_dtypes(), matmul_kernel);
+FLOW_REGISTER_KERNEL("linear", DeviceType::kCPU, floating_dtypes(), linear_kernel);
+
+}  // namespace
+}  // namespace flow::cpu

@@ -1,0 +1,298 @@
+// Joining, splitting and indexing ops. Primitives: cat, index_select, gather, scatter,
+// masked_fill, one_hot; stack, split and chunk are composites over cat and slice views.
+#include "core/ops/index.h"
+
+#include <algorithm>
+
+#include "core/interpreter.h"
+#include "core/ops/binary.h"
+#include "core/ops/copy.h"
+#include "core/ops/creation.h"
+#include "core/ops/reduce.h"
+#include "core/ops/view.h"
+
+namespace flow {
+namespace {
+
+void check_index_dtype(DType dtype, const char* op) {
+  if (dtype != kInt64 && dtype != kInt32) fail(op, "expected an int64 or int32 index tensor, got ", dtype_name(dtype));
+}
+
+std::vector<SbpSignature> split_except(const std::vector<TensorMeta>& in, int64_t dim, size_t inputs) {
+  std::vector<SbpSignature> signatures;
+  for (int64_t d = 0; d < in[0].shape.ndim(); ++d) {
+    if (d != dim) signatures.push_back({std::vector<Sbp>(inputs, Sbp::split(d)), {Sbp::split(d)}});
+  }
+  signatures.push_back({std::vector<Sbp>(inputs, Sbp::broadcast()), {Sbp::broadcast()}});
+  return signatures;
+}
+
+const OpDef& kCat =
+    OpBuilder("cat")
+        .inputs({"tensors"}, /*variadic=*/true)
+        .outputs({"out"})
+        .attrs({"dim"})
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          if (in.empty()) fail("cat", "expected a non-empty list of tensors");
+          const int64_t dim = attrs.get<int64_t>("dim");
+          Shape out = in[0].shape;
+          for (size_t i = 1; i < in.size(); ++i) {
+            const Shape& s = in[i].shape;
+            if (in[i].dtype != in[0].dtype) fail("cat", "expected tensors of one dtype, got ", dtype_name(in[0].dtype), " and ", dtype_name(in[i].dtype));
+            if (s.ndim() != out.ndim()) fail("cat", "tensors must have the same number of dimensions: got ", in[0].shape, " and ", s);
+            for (int64_t d = 0; d < s.ndim(); ++d) {
+              if (d != dim && s[d] != out[d]) {
+                fail("cat", "sizes of tensors must match except in dimension ", dim, ": got ", in[0].shape, " and ", s);
+              }
+            }
+            out[dim] += s[dim];
+          }
+          return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
+        })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          return split_except(in, attrs.get<int64_t>("dim"), in.size());
+        })
+        .vjp([](const VjpContext& ctx) {
+          const int64_t dim = ctx.attrs.get<int64_t>("dim");
+          TensorList grads;
+          int64_t start = 0;
+          for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+            const int64_t length = ctx.input_meta(i).shape[dim];
+            grads.push_back(narrow(ctx.grad(), dim, start, length));
+            start += length;
+          }
+          return grads;
+        })
+        .def();
+
+const OpDef& kIndexSelect =
+    OpBuilder("index_select")
+        .inputs({"input", "index"})
+        .outputs({"out"})
+        .attrs({"dim"})
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          check_index_dtype(in[1].dtype, "index_select");
+          if (in[1].shape.ndim() > 1) fail("index_select", "index must be 0-d or 1-d, got shape ", in[1].shape);
+          Shape out = in[0].shape;
+          if (out.ndim() > 0) out[attrs.get<int64_t>("dim")] = in[1].shape.numel();
+          return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
+        })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          std::vector<SbpSignature> signatures;
+          for (int64_t d = 0; d < in[0].shape.ndim(); ++d) {
+            if (d != attrs.get<int64_t>("dim")) signatures.push_back({{Sbp::split(d), Sbp::broadcast()}, {Sbp::split(d)}});
+          }
+          signatures.push_back({{Sbp::broadcast(), Sbp::broadcast()}, {Sbp::broadcast()}});
+          return signatures;
+        })
+        .vjp([](const VjpContext& ctx) {
+          const TensorMeta& meta = ctx.input_meta(0);
+          const int64_t dim = ctx.attrs.get<int64_t>("dim");
+          if (meta.shape.ndim() == 0) return TensorList{ctx.grad(), Tensor()};
+          Shape index_shape(std::vector<int64_t>(static_cast<size_t>(meta.shape.ndim()), 1));
+          index_shape[dim] = ctx.grad().size(dim);
+          const Tensor index = reshape(ctx.input(1), index_shape).expand(ctx.grad().shape());
+          return TensorList{scatter_add(zeros(meta.shape, TensorOptions(meta.dtype).device(meta.device)), dim, index, ctx.grad()),
+                            Tensor()};
+        })
+        .def();
+
+void check_gather_shapes(const Shape& input, const Shape& index, int64_t dim, const char* op) {
+  if (index.ndim() != input.ndim()) {
+    fail(op, "index ", index, " must have the same number of dimensions as input ", input);
+  }
+  for (int64_t d = 0; d < input.ndim(); ++d) {
+    if (d != dim && index[d] > input[d]) {
+      fail(op, "index ", index, " is larger than input ", input, " in dimension ", d);
+    }
+  }
+}
+
+const OpDef& kGather =
+    OpBuilder("gather")
+        .inputs({"input", "index"})
+        .outputs({"out"})
+        .attrs({"dim"})
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          check_index_dtype(in[1].dtype, "gather");
+          check_gather_shapes(in[0].shape, in[1].shape, attrs.get<int64_t>("dim"), "gather");
+          return std::vector<TensorMeta>{{in[1].shape, in[0].dtype, in[0].device}};
+        })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return split_except(in, attrs.get<int64_t>("dim"), 2); })
+        .vjp([](const VjpContext& ctx) {
+          const TensorMeta& meta = ctx.input_meta(0);
+          const int64_t dim = ctx.attrs.get<int64_t>("dim");
+          return TensorList{scatter_add(zeros(meta.shape, TensorOptions(meta.dtype).device(meta.device)), dim, ctx.input(1), ctx.grad()),
+                            Tensor()};
+        })
+        .def();
+
+const OpDef& kScatter =
+    OpBuilder("scatter")
+        .inputs({"input", "index", "src"})
+        .outputs({"out"})
+        .attrs({"dim", "reduce"})
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          const char* op = attrs.get<std::string>("reduce") == "add" ? "scatter_add" : "scatter";
+          check_index_dtype(in[1].dtype, op);
+          const int64_t dim = attrs.get<int64_t>("dim");
+          check_gather_shapes(in[0].shape, in[1].shape, dim, op);
+          if (in[2].shape.ndim() != in[1].shape.ndim()) fail(op, "src ", in[2].shape, " must have the rank of index ", in[1].shape);
+          for (int64_t d = 0; d < in[1].shape.ndim(); ++d) {
+            if (in[1].shape[d] > in[2].shape[d]) fail(op, "index ", in[1].shape, " is larger than src ", in[2].shape, " in dimension ", d);
+          }
+          if (in[2].dtype != in[0].dtype) fail(op, "src dtype ", dtype_name(in[2].dtype), " must match input dtype ", dtype_name(in[0].dtype));
+          return std::vector<TensorMeta>{in[0]};
+        })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return split_except(in, attrs.get<int64_t>("dim"), 3); })
+        .vjp([](const VjpContext& ctx) {
+          const int64_t dim = ctx.attrs.get<int64_t>("dim");
+          const Tensor index = ctx.input(1);
+          const Tensor& grad = ctx.grad();
+          Tensor grad_src;
+          if (ctx.needs_input_grad[2]) {
+            if (!(ctx.input_meta(2).shape == index.shape())) {
+              fail("scatter", "the gradient w.r.t. src needs src ", ctx.input_meta(2).shape, " and index ",
+                   index.shape(), " of the same shape");
+            }
+            grad_src = gather(grad, dim, index);
+          }
+          if (ctx.attrs.get<std::string>("reduce") == "add") return TensorList{grad, Tensor(), grad_src};
+          // Overwritten positions pass no gradient to the input.
+          return TensorList{scatter(grad, dim, index, 0), Tensor(), grad_src};
+        })
+        .def();
+
+const OpDef& kMaskedFill =
+    OpBuilder("masked_fill")
+        .inputs({"input", "mask"})
+        .outputs({"out"})
+        .attrs({"value"})
+        .strided_inputs()
+        .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+          if (in[1].dtype != kBool) fail("masked_fill", "mask must be a bool tensor, got ", dtype_name(in[1].dtype));
+          const Shape shape = broadcast_shapes(in[0].shape, in[1].shape, "masked_fill");
+          if (!(shape == in[0].shape)) fail("masked_fill", "mask ", in[1].shape, " cannot be broadcast to input ", in[0].shape);
+          return std::vector<TensorMeta>{in[0]};
+        })
+        .sbp(sbp::elementwise)
+        .vjp([](const VjpContext& ctx) { return TensorList{masked_fill(ctx.grad(), ctx.input(1), 0), Tensor()}; })
+        .def();
+
+const OpDef& kOneHot =
+    OpBuilder("one_hot")
+        .inputs({"indices"})
+        .outputs({"out"})
+        .attrs({"num_classes"})
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          if (in[0].dtype != kInt64) fail("one_hot", "expected int64 class indices, got ", dtype_name(in[0].dtype));
+          Shape out = in[0].shape;
+          out.push_back(attrs.get<int64_t>("num_classes"));
+          return std::vector<TensorMeta>{{out, kInt64, in[0].device}};
+        })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
+          std::vector<SbpSignature> signatures;
+          for (int64_t d = 0; d < in[0].shape.ndim(); ++d) signatures.push_back({{Sbp::split(d)}, {Sbp::split(d)}});
+          signatures.push_back({{Sbp::broadcast()}, {Sbp::broadcast()}});
+          return signatures;
+        })
+        .def();
+
+int64_t dim_of(const Tensor& t, int64_t dim, const char* op) { return wrap_dim(dim, t.dim(), op); }
+
+}  // namespace
+
+Tensor cat(const TensorList& tensors, int64_t dim) {
+  if (tensors.empty()) fail("cat", "expected a non-empty list of tensors");
+  DType dtype = tensors[0].dtype();
+  for (const auto& t : tensors) dtype = promote_types(dtype, t.dtype());
+  TensorList inputs;
+  for (const auto& t : tensors) inputs.push_back(to(t, dtype));
+  if (tensors[0].dim() == 0) fail("cat", "zero-dimensional tensor cannot be concatenated");
+  return apply_one(kCat, inputs, Attrs().set("dim", dim_of(tensors[0], dim, "cat")));
+}
+
+Tensor stack(const TensorList& tensors, int64_t dim) {
+  if (tensors.empty()) fail("stack", "expected a non-empty list of tensors");
+  const int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
+  TensorList expanded;
+  for (const auto& t : tensors) {
+    if (!(t.shape() == tensors[0].shape())) {
+      fail("stack", "expects each tensor to be equal size, but got ", tensors[0].shape(), " and ", t.shape());
+    }
+    expanded.push_back(t.unsqueeze(d));
+  }
+  return cat(expanded, d);
+}
+
+TensorList split(const Tensor& input, int64_t split_size, int64_t dim) {
+  FLOW_ARG_CHECK(split_size > 0, "split", "split_size must be positive, got ", split_size);
+  const int64_t d = dim_of(input, dim, "split");
+  const int64_t size = input.size(d);
+  TensorList parts;
+  for (int64_t start = 0; start < size || (size == 0 && parts.empty()); start += split_size) {
+    parts.push_back(input.narrow(d, start, std::min(split_size, size - start)));
+    if (size == 0) break;
+  }
+  return parts;
+}
+
+TensorList split(const Tensor& input, const std::vector<int64_t>& split_sizes, int64_t dim) {
+  const int64_t d = dim_of(input, dim, "split");
+  int64_t total = 0;
+  for (int64_t s : split_sizes) {
+    FLOW_ARG_CHECK(s >= 0, "split", "split sizes must be non-negative, got ", Shape(split_sizes));
+    total += s;
+  }
+  FLOW_ARG_CHECK(total == input.size(d), "split", "split sizes ", Shape(split_sizes), " sum to ", total,
+                 " but dimension ", d, " has size ", input.size(d));
+  TensorList parts;
+  int64_t start = 0;
+  for (int64_t s : split_sizes) {
+    parts.push_back(input.narrow(d, start, s));
+    start += s;
+  }
+  return parts;
+}
+
+TensorList chunk(const Tensor& input, int64_t chunks, int64_t dim) {
+  FLOW_ARG_CHECK(chunks > 0, "chunk", "number of chunks must be positive, got ", chunks);
+  const int64_t size = input.size(dim_of(input, dim, "chunk"));
+  return split(input, std::max<int64_t>(1, (size + chunks - 1) / chunks), dim);
+}
+
+Tensor index_select(const Tensor& input, int64_t dim, const Tensor& index) {
+  return apply_one(kIndexSelect, {input, index}, Attrs().set("dim", dim_of(input, dim, "index_select")));
+}
+
+Tensor gather(const Tensor& input, int64_t dim, const Tensor& index) {
+  return apply_one(kGather, {input, index}, Attrs().set("dim", dim_of(input, dim, "gather")));
+}
+
+Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& src) {
+  return apply_one(kScatter, {input, index, to(src, input.dtype())},
+                   Attrs().set("dim", dim_of(input, dim, "scatter")).set("reduce", "none"));
+}
+
+Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Scalar& value) {
+  const Tensor src = full(index.shape(), value, TensorOptions(input.dtype()).device(input.device()));
+  return scatter(input, dim, index, src);
+}
+
+Tensor scatter_add(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& src) {
+  return apply_one(kScatter, {input, index, to(src, input.dtype())},
+                   Attrs().set("dim", dim_of(input, dim, "scatter_add")).set("reduce", "add"));
+}
+
+Tensor masked_fill(const Tensor& input, const Tensor& mask, const Scalar& value) {
+  return apply_one(kMaskedFill, {input, mask}, Attrs().set("value", value));
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  if (indices.dtype() != kInt64) fail("one_hot", "expected int64 class indices, got ", dtype_name(indices.dtype()));
+  if (num_classes == -1) num_classes = indices.numel() == 0 ? 0 : max(indices).item<int64_t>() + 1;
+  FLOW_ARG_CHECK(num_classes >= 0, "one_hot", "num_classes must be non-negative or -1, got ", num_classes);
+  return apply_one(kOneHot, {indices}, Attrs().set("num_classes", num_classes));
+}
+
+}  // namespace flow

@@ -1,0 +1,65 @@
+#pragma once
+// Naive double-precision references for op tests.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "core/flow.h"
+
+namespace flow::testing {
+
+inline std::vector<double> values(const Tensor& t) { return t.to(kFloat64).contiguous().tolist<double>(); }
+
+// Element offset into a (contiguous) tensor of `shape` for an output multi-index, broadcasting.
+inline int64_t broadcast_offset(const Shape& shape, const Shape& out, int64_t linear) {
+  const Strides strides = contiguous_strides(shape);
+  int64_t offset = 0;
+  for (int64_t d = out.ndim() - 1; d >= 0; --d) {
+    const int64_t i = linear % out[d];
+    linear /= out[d];
+    const int64_t sd = d - (out.ndim() - shape.ndim());
+    if (sd >= 0 && shape[sd] != 1) offset += i * strides[sd];
+  }
+  return offset;
+}
+
+inline Tensor reference_binary(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f) {
+  const Shape out = broadcast_shapes(a.shape(), b.shape(), "reference");
+  const auto va = values(a), vb = values(b);
+  std::vector<double> result(static_cast<size_t>(out.numel()));
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    result[i] = f(va[broadcast_offset(a.shape(), out, i)], vb[broadcast_offset(b.shape(), out, i)]);
+  }
+  return tensor(result, out);
+}
+
+inline Tensor reference_unary(const Tensor& a, const std::function<double(double)>& f) {
+  auto v = values(a);
+  for (auto& x : v) x = f(x);
+  return tensor(v, a.shape());
+}
+
+// Expects equal shapes and values within atol + rtol * |expected| (NaN matches NaN).
+inline void expect_close(const Tensor& actual, const Tensor& expected, double rtol = 1e-5, double atol = 1e-6) {
+  ASSERT_EQ(actual.shape(), expected.shape());
+  const auto a = values(actual), e = values(expected);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(e[i])) {
+      EXPECT_TRUE(std::isnan(a[i])) << "element " << i;
+    } else if (std::isinf(e[i])) {
+      EXPECT_EQ(a[i], e[i]) << "element " << i;
+    } else {
+      EXPECT_NEAR(a[i], e[i], atol + rtol * std::abs(e[i])) << "element " << i;
+    }
+  }
+}
+
+// Shapes pairs exercising broadcasting, size-1 and empty dims.
+inline std::vector<std::pair<Shape, Shape>> broadcast_cases() {
+  return {{{7}, {7}},           {{3, 4}, {3, 4}},   {{3, 4}, {4}},     {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}},
+          {{}, {2, 3}},         {{0, 3}, {3}},      {{1}, {5, 1, 2}}, {{300, 257}, {257}}};
+}
+
+}  // namespace flow::testing

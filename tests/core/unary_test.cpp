@@ -1,0 +1,89 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/reference.h"
+#include "common/test_util.h"
+
+using flow::Tensor;
+using flow::testing::expect_close;
+using flow::testing::reference_unary;
+
+namespace {
+struct UnaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&)> op;
+  std::function<double(double)> reference;
+  double low, high;
+};
+
+std::vector<UnaryCase> cases() {
+  return {
+      {"neg", [](const Tensor& x) { return flow::neg(x); }, [](double x) { return -x; }, -3, 3},
+      {"abs", [](const Tensor& x) { return flow::abs(x); }, [](double x) { return std::abs(x); }, -3, 3},
+      {"exp", [](const Tensor& x) { return flow::exp(x); }, [](double x) { return std::exp(x); }, -3, 3},
+      {"log", [](const Tensor& x) { return flow::log(x); }, [](double x) { return std::log(x); }, 0.1, 5},
+      {"sqrt", [](const Tensor& x) { return flow::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 5},
+      {"rsqrt", [](const Tensor& x) { return flow::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.1, 5},
+      {"sin", [](const Tensor& x) { return flow::sin(x); }, [](double x) { return std::sin(x); }, -3, 3},
+      {"cos", [](const Tensor& x) { return flow::cos(x); }, [](double x) { return std::cos(x); }, -3, 3},
+      {"tanh", [](const Tensor& x) { return flow::tanh(x); }, [](double x) { return std::tanh(x); }, -3, 3},
+      {"sigmoid", [](const Tensor& x) { return flow::sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, -5, 5},
+      {"relu", [](const Tensor& x) { return flow::relu(x); }, [](double x) { return x < 0 ? 0 : x; }, -3, 3},
+      {"gelu", [](const Tensor& x) { return flow::gelu(x); },
+       [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -3, 3},
+      {"gelu_tanh", [](const Tensor& x) { return flow::gelu(x, "tanh"); },
+       [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, -3, 3},
+      {"silu", [](const Tensor& x) { return flow::silu(x); }, [](double x) { return x / (1 + std::exp(-x)); }, -3, 3},
+      {"clamp", [](const Tensor& x) { return flow::clamp(x, -0.5, 1.0); },
+       [](double x) { return std::min(1.0, std::max(-0.5, x)); }, -3, 3},
+      {"clamp_min", [](const Tensor& x) { return flow::clamp(x, 0.25, std::nullopt); },
+       [](double x) { return std::max(0.25, x); }, -3, 3},
+  };
+}
+}  // namespace
+
+TEST(Unary, MatchesDoubleReferenceOnShapesAndViews) {
+  flow::manual_seed(0);
+  for (const auto& c : cases()) {
+    for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
+      for (const flow::Shape& shape : std::vector<flow::Shape>{{}, {1}, {17}, {4, 5}, {0, 3}, {3, 70000}}) {
+        Tensor x = flow::rand(shape, dtype) * (c.high - c.low) + c.low;
+        SCOPED_TRACE(std::string(c.name) + " " + flow::dtype_name(dtype) + " " + shape.str());
+        Tensor y = c.op(x);
+        EXPECT_EQ(y.dtype(), dtype);
+        expect_close(y, reference_unary(x, c.reference), dtype == flow::kFloat32 ? 2e-6 : 1e-12, 1e-6);
+      }
+      // Non-contiguous input: a transposed slice.
+      Tensor base = flow::rand({6, 8}, dtype) * (c.high - c.low) + c.low;
+      Tensor view = base.t().slice(0, 1, 7, 2);
+      expect_close(c.op(view), reference_unary(view, c.reference), dtype == flow::kFloat32 ? 2e-6 : 1e-12, 1e-6);
+    }
+  }
+}
+
+TEST(Unary, IntegerInputs) {
+  auto i = flow::tensor<int64_t>({-3, 0, 4});
+  EXPECT_EQ(flow::neg(i).tolist<int64_t>(), (std::vector<int64_t>{3, 0, -4}));
+  EXPECT_EQ(flow::abs(i).dtype(), flow::kInt64);
+  EXPECT_EQ(flow::relu(i).tolist<int64_t>(), (std::vector<int64_t>{0, 0, 4}));
+  EXPECT_EQ(flow::clamp(i, -1, 2).tolist<int64_t>(), (std::vector<int64_t>{-1, 0, 2}));
+  auto e = flow::exp(i);  // floating function of an integer tensor computes in float32
+  EXPECT_EQ(e.dtype(), flow::kFloat32);
+  EXPECT_NEAR(e.tolist<float>()[2], std::exp(4.0), 1e-3);
+  EXPECT_EQ(flow::clamp(i, 0.5, std::nullopt).dtype(), flow::kFloat32);
+  EXPECT_EQ(flow::sign(flow::tensor<float>({-2, 0, 3})).tolist<float>(), (std::vector<float>{-1, 0, 1}));
+  EXPECT_EQ(flow::logical_not(flow::tensor<int32_t>({0, 5})).tolist<bool>(), (std::vector<bool>{true, false}));
+}
+
+TEST(Unary, NanPropagates) {
+  auto x = flow::tensor<float>({NAN, -1.f});
+  EXPECT_TRUE(std::isnan(flow::relu(x).tolist<float>()[0]));
+  EXPECT_TRUE(std::isnan(flow::clamp(x, 0, 1).tolist<float>()[0]));
+}
+
+TEST(Unary, Errors) {
+  EXPECT_THROW_MSG(flow::gelu(flow::zeros({2}), "fast"), "[gelu] approximate must be 'none' or 'tanh'");
+  EXPECT_THROW_MSG(flow::clamp(flow::zeros({2}), std::nullopt, std::nullopt), "[clamp] at least one of min or max");
+  EXPECT_THROW_MSG(flow::neg(flow::tensor<bool>({true})), "[neg] not supported for bool tensors");
+}
