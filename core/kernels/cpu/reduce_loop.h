@@ -60,7 +60,10 @@ void reduce(const Tensor& input, Tensor& output, const std::vector<int64_t>& dim
       }
       return acc;
     };
-    if (plan.num_outputs >= get_num_threads() || plan.reduce_count < kElementwiseGrain) {
+    // The layout choice depends only on the problem's shape, never on the thread count.
+    constexpr int64_t kChunk = 1 << 16;
+    constexpr int64_t kFewOutputs = 16;
+    if (plan.num_outputs >= kFewOutputs || plan.reduce_count <= kChunk) {
       parallel_for(0, plan.num_outputs, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(plan.reduce_count, 1)),
                    [&](int64_t begin, int64_t end) {
                      for (int64_t o = begin; o < end; ++o) {
@@ -72,7 +75,6 @@ void reduce(const Tensor& input, Tensor& output, const std::vector<int64_t>& dim
       return;
     }
     // Few outputs, long reductions: fixed chunks of the flattened reduced range.
-    constexpr int64_t kChunk = 1 << 16;
     for (int64_t o = 0; o < plan.num_outputs; ++o) {
       const int64_t base = offset_of(o, plan.keep_sizes, plan.keep_strides);
       const int64_t total = plan.reduce_count;

@@ -36,8 +36,8 @@ void softmax_kernel(KernelContext& ctx) {
                        if constexpr (!log_output) y[i * inner] = e;
                      }
                      if constexpr (log_output) {
-                       const T shift = max_value + std::log(total);
-                       for (int64_t i = 0; i < n; ++i) y[i * inner] = x[i * inner] - shift;
+                       const T log_total = std::log(total);
+                       for (int64_t i = 0; i < n; ++i) y[i * inner] = (x[i * inner] - max_value) - log_total;
                      } else {
                        const T scale = T(1) / total;
                        for (int64_t i = 0; i < n; ++i) y[i * inner] *= scale;
