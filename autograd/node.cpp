@@ -39,12 +39,19 @@ const char* kFreedGraphMessage =
     "need to backward through the graph again";
 }  // namespace
 
-SavedTensor::SavedTensor(const Tensor& tensor, bool is_output) : is_output_(is_output) {
+SavedTensor::SavedTensor(const Tensor& tensor, bool written_in_place) : is_output_(written_in_place) {
   if (!tensor.defined()) return;
   was_defined_ = true;
-  requires_grad_ = tensor.requires_grad();
-  output_nr_ = tensor.impl()->autograd ? tensor.impl()->autograd->output_nr : 0;
-  data_ = is_output ? tensor.detach() : tensor;
+  data_ = written_in_place ? tensor.detach() : tensor;
+  version_ = tensor.is_lazy() ? 0 : tensor.storage()->version();
+}
+
+SavedTensor::SavedTensor(const Tensor& tensor, uint32_t output_nr) : is_output_(true), output_nr_(output_nr) {
+  if (!tensor.defined()) return;
+  was_defined_ = true;
+  // The recorder makes every floating output of the node require grad (after this is saved).
+  requires_grad_ = is_floating(tensor.dtype());
+  data_ = tensor.detach();
   version_ = tensor.is_lazy() ? 0 : tensor.storage()->version();
 }
 
@@ -80,9 +87,9 @@ OpNode::OpNode(const OpDef& op, const TensorList& inputs, const TensorList& outp
     for (const Tensor& output : outputs) written_in_place |= output.same(input);
     saved_inputs_.emplace_back(input, written_in_place);
   }
-  for (const Tensor& output : outputs) {
-    output_metas_.push_back({output.shape(), output.dtype(), output.device()});
-    saved_outputs_.emplace_back(output, true);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    output_metas_.push_back({outputs[i].shape(), outputs[i].dtype(), outputs[i].device()});
+    saved_outputs_.emplace_back(outputs[i], static_cast<uint32_t>(i));
   }
 }
 

@@ -24,7 +24,10 @@ struct Edge {
 class SavedTensor {
  public:
   SavedTensor() = default;
-  SavedTensor(const Tensor& tensor, bool is_output);
+  // An input, saved as is (written_in_place: saved like an output, to avoid a cycle).
+  SavedTensor(const Tensor& tensor, bool written_in_place);
+  // Output `output_nr` of the node that saves it; it will require grad iff it is floating.
+  SavedTensor(const Tensor& tensor, uint32_t output_nr);
   Tensor unpack(const std::shared_ptr<Node>& owner, const std::string& op, const char* role, size_t index) const;
   void release() { data_ = Tensor(); }
   bool released() const { return !data_.defined() && was_defined_; }

@@ -6,6 +6,7 @@
 #include "core/autograd_meta.h"
 #include "core/interpreter.h"
 #include "core/ops/creation.h"
+#include "core/ops/reduce.h"
 
 namespace flow {
 namespace {
@@ -46,6 +47,11 @@ const OpDef& kAssign =
             detail::copy_into(dst, inputs[1]);
             dst.storage()->bump_version();
             return dst;
+          })
+          .vjp([](const VjpContext& ctx) {
+            // The old destination value is overwritten: only the source receives gradient.
+            const TensorMeta& src = ctx.input_meta(1);
+            return TensorList{Tensor(), to(to(sum_to(ctx.grad(), src.shape), src.dtype), src.device)};
           })
           .def();
 

@@ -8,6 +8,7 @@
 
 #include "core/interpreter.h"
 #include "core/ops/copy.h"
+#include "core/ops/reduce.h"
 
 namespace flow {
 namespace {
@@ -168,6 +169,30 @@ SliceSpec slice_spec(const Shape& shape, const Attrs& attrs) {
   return {dim, start, (end - start + step - 1) / step, step};
 }
 
+// Gradient of slice: zeros of the input's shape with grad written into the sliced positions.
+const OpDef& kSliceGrad =
+    OpBuilder("slice_grad")
+        .inputs({"grad"})
+        .outputs({"out"})
+        .attrs({"input_shape", "dim", "start", "end", "step"})
+        .strided_inputs()
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          return std::vector<TensorMeta>{with_shape(in[0], Shape(shape_attr(attrs, "input_shape")))};
+        })
+        .sbp([](const std::vector<TensorMeta>&, const Attrs&) {
+          return std::vector<SbpSignature>{{{Sbp::broadcast()}, {Sbp::broadcast()}}};
+        })
+        .vjp([](const VjpContext& ctx) {
+          return TensorList{slice(ctx.grad(), ctx.attrs.get<int64_t>("dim"), ctx.attrs.get<int64_t>("start"),
+                                  ctx.attrs.get<int64_t>("end"), ctx.attrs.get<int64_t>("step"))};
+        })
+        .def();
+
+Tensor slice_grad(const Tensor& grad, const Shape& input_shape, const Attrs& slice_attrs) {
+  return apply_one(kSliceGrad, {grad},
+                   Attrs(slice_attrs).set("input_shape", input_shape));
+}
+
 const OpDef& kSlice =
     OpBuilder("slice")
         .inputs({"input"})
@@ -190,6 +215,7 @@ const OpDef& kSlice =
           strides[spec.dim] *= spec.step;
           return alias(input, shape, strides, offset);
         })
+        .vjp([](const VjpContext& ctx) { return TensorList{slice_grad(ctx.grad(), ctx.input_meta(0).shape, ctx.attrs)}; })
         .def();
 
 int64_t select_index(const Shape& shape, int64_t dim, int64_t index) {
@@ -224,6 +250,13 @@ const OpDef& kSelect =
           shape.erase(dim);
           strides.erase(strides.begin() + dim);
           return alias(input, shape, strides, offset);
+        })
+        .vjp([](const VjpContext& ctx) {
+          const Shape& shape = ctx.input_meta(0).shape;
+          const int64_t dim = wrap_dim(ctx.attrs.get<int64_t>("dim"), shape.ndim(), "select");
+          const int64_t index = select_index(shape, dim, ctx.attrs.get<int64_t>("index"));
+          const Attrs slice_attrs = Attrs().set("dim", dim).set("start", index).set("end", index + 1).set("step", 1);
+          return TensorList{slice_grad(unsqueeze(ctx.grad(), dim), shape, slice_attrs)};
         })
         .def();
 
@@ -273,9 +306,14 @@ const OpDef& kExpand =
           }
           return alias(input, shape, strides, input.storage_offset());
         })
+        .vjp([](const VjpContext& ctx) { return TensorList{sum_to(ctx.grad(), ctx.input_meta(0).shape)}; })
         .def();
 
 }  // namespace
+
+namespace detail {
+Tensor slice_alias(const Tensor& input, const Attrs& slice_attrs) { return kSlice.view({input}, slice_attrs); }
+}  // namespace detail
 
 Tensor view(const Tensor& input, const Shape& shape) { return apply_one(kView, {input}, Attrs().set("shape", shape)); }
 

@@ -24,4 +24,10 @@ Tensor squeeze(const Tensor& input, int64_t dim);
 Tensor unsqueeze(const Tensor& input, int64_t dim);
 Tensor flatten(const Tensor& input, int64_t start_dim = 0, int64_t end_dim = -1);
 
+class Attrs;
+namespace detail {
+// The view a slice op with these attributes makes, built directly (no dispatch): for kernels.
+Tensor slice_alias(const Tensor& input, const Attrs& slice_attrs);
+}  // namespace detail
+
 }  // namespace flow

@@ -1,0 +1,117 @@
+// Every differentiable core op through the shared finite-difference gradient checker.
+#include <gtest/gtest.h>
+
+#include "common/gradcheck.h"
+#include "common/test_util.h"
+
+using flow::Shape;
+using flow::Tensor;
+using flow::TensorList;
+using flow::testing::grad_input;
+using flow::testing::gradcheck;
+
+namespace {
+struct Case {
+  const char* name;
+  std::function<Tensor(const TensorList&)> fn;
+  std::vector<Shape> shapes;
+  double low = -1, high = 1;
+};
+
+std::vector<Case> cases() {
+  using L = const TensorList&;
+  return {
+      {"neg", [](L x) { return -x[0]; }, {{3, 2}}},
+      {"abs", [](L x) { return flow::abs(x[0]); }, {{5}}, 0.2, 1},
+      {"exp", [](L x) { return flow::exp(x[0]); }, {{3, 2}}},
+      {"log", [](L x) { return flow::log(x[0]); }, {{4}}, 0.5, 2},
+      {"sqrt", [](L x) { return flow::sqrt(x[0]); }, {{4}}, 0.5, 2},
+      {"rsqrt", [](L x) { return flow::rsqrt(x[0]); }, {{4}}, 0.5, 2},
+      {"sin", [](L x) { return flow::sin(x[0]); }, {{4}}},
+      {"cos", [](L x) { return flow::cos(x[0]); }, {{4}}},
+      {"tanh", [](L x) { return flow::tanh(x[0]); }, {{4}}},
+      {"sigmoid", [](L x) { return flow::sigmoid(x[0]); }, {{4}}},
+      {"relu", [](L x) { return flow::relu(x[0]); }, {{6}}},
+      {"gelu", [](L x) { return flow::gelu(x[0]); }, {{6}}},
+      {"gelu_tanh", [](L x) { return flow::gelu(x[0], "tanh"); }, {{6}}},
+      {"silu", [](L x) { return flow::silu(x[0]); }, {{6}}},
+      {"clamp", [](L x) { return flow::clamp(x[0], -0.5, 0.5); }, {{8}}},
+      {"add_broadcast", [](L x) { return x[0] + x[1]; }, {{2, 3}, {3}}},
+      {"sub_alpha", [](L x) { return flow::sub(x[0], x[1], 2.0); }, {{2, 1}, {1, 3}}},
+      {"mul_broadcast", [](L x) { return x[0] * x[1]; }, {{2, 3}, {2, 1}}},
+      {"div", [](L x) { return x[0] / (x[1] + 3.0); }, {{2, 3}, {3}}},
+      {"pow", [](L x) { return flow::pow(x[0] + 2.0, x[1]); }, {{4}, {4}}},
+      {"maximum", [](L x) { return flow::maximum(x[0], x[1]); }, {{5}, {5}}},
+      {"minimum", [](L x) { return flow::minimum(x[0], x[1]); }, {{5}, {5}}},
+      {"scalar_ops", [](L x) { return (2.0 - x[0]) * 3.0 / 2.0 + 1.0 - x[0] / 4.0; }, {{3}}},
+      {"rdiv_scalar", [](L x) { return 2.0 / (x[0] + 3.0); }, {{3}}},
+      {"pow_scalar", [](L x) { return flow::pow(x[0] + 2.0, 3); }, {{3}}},
+      {"rpow_scalar", [](L x) { return flow::pow(2.0, x[0]); }, {{3}}},
+      {"where", [](L x) { return flow::where(flow::gt(x[0], 0), x[0], x[1]); }, {{6}, {6}}},
+      {"sum_dims", [](L x) { return flow::sum(x[0], {0, 2}, true); }, {{2, 3, 2}}},
+      {"mean", [](L x) { return flow::mean(x[0], {1}); }, {{3, 4}}},
+      {"prod", [](L x) { return flow::prod(x[0], {1}); }, {{2, 3}}, 0.5, 1.5},
+      {"max_all", [](L x) { return flow::max(x[0]); }, {{7}}},
+      {"min_dims", [](L x) { return flow::min(x[0], 1).values; }, {{3, 4}}},
+      {"max_dim_keepdim", [](L x) { return flow::max(x[0], 0, true).values; }, {{3, 4}}},
+      {"var", [](L x) { return flow::var(x[0], {1}); }, {{3, 4}}},
+      {"std", [](L x) { return flow::std(x[0], {0}, 0); }, {{4, 2}}},
+      {"logsumexp", [](L x) { return flow::logsumexp(x[0], {1}); }, {{3, 4}}},
+      {"softmax", [](L x) { return flow::softmax(x[0], 1); }, {{3, 4}}},
+      {"log_softmax", [](L x) { return flow::log_softmax(x[0], 0); }, {{3, 4}}},
+      {"matmul", [](L x) { return flow::matmul(x[0], x[1]); }, {{3, 4}, {4, 2}}},
+      {"matmul_batched_broadcast", [](L x) { return flow::matmul(x[0], x[1]); }, {{2, 3, 4}, {4, 2}}},
+      {"matmul_vector", [](L x) { return flow::matmul(x[0], x[1]); }, {{4}, {4, 2}}},
+      {"linear", [](L x) { return flow::linear(x[0], x[1], x[2]); }, {{2, 3, 4}, {5, 4}, {5}}},
+      {"views", [](L x) { return x[0].t().reshape({6}).unsqueeze(0).expand({2, 6}).flatten(); }, {{2, 3}}},
+      {"slice_select_narrow", [](L x) { return x[0].slice(1, 0, 4, 2).select(0, 1) * x[0].narrow(0, 0, 1).squeeze(0).slice(0, 1, 3); },
+       {{3, 4}}},
+      {"permute", [](L x) { return x[0].permute({2, 0, 1}) * 2.0; }, {{2, 3, 2}}},
+      {"cat_stack", [](L x) { return flow::cat({x[0], flow::stack({x[1], x[1]}, 0)}, 0); }, {{1, 3}, {3}}},
+      {"split", [](L x) { return flow::split(x[0], 2, 1)[1] * 3.0; }, {{2, 5}}},
+      {"index_select", [](L x) { return flow::index_select(x[0], 1, flow::tensor<int64_t>({2, 0, 2})); }, {{2, 3}}},
+      {"gather", [](L x) { return flow::gather(x[0], 1, flow::tensor<int64_t>({0, 0, 2, 1}, Shape{2, 2})); }, {{2, 3}}},
+      {"scatter", [](L x) { return flow::scatter(x[0], 1, flow::tensor<int64_t>({0, 2}, Shape{2, 1}), x[1]); }, {{2, 3}, {2, 1}}},
+      {"scatter_add", [](L x) { return flow::scatter_add(x[0], 0, flow::tensor<int64_t>({1, 1, 0}, Shape{1, 3}), x[1]); },
+       {{2, 3}, {1, 3}}},
+      {"masked_fill", [](L x) { return flow::masked_fill(x[0], flow::tensor<bool>({true, false, true}), 2.0); }, {{2, 3}}},
+      {"cast_roundtrip", [](L x) { return x[0].to(flow::kFloat32).to(flow::kFloat64) * 1.0; }, {{3}}},
+  };
+}
+}  // namespace
+
+TEST(Gradcheck, EveryDifferentiableOp) {
+  flow::manual_seed(10);
+  for (const auto& c : cases()) {
+    SCOPED_TRACE(c.name);
+    TensorList inputs;
+    for (const auto& shape : c.shapes) inputs.push_back(grad_input(shape, c.low, c.high));
+    flow::testing::GradcheckOptions options;
+    if (std::string(c.name) == "cast_roundtrip") {
+      options.eps = 1e-2;  // the function is linear; a large step keeps float32 rounding out of the difference
+      options.atol = 1e-4;
+    }
+    EXPECT_TRUE(gradcheck(c.fn, inputs, options));
+  }
+}
+
+TEST(Gradcheck, InPlaceCopyPassesGradientToSource) {
+  auto src = grad_input({3});
+  EXPECT_TRUE(gradcheck(
+      [](const TensorList& x) {
+        Tensor buffer = flow::zeros({2, 3}, flow::kFloat64);
+        buffer.copy_(x[0] * 2.0);
+        return buffer;
+      },
+      {src}));
+}
+
+TEST(Gradcheck, SecondOrderThroughComposites) {
+  auto x = grad_input({4});
+  EXPECT_TRUE(gradcheck(
+      [](const TensorList& in) {
+        Tensor y = flow::sum(flow::tanh(in[0]) * in[0] * in[0]);
+        return flow::autograd::grad({y}, {in[0]}, {}, false, /*create_graph=*/true)[0];
+      },
+      {x}));
+}
