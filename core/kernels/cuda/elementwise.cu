@@ -1,0 +1,265 @@
+// Device code of the CUDA element-wise kernels: one grid-stride kernel per operand count, with
+// per-operand strided offsets (broadcasting through stride 0).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/kernels/cuda/launch.h"
+
+namespace flow::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline int64_t offset_of(int64_t linear, const Geometry& g, const int64_t* strides) {
+  int64_t offset = 0;
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    offset += (linear % g.sizes[d]) * strides[d];
+    linear /= g.sizes[d];
+  }
+  return offset;
+}
+
+int blocks_for(int64_t numel) {
+  const int64_t blocks = (numel + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 65535 * 8 ? blocks : 65535 * 8);
+}
+
+const char* launch_status() {
+  const cudaError_t status = cudaGetLastError();
+  return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
+}
+
+template <typename Out, typename In, typename F>
+__global__ void map1(Geometry g, int64_t numel, Operand out, Operand in, F f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(blockDim.x) * gridDim.x) {
+    const In x = static_cast<const In*>(in.data)[offset_of(i, g, in.strides)];
+    static_cast<Out*>(out.data)[offset_of(i, g, out.strides)] = f(x);
+  }
+}
+
+template <typename Out, typename In, typename F>
+__global__ void map2(Geometry g, int64_t numel, Operand out, Operand a, Operand b, F f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(blockDim.x) * gridDim.x) {
+    const In x = static_cast<const In*>(a.data)[offset_of(i, g, a.strides)];
+    const In y = static_cast<const In*>(b.data)[offset_of(i, g, b.strides)];
+    static_cast<Out*>(out.data)[offset_of(i, g, out.strides)] = f(x, y);
+  }
+}
+
+template <typename T>
+struct UnaryFn {
+  UnaryOp op;
+  __device__ T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      switch (op) {
+        case UnaryOp::kNeg: return -x;
+        case UnaryOp::kAbs: return x < T(0) ? -x : x;
+        case UnaryOp::kExp: return exp(x);
+        case UnaryOp::kLog: return log(x);
+        case UnaryOp::kSqrt: return sqrt(x);
+        case UnaryOp::kRsqrt: return T(1) / sqrt(x);
+        case UnaryOp::kSin: return sin(x);
+        case UnaryOp::kCos: return cos(x);
+        case UnaryOp::kTanh: return tanh(x);
+        case UnaryOp::kSigmoid: return T(1) / (T(1) + exp(-x));
+        case UnaryOp::kRelu: return x < T(0) ? T(0) : x;
+        case UnaryOp::kGeluErf: return T(0.5) * x * (T(1) + erf(x * T(0.7071067811865476)));
+        case UnaryOp::kGeluTanh:
+          return T(0.5) * x * (T(1) + tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x)));
+        case UnaryOp::kSilu: return x / (T(1) + exp(-x));
+      }
+      return x;
+    } else {
+      switch (op) {
+        case UnaryOp::kNeg: return -x;
+        case UnaryOp::kAbs: return x < T(0) ? -x : x;
+        case UnaryOp::kRelu: return x < T(0) ? T(0) : x;
+        default: return x;
+      }
+    }
+  }
+};
+
+template <typename T>
+__device__ T apply_binary(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::kAdd: return a + b;
+    case BinaryOp::kSub: return a - b;
+    case BinaryOp::kMul: return a * b;
+    case BinaryOp::kDiv: return a / b;
+    case BinaryOp::kMaximum: return a < b ? b : a;
+    case BinaryOp::kMinimum: return b < a ? b : a;
+    case BinaryOp::kPow: return static_cast<T>(pow(static_cast<double>(a), static_cast<double>(b)));
+    case BinaryOp::kRsub: return b - a;
+    case BinaryOp::kRdiv: return b / a;
+    case BinaryOp::kRpow: return static_cast<T>(pow(static_cast<double>(b), static_cast<double>(a)));
+  }
+  return a;
+}
+
+template <typename T>
+struct BinaryFn {
+  BinaryOp op;
+  __device__ T operator()(T a, T b) const { return apply_binary(op, a, b); }
+};
+
+template <typename T>
+struct BinaryScalarFn {
+  BinaryOp op;
+  T scalar;
+  __device__ T operator()(T a) const { return apply_binary(op, a, scalar); }
+};
+
+template <typename T>
+__device__ bool apply_compare(CompareOp op, T a, T b) {
+  switch (op) {
+    case CompareOp::kEq: return a == b;
+    case CompareOp::kNe: return a != b;
+    case CompareOp::kLt: return a < b;
+    case CompareOp::kLe: return a <= b;
+    case CompareOp::kGt: return a > b;
+    case CompareOp::kGe: return a >= b;
+  }
+  return false;
+}
+
+template <typename T>
+struct CompareFn {
+  CompareOp op;
+  __device__ bool operator()(T a, T b) const { return apply_compare(op, a, b); }
+};
+
+struct CompareScalarFn {
+  CompareOp op;
+  double scalar;
+  template <typename T>
+  __device__ bool operator()(T a) const { return apply_compare(op, static_cast<double>(a), scalar); }
+};
+
+template <typename Out>
+struct CastFn {
+  template <typename In>
+  __device__ Out operator()(In x) const { return static_cast<Out>(x); }
+};
+
+// Calls f.template operator()<T>() for the C++ type of `type`.
+template <typename F>
+const char* dispatch(ScalarType type, F&& f) {
+  switch (type) {
+    case ScalarType::kFloat32: return f(float{});
+    case ScalarType::kFloat64: return f(double{});
+    case ScalarType::kInt64: return f(int64_t{});
+    case ScalarType::kInt32: return f(int32_t{});
+    case ScalarType::kUInt8: return f(uint8_t{});
+    case ScalarType::kInt8: return f(int8_t{});
+    case ScalarType::kBool: return f(bool{});
+  }
+  return "unsupported dtype";
+}
+
+template <typename T>
+__global__ void fill_kernel(T* data, int64_t numel, T value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(blockDim.x) * gridDim.x) data[i] = value;
+}
+
+template <typename T>
+__global__ void arange_kernel(T* data, int64_t numel, double start, double step) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(blockDim.x) * gridDim.x) {
+    data[i] = static_cast<T>(start + step * static_cast<double>(i));
+  }
+}
+
+}  // namespace
+
+const char* unary(UnaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand in) {
+  if (numel == 0) return nullptr;
+  return dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return "unsupported dtype bool";
+    } else {
+      map1<T, T><<<blocks_for(numel), kThreads>>>(g, numel, out, in, UnaryFn<T>{op});
+      return launch_status();
+    }
+  });
+}
+
+const char* binary(BinaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a, Operand b) {
+  if (numel == 0) return nullptr;
+  return dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return "unsupported dtype bool";
+    } else {
+      map2<T, T><<<blocks_for(numel), kThreads>>>(g, numel, out, a, b, BinaryFn<T>{op});
+      return launch_status();
+    }
+  });
+}
+
+const char* binary_scalar(BinaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a,
+                          double scalar) {
+  if (numel == 0) return nullptr;
+  return dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return "unsupported dtype bool";
+    } else {
+      map1<T, T><<<blocks_for(numel), kThreads>>>(g, numel, out, a, BinaryScalarFn<T>{op, static_cast<T>(scalar)});
+      return launch_status();
+    }
+  });
+}
+
+const char* compare(CompareOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a, Operand b) {
+  if (numel == 0) return nullptr;
+  return dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    map2<bool, T><<<blocks_for(numel), kThreads>>>(g, numel, out, a, b, CompareFn<T>{op});
+    return launch_status();
+  });
+}
+
+const char* compare_scalar(CompareOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a,
+                           double scalar) {
+  if (numel == 0) return nullptr;
+  return dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    map1<bool, T><<<blocks_for(numel), kThreads>>>(g, numel, out, a, CompareScalarFn{op, scalar});
+    return launch_status();
+  });
+}
+
+const char* cast(ScalarType from, ScalarType to, const Geometry& g, int64_t numel, Operand out, Operand in) {
+  if (numel == 0) return nullptr;
+  return dispatch(from, [&](auto from_tag) {
+    using In = decltype(from_tag);
+    return dispatch(to, [&](auto to_tag) {
+      using Out = decltype(to_tag);
+      map1<Out, In><<<blocks_for(numel), kThreads>>>(g, numel, out, in, CastFn<Out>{});
+      return launch_status();
+    });
+  });
+}
+
+const char* fill(ScalarType type, void* data, int64_t numel, double value) {
+  if (numel == 0) return nullptr;
+  return dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    fill_kernel<T><<<blocks_for(numel), kThreads>>>(static_cast<T*>(data), numel, static_cast<T>(value));
+    return launch_status();
+  });
+}
+
+const char* arange(ScalarType type, void* data, int64_t numel, double start, double step) {
+  if (numel == 0) return nullptr;
+  return dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    arange_kernel<T><<<blocks_for(numel), kThreads>>>(static_cast<T*>(data), numel, start, step);
+    return launch_status();
+  });
+}
+
+}  // namespace flow::cuda
