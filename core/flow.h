@@ -3,5 +3,6 @@
 #include "core/allocator.h"
 #include "core/functional.h"
 #include "core/interpreter.h"
+#include "core/serialization.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
