@@ -11,6 +11,7 @@ if ! dpkg-query -W -f='${Status}' libtorch-dev 2>/dev/null | grep -q "install ok
 fi
 bash scripts/setup.sh
 build="${FLOW_BUILD_DIR:-build}"
+cmake -S . -B "$build" -DFLOW_BUILD_TORCH_BENCH=ON >/dev/null
 cmake --build "$build" --target flow_ops_bench torch_ops_bench
 out=$(mktemp -d)
 export FLOW_BENCH_THREADS="${FLOW_BENCH_THREADS:-2}"

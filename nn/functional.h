@@ -1,0 +1,49 @@
+#pragma once
+// nn::functional: the stateless forms of the layers and losses (torch.nn.functional).
+#include <optional>
+#include <string>
+
+#include "core/functional.h"
+
+namespace flow::nn::functional {
+
+using flow::gelu;
+using flow::linear;
+using flow::log_softmax;
+using flow::relu;
+using flow::sigmoid;
+using flow::silu;
+using flow::softmax;
+using flow::tanh;
+
+Tensor relu6(const Tensor& input);
+Tensor leaky_relu(const Tensor& input, double negative_slope = 0.01);
+// Zeroes elements with probability p and scales the rest by 1/(1-p) when training.
+Tensor dropout(const Tensor& input, double p = 0.5, bool training = true);
+
+enum class Reduction { kNone, kMean, kSum };
+Reduction reduction_from_string(const std::string& reduction);
+
+struct NLLLossOptions {
+  int64_t ignore_index_ = -100;
+  Reduction reduction_ = Reduction::kMean;
+  NLLLossOptions& ignore_index(int64_t v) { ignore_index_ = v; return *this; }
+  NLLLossOptions& reduction(Reduction v) { reduction_ = v; return *this; }
+};
+struct CrossEntropyLossOptions {
+  int64_t ignore_index_ = -100;
+  Reduction reduction_ = Reduction::kMean;
+  double label_smoothing_ = 0.0;
+  CrossEntropyLossOptions& ignore_index(int64_t v) { ignore_index_ = v; return *this; }
+  CrossEntropyLossOptions& reduction(Reduction v) { reduction_ = v; return *this; }
+  CrossEntropyLossOptions& label_smoothing(double v) { label_smoothing_ = v; return *this; }
+};
+
+// input: log-probabilities (N, C) or (N, C, d1, ...); target: int64 class indices (N) or (N, d1, ...).
+Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions& options = {});
+// input: logits of the same layouts; log_softmax over dim 1, then nll_loss (with label smoothing).
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& options = {});
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+
+}  // namespace flow::nn::functional
