@@ -1,0 +1,96 @@
+// The quickstart of the seed tutorial in C++: FashionMNIST, an MLP, SGD, 5 epochs, save.
+// Usage: quickstart_eager [--epochs N] [--data DIR] [--out FILE]
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "autograd/grad_mode.h"
+#include "core/flow.h"
+#include "data/dataloader.h"
+#include "data/vision.h"
+#include "nn/modules.h"
+#include "optim/optimizer.h"
+
+namespace nn = flow::nn;
+
+struct NeuralNetwork : nn::Module {
+  NeuralNetwork() {
+    flatten = register_module("flatten", std::make_shared<nn::Flatten>());
+    linear_relu_stack = register_module(
+        "linear_relu_stack",
+        std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(28 * 28, 512), std::make_shared<nn::ReLU>(),
+                                         std::make_shared<nn::Linear>(512, 512), std::make_shared<nn::ReLU>(),
+                                         std::make_shared<nn::Linear>(512, 10)));
+  }
+  std::string name() const override { return "NeuralNetwork"; }
+  flow::Tensor forward(const flow::Tensor& x) override { return linear_relu_stack->forward(flatten->forward(x)); }
+  std::shared_ptr<nn::Flatten> flatten;
+  std::shared_ptr<nn::Sequential> linear_relu_stack;
+};
+
+void train(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropyLoss& loss_fn, flow::optim::Optimizer& optimizer) {
+  const int64_t size = loader.dataset_size();
+  model.train();
+  int64_t batch_index = 0;
+  for (const auto& batch : loader) {
+    flow::Tensor loss = loss_fn(model.forward(batch.data), batch.target);
+    optimizer.zero_grad();
+    loss.backward();
+    optimizer.step();
+    if (batch_index % 100 == 0) {
+      std::printf("loss: %f  [%5lld/%5lld]\n", loss.item<double>(), static_cast<long long>(batch_index * batch.data.size(0)),
+                  static_cast<long long>(size));
+    }
+    ++batch_index;
+  }
+}
+
+void test(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropyLoss& loss_fn) {
+  model.eval();
+  flow::autograd::NoGradGuard no_grad;
+  double test_loss = 0;
+  int64_t correct = 0;
+  for (const auto& batch : loader) {
+    flow::Tensor pred = model.forward(batch.data);
+    test_loss += loss_fn(pred, batch.target).item<double>();
+    correct += flow::sum(flow::eq(flow::argmax(pred, 1), batch.target)).item<int64_t>();
+  }
+  test_loss /= static_cast<double>(loader.size());
+  std::printf("Test Error: \n Accuracy: %.1f%%, Avg loss: %f \n\n", 100.0 * static_cast<double>(correct) / static_cast<double>(loader.dataset_size()),
+              test_loss);
+}
+
+int main(int argc, char** argv) {
+  int epochs = 5;
+  std::string root = flow::data::FashionMNIST::kDefaultRoot, out = "model.safetensors";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--data")) root = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--out")) out = argv[i + 1];
+  }
+  try {
+    flow::manual_seed(0);
+    auto training_data = std::make_shared<flow::data::FashionMNIST>(root, true);
+    auto test_data = std::make_shared<flow::data::FashionMNIST>(root, false);
+    const int64_t batch_size = 64;
+    flow::data::DataLoader train_dataloader(training_data, flow::data::DataLoaderOptions().batch_size(batch_size).shuffle(true).num_workers(1));
+    flow::data::DataLoader test_dataloader(test_data, flow::data::DataLoaderOptions().batch_size(batch_size).num_workers(1));
+    auto model = std::make_shared<NeuralNetwork>();
+    std::cout << *model << "\n";
+    nn::CrossEntropyLoss loss_fn;
+    flow::optim::SGD optimizer(model->parameters(), flow::optim::SGDOptions(1e-3));
+    for (int t = 0; t < epochs; ++t) {
+      std::printf("Epoch %d\n-------------------------------\n", t + 1);
+      train(train_dataloader, *model, loss_fn, optimizer);
+      test(test_dataloader, *model, loss_fn);
+    }
+    std::printf("Done!\n");
+    flow::save(model->state_dict(), out);
+    std::printf("Saved flow Model State to %s\n", out.c_str());
+  } catch (const flow::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
