@@ -90,6 +90,29 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   return reduce(diff * diff, reduction);
 }
 
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  FLOW_ARG_CHECK(beta >= 0, "smooth_l1_loss", "beta must be non-negative, got ", beta);
+  const Tensor diff = abs(input - target);
+  if (beta == 0) return reduce(diff, reduction);
+  return reduce(where(lt(diff, beta), diff * diff * (0.5 / beta), diff - 0.5 * beta), reduction);
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (!(input.shape() == target.shape())) {
+    fail("binary_cross_entropy", "target ", target.shape(), " and input ", input.shape(), " must have the same shape");
+  }
+  const Tensor log_p = clamp(log(input), -100.0, std::nullopt);
+  const Tensor log_not_p = clamp(log(1.0 - input), -100.0, std::nullopt);
+  return reduce(neg(target * log_p + (1.0 - target) * log_not_p), reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (!(input.shape() == target.shape())) {
+    fail("binary_cross_entropy_with_logits", "target ", target.shape(), " and input ", input.shape(), " must have the same shape");
+  }
+  return reduce(relu(input) - input * target + log(exp(neg(abs(input))) + 1.0), reduction);
+}
+
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) { return reduce(abs(input - target), reduction); }
 
 }  // namespace flow::nn::functional

@@ -44,6 +44,12 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions&
 // input: logits of the same layouts; log_softmax over dim 1, then nll_loss (with label smoothing).
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& options = {});
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean, double beta = 1.0);
+// input: probabilities in [0, 1]; logs are clamped at -100 like PyTorch.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+// input: logits; the stable form max(x, 0) - x t + log(1 + exp(-|x|)).
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
 
 }  // namespace flow::nn::functional

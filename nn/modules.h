@@ -185,4 +185,41 @@ class L1Loss : public Module {
   functional::Reduction reduction_;
 };
 
+class SmoothL1Loss : public Module {
+ public:
+  explicit SmoothL1Loss(functional::Reduction reduction = functional::Reduction::kMean, double beta = 1.0)
+      : reduction_(reduction), beta_(beta) {}
+  std::string name() const override { return "SmoothL1Loss"; }
+  Tensor forward(const Tensor& input, const Tensor& target) { return functional::smooth_l1_loss(input, target, reduction_, beta_); }
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+
+ private:
+  functional::Reduction reduction_;
+  double beta_;
+};
+
+class BCELoss : public Module {
+ public:
+  explicit BCELoss(functional::Reduction reduction = functional::Reduction::kMean) : reduction_(reduction) {}
+  std::string name() const override { return "BCELoss"; }
+  Tensor forward(const Tensor& input, const Tensor& target) { return functional::binary_cross_entropy(input, target, reduction_); }
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+
+ private:
+  functional::Reduction reduction_;
+};
+
+class BCEWithLogitsLoss : public Module {
+ public:
+  explicit BCEWithLogitsLoss(functional::Reduction reduction = functional::Reduction::kMean) : reduction_(reduction) {}
+  std::string name() const override { return "BCEWithLogitsLoss"; }
+  Tensor forward(const Tensor& input, const Tensor& target) {
+    return functional::binary_cross_entropy_with_logits(input, target, reduction_);
+  }
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+
+ private:
+  functional::Reduction reduction_;
+};
+
 }  // namespace flow::nn

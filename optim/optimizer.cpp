@@ -183,4 +183,76 @@ void Adam::step() {
 
 AdamW::AdamW(const TensorList& params, const AdamOptions& options) : Adam(params, options, "AdamW", true) {}
 
+RMSprop::RMSprop(const TensorList& params, const RMSpropOptions& o)
+    : Optimizer(params,
+                {{"lr", o.lr_}, {"alpha", o.alpha_}, {"eps", o.eps_}, {"weight_decay", o.weight_decay_},
+                 {"momentum", o.momentum_}, {"centered", o.centered_ ? 1.0 : 0.0}},
+                "RMSprop") {
+  if (o.alpha_ < 0) fail("RMSprop", "invalid alpha value: ", o.alpha_);
+  if (o.eps_ < 0) fail("RMSprop", "invalid epsilon value: ", o.eps_);
+}
+
+void RMSprop::step() {
+  autograd::NoGradGuard no_grad;
+  for (auto& group : param_groups()) {
+    const double lr = group.options.at("lr"), alpha = group.options.at("alpha"), eps = group.options.at("eps");
+    const double weight_decay = group.options.at("weight_decay"), momentum = group.options.at("momentum");
+    const bool centered = group.options.at("centered") != 0;
+    for (auto& p : group.params) {
+      if (!p.grad().defined()) continue;
+      Tensor g = p.grad();
+      if (weight_decay != 0) g = g + p * weight_decay;
+      auto& state = state_of(p);
+      if (!state.count("square_avg")) state["square_avg"] = zeros_like(p);
+      ++step_of(p);
+      Tensor& square_avg = state["square_avg"];
+      assign(square_avg, square_avg * alpha + g * g * (1.0 - alpha));
+      Tensor avg = square_avg;
+      if (centered) {
+        if (!state.count("grad_avg")) state["grad_avg"] = zeros_like(p);
+        Tensor& grad_avg = state["grad_avg"];
+        assign(grad_avg, grad_avg * alpha + g * (1.0 - alpha));
+        avg = avg - grad_avg * grad_avg;
+      }
+      const Tensor denom = sqrt(avg) + eps;
+      if (momentum > 0) {
+        if (!state.count("momentum_buffer")) state["momentum_buffer"] = zeros_like(p);
+        Tensor& buf = state["momentum_buffer"];
+        assign(buf, buf * momentum + g / denom);
+        assign(p, p - buf * lr);
+      } else {
+        assign(p, p - g / denom * lr);
+      }
+    }
+  }
+}
+
+Adagrad::Adagrad(const TensorList& params, const AdagradOptions& o)
+    : Optimizer(params,
+                {{"lr", o.lr_}, {"lr_decay", o.lr_decay_}, {"weight_decay", o.weight_decay_},
+                 {"initial_accumulator_value", o.initial_accumulator_value_}, {"eps", o.eps_}},
+                "Adagrad") {
+  if (o.lr_decay_ < 0) fail("Adagrad", "invalid lr_decay value: ", o.lr_decay_);
+}
+
+void Adagrad::step() {
+  autograd::NoGradGuard no_grad;
+  for (auto& group : param_groups()) {
+    const double lr = group.options.at("lr"), lr_decay = group.options.at("lr_decay"), eps = group.options.at("eps");
+    const double weight_decay = group.options.at("weight_decay");
+    for (auto& p : group.params) {
+      if (!p.grad().defined()) continue;
+      Tensor g = p.grad();
+      if (weight_decay != 0) g = g + p * weight_decay;
+      auto& state = state_of(p);
+      if (!state.count("sum")) state["sum"] = full_like(p, group.options.at("initial_accumulator_value"));
+      const int64_t step = ++step_of(p);
+      Tensor& sum_sq = state["sum"];
+      assign(sum_sq, sum_sq + g * g);
+      const double clr = lr / (1 + static_cast<double>(step - 1) * lr_decay);
+      assign(p, p - g / (sqrt(sum_sq) + eps) * clr);
+    }
+  }
+}
+
 }  // namespace flow::optim

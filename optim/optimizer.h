@@ -89,4 +89,36 @@ class AdamW : public Adam {
   AdamW(const TensorList& params, const AdamOptions& options = AdamOptions().weight_decay(1e-2));
 };
 
+struct RMSpropOptions {
+  explicit RMSpropOptions(double lr = 1e-2) : lr_(lr) {}
+  RMSpropOptions& alpha(double v) { alpha_ = v; return *this; }
+  RMSpropOptions& eps(double v) { eps_ = v; return *this; }
+  RMSpropOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  RMSpropOptions& momentum(double v) { momentum_ = v; return *this; }
+  RMSpropOptions& centered(bool v) { centered_ = v; return *this; }
+  double lr_, alpha_ = 0.99, eps_ = 1e-8, weight_decay_ = 0, momentum_ = 0;
+  bool centered_ = false;
+};
+
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(const TensorList& params, const RMSpropOptions& options);
+  void step() override;
+};
+
+struct AdagradOptions {
+  explicit AdagradOptions(double lr = 1e-2) : lr_(lr) {}
+  AdagradOptions& lr_decay(double v) { lr_decay_ = v; return *this; }
+  AdagradOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  AdagradOptions& initial_accumulator_value(double v) { initial_accumulator_value_ = v; return *this; }
+  AdagradOptions& eps(double v) { eps_ = v; return *this; }
+  double lr_, lr_decay_ = 0, weight_decay_ = 0, initial_accumulator_value_ = 0, eps_ = 1e-10;
+};
+
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(const TensorList& params, const AdagradOptions& options);
+  void step() override;
+};
+
 }  // namespace flow::optim

@@ -179,3 +179,25 @@ TEST(Losses, Gradcheck) {
   layer->to(flow::kFloat64);
   EXPECT_TRUE(flow::testing::gradcheck([&](const TensorList& x) { return (*layer)(x[0]); }, {flow::testing::grad_input({4, 3})}));
 }
+
+TEST(Losses, SmoothL1AndBinaryCrossEntropy) {
+  Tensor x = flow::tensor<double>({0.2, 3.0}), t = flow::tensor<double>({0.0, 1.0});
+  EXPECT_NEAR(nn::SmoothL1Loss()(x, t).item<double>(), (0.5 * 0.04 + 1.5) / 2, 1e-12);
+  Tensor p = flow::tensor<double>({0.9, 0.2}), y = flow::tensor<double>({1.0, 0.0});
+  EXPECT_NEAR(nn::BCELoss()(p, y).item<double>(), -(std::log(0.9) + std::log(0.8)) / 2, 1e-12);
+  EXPECT_NEAR(nn::BCELoss()(flow::tensor<double>({0.0}), flow::tensor<double>({1.0})).item<double>(), 100.0, 1e-12);
+  Tensor logits = flow::tensor<double>({2.0, -30.0});
+  EXPECT_NEAR(nn::BCEWithLogitsLoss()(logits, y).item<double>(),
+              (std::log1p(std::exp(-2.0)) + std::log1p(std::exp(-30.0))) / 2, 1e-12);
+  using flow::TensorList;
+  EXPECT_TRUE(flow::testing::gradcheck(
+      [](const TensorList& v) { return nn::functional::smooth_l1_loss(v[0], v[1], nn::functional::Reduction::kSum, 0.5); },
+      {flow::testing::grad_input({6}), flow::testing::grad_input({6})}));
+  EXPECT_TRUE(flow::testing::gradcheck(
+      [&](const TensorList& v) { return nn::functional::binary_cross_entropy(flow::sigmoid(v[0]), y.reshape({2, 1}).expand({2, 3}).contiguous()); },
+      {flow::testing::grad_input({2, 3})}));
+  EXPECT_TRUE(flow::testing::gradcheck(
+      [&](const TensorList& v) { return nn::functional::binary_cross_entropy_with_logits(v[0], v[1]); },
+      {flow::testing::grad_input({4}, -3, 3), flow::testing::grad_input({4}, 0, 1)}));
+  EXPECT_THROW_MSG(nn::BCELoss()(p, flow::ones({3}, flow::kFloat64)), "[binary_cross_entropy] target (3,) and input (2,) must have the same shape");
+}
