@@ -2,6 +2,7 @@
 // The functional API: every op a user can call, each dispatched through the current
 // interpreter (core/interpreter.h).
 #include "core/ops/binary.h"
+#include "core/ops/conv.h"
 #include "core/ops/copy.h"
 #include "core/ops/creation.h"
 #include "core/ops/index.h"

@@ -1,0 +1,19 @@
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace flow {
+
+// 2-d convolution (cross-correlation) of input (N, C, H, W) with weight (O, C/groups, kH, kW)
+// and optional bias (O); stride, padding and dilation are (h, w) pairs.
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), std::vector<int64_t> stride = {1, 1},
+              std::vector<int64_t> padding = {0, 0}, std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+// Max over (kH, kW) windows; windows past the padded edge are not taken (ceil_mode=false).
+Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0});
+// Mean over windows, padding counted (count_include_pad=true, PyTorch's default).
+Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0});
+
+}  // namespace flow

@@ -1,0 +1,76 @@
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "common/gradcheck.h"
+#include "common/reference.h"
+#include "common/test_util.h"
+#include "nn/conv_norm.h"
+
+using flow::Shape;
+using flow::Tensor;
+using flow::TensorList;
+using flow::testing::grad_input;
+using flow::testing::gradcheck;
+namespace nn = flow::nn;
+
+TEST(ConvNorm, GradientsOfConvPoolAndNorms) {
+  flow::manual_seed(21);
+  EXPECT_TRUE(gradcheck([](const TensorList& v) { return flow::conv2d(v[0], v[1], v[2], {2, 1}, {1, 0}, {1, 2}, 2); },
+                        {grad_input({2, 4, 5, 6}), grad_input({4, 2, 2, 2}), grad_input({4})}));
+  EXPECT_TRUE(gradcheck([](const TensorList& v) { return flow::max_pool2d(v[0], {2, 2}, {1, 1}); }, {grad_input({1, 2, 4, 4})}));
+  EXPECT_TRUE(gradcheck([](const TensorList& v) { return flow::avg_pool2d(v[0], {3, 3}, {2, 2}, {1, 1}); }, {grad_input({1, 2, 5, 5})}));
+  auto bn = std::make_shared<nn::BatchNorm2d>(3);
+  bn->to(flow::kFloat64);
+  EXPECT_TRUE(gradcheck([&](const TensorList& v) { return (*bn)(v[0]); }, {grad_input({4, 3, 2, 2})}));
+  auto ln = std::make_shared<nn::LayerNorm>(std::vector<int64_t>{4});
+  ln->to(flow::kFloat64);
+  EXPECT_TRUE(gradcheck([&](const TensorList& v) { return (*ln)(v[0]); }, {grad_input({3, 4})}));
+  auto gn = std::make_shared<nn::GroupNorm>(2, 4);
+  gn->to(flow::kFloat64);
+  EXPECT_TRUE(gradcheck([&](const TensorList& v) { return (*gn)(v[0]); }, {grad_input({2, 4, 3})}));
+  auto conv1d = std::make_shared<nn::Conv1d>(2, 3, 3, 1, 1);
+  conv1d->to(flow::kFloat64);
+  EXPECT_TRUE(gradcheck([&](const TensorList& v) { return (*conv1d)(v[0]); }, {grad_input({2, 2, 5})}));
+  // Second order through conv: its gradient primitives have vjps of their own.
+  EXPECT_TRUE(gradcheck(
+      [](const TensorList& v) {
+        Tensor y = flow::sum(flow::conv2d(v[0], v[1]) * flow::conv2d(v[0], v[1]));
+        return flow::autograd::grad({y}, {v[0]}, {}, false, true)[0];
+      },
+      {grad_input({1, 2, 4, 4}), grad_input({2, 2, 3, 3})}));
+}
+
+TEST(ConvNorm, BatchNormRunningStatsAndEval) {
+  flow::manual_seed(22);
+  nn::BatchNorm2d bn(2, 1e-5, 0.5);
+  Tensor x = flow::randn({8, 2, 3, 3}) * 2 + 1;
+  Tensor y = bn(x);
+  flow::testing::expect_close(flow::mean(y, {0, 2, 3}), flow::zeros({2}), 0, 1e-5);
+  flow::testing::expect_close(bn.running_mean, flow::mean(x, {0, 2, 3}) * 0.5, 1e-5, 1e-6);
+  flow::testing::expect_close(bn.running_var, flow::var(x, {0, 2, 3}) * 0.5 + 0.5, 1e-5, 1e-6);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  bn.eval();
+  Tensor e = bn(x);
+  flow::testing::expect_close(e, (x - bn.running_mean.reshape({1, 2, 1, 1})) / flow::sqrt(bn.running_var.reshape({1, 2, 1, 1}) + 1e-5),
+                              1e-5, 1e-5);
+  EXPECT_EQ(bn.state_dict().keys(),
+            (std::vector<std::string>{"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}));
+  EXPECT_THROW_MSG(bn(flow::zeros({2, 3, 2, 2})), "[BatchNorm2d] expected 2 channels");
+}
+
+TEST(ConvNorm, LayersPrintAndShape) {
+  std::ostringstream out;
+  out << nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)) << "\n" << nn::MaxPool2d(2) << "\n" << nn::BatchNorm2d(32);
+  EXPECT_EQ(out.str(),
+            "Conv2d(1, 32, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1))\n"
+            "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)\n"
+            "BatchNorm2d(32, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)");
+  nn::AdaptiveAvgPool2d adaptive(std::vector<int64_t>{2, 3});
+  Tensor x = flow::randn({1, 2, 5, 7});
+  Tensor pooled = adaptive(x);
+  EXPECT_EQ(pooled.shape(), (Shape{1, 2, 2, 3}));
+  EXPECT_NEAR(pooled.tolist<float>()[0], flow::mean(x.slice(2, 0, 3).slice(3, 0, 3).select(1, 0)).item<float>(), 1e-6);
+  nn::Embedding embedding(10, 4);
+  EXPECT_EQ(embedding(flow::tensor<int64_t>({1, 2, 3, 9}, Shape{2, 2})).shape(), (Shape{2, 2, 4}));
+}
