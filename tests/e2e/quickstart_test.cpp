@@ -7,6 +7,7 @@
 #include "core/functional.h"
 #include "data/dataloader.h"
 #include "data/vision.h"
+#include "nn/conv_norm.h"
 #include "nn/modules.h"
 #include "optim/optimizer.h"
 
@@ -62,4 +63,28 @@ TEST(EndToEnd, QuickstartMlpLearnsFashionMnist) {
   const double after = accuracy(*model, test_loader);
   EXPECT_LT(before, 0.25);
   EXPECT_GT(after, 0.78) << "test accuracy after 2 epochs on 12k examples";
+}
+
+TEST(EndToEnd, LeNetStyleCnnLearnsFashionMnist) {
+  if (!std::filesystem::exists(data::FashionMNIST::kDefaultRoot)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  flow::manual_seed(1);
+  auto train = std::make_shared<Subset>(std::make_shared<data::FashionMNIST>(), 6000);
+  auto test = std::make_shared<Subset>(std::make_shared<data::FashionMNIST>(data::FashionMNIST::kDefaultRoot, false), 1000);
+  data::DataLoader train_loader(train, data::DataLoaderOptions().batch_size(64).shuffle(true).num_workers(1));
+  data::DataLoader test_loader(test, data::DataLoaderOptions().batch_size(250));
+  auto model = std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Conv2d>(1, 32, 3), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Conv2d>(32, 64, 3), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(1600, 128), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(128, 10));
+  nn::CrossEntropyLoss loss_fn;
+  flow::optim::SGD optimizer(model->parameters(), flow::optim::SGDOptions(0.05).momentum(0.9));
+  model->train();
+  for (const auto& batch : train_loader) {
+    flow::Tensor loss = loss_fn(model->forward(batch.data), batch.target);
+    optimizer.zero_grad();
+    loss.backward();
+    optimizer.step();
+  }
+  EXPECT_GT(accuracy(*model, test_loader), 0.70) << "test accuracy after 1 epoch on 6k examples";
 }
