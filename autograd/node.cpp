@@ -132,13 +132,14 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs, bool) {
   Tensor leaf_tensor = leaf();
   const Tensor& incoming = grad_outputs.at(0);
   if (!leaf_tensor.defined() || !incoming.defined()) return {};
+  // Users modify grad() in place (zero_()), so it must not alias anything else: a gradient held
+  // only by the engine's buffer is taken as is, anything shared is copied.
+  const bool exclusive = !incoming.is_lazy() && incoming.impl_ptr().use_count() == 1 && incoming.storage().use_count() == 1;
   // Without create_graph the stored gradient must not keep the backward graph alive.
   Tensor g = is_grad_enabled() ? incoming : incoming.detach();
   Tensor current = leaf_tensor.grad();
   if (!current.defined()) {
-    // A copy: the incoming gradient may alias another buffer (e.g. the ones of the root), and
-    // users modify grad() in place (zero_()).
-    leaf_tensor.set_grad(g.clone());
+    leaf_tensor.set_grad(exclusive ? g : g.clone());
   } else {
     leaf_tensor.set_grad(current + g);
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Op benchmarks, flow and libtorch side by side in one run at the same thread count, printed as
 # one table of ratios. Installs libtorch-dev (for the comparison only) when missing.
-# Usage: scripts/bench.sh [--benchmark_filter=REGEX]   (env FLOW_BENCH_THREADS, default 2)
+# Usage: [FLOW_BENCH_SUITE=ops|train] scripts/bench.sh [--benchmark_filter=REGEX]   (env FLOW_BENCH_THREADS, default 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! dpkg-query -W -f='${Status}' libtorch-dev 2>/dev/null | grep -q "install ok installed"; then
@@ -12,12 +12,13 @@ fi
 bash scripts/setup.sh
 build="${FLOW_BUILD_DIR:-build}"
 cmake -S . -B "$build" -DFLOW_BUILD_TORCH_BENCH=ON >/dev/null
-cmake --build "$build" --target flow_ops_bench torch_ops_bench
+cmake --build "$build" --target flow_ops_bench torch_ops_bench flow_train_bench torch_train_bench
+suite="${FLOW_BENCH_SUITE:-ops}"  # ops or train
 out=$(mktemp -d)
 export FLOW_BENCH_THREADS="${FLOW_BENCH_THREADS:-2}"
 # Interleaved twice, so drifting machine load touches both frameworks alike; the best run counts.
 for round in 1 2; do
-  "$build/bench/flow_ops_bench" --benchmark_min_time=0.3 --benchmark_format=json "$@" > "$out/flow_$round.json"
-  "$build/bench/torch_ops_bench" --benchmark_min_time=0.3 --benchmark_format=json "$@" > "$out/torch_$round.json"
+  "$build/bench/flow_${suite}_bench" --benchmark_min_time=0.3 --benchmark_format=json "$@" > "$out/flow_$round.json"
+  "$build/bench/torch_${suite}_bench" --benchmark_min_time=0.3 --benchmark_format=json "$@" > "$out/torch_$round.json"
 done
 python3 scripts/compare_bench.py "$out"/flow_*.json -- "$out"/torch_*.json

@@ -10,7 +10,7 @@ def best_rates(paths):
     for path in paths:
         with open(path) as f:
             for b in json.load(f)["benchmarks"]:
-                for unit in ("GFLOP/s", "GB/s"):
+                for unit in ("GFLOP/s", "GB/s", "steps/s"):
                     if unit in b:
                         key = b["name"].split("/real_time")[0]
                         rates[key] = (max(rates.get(key, (0, unit))[0], b[unit]), unit)

@@ -110,3 +110,15 @@ TEST(Autograd, GradFunctionAndHigherOrder) {
   auto z2 = (x * 2).sum();
   EXPECT_FALSE(flow::autograd::grad({z2}, {unused}, {}, false, false, true)[0].defined());
 }
+
+TEST(Autograd, LeafGradientNeverAliasesCallerTensors) {
+  auto x = flow::tensor<float>({1, 2}).requires_grad_();
+  auto g = flow::tensor<float>({5, 6});
+  x.backward(g);  // the leaf itself is the root: its gradient is the caller's tensor
+  g.fill_(0);
+  EXPECT_EQ(x.grad().tolist<float>(), (std::vector<float>{5, 6}));
+  auto y = (x * 2).sum();
+  x.grad().zero_();
+  y.backward();
+  EXPECT_EQ(x.grad().tolist<float>(), (std::vector<float>{2, 2}));
+}

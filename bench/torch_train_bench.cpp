@@ -1,0 +1,39 @@
+// libtorch twin of bench/train_bench.cpp: same models, batch, data shapes and thread counts.
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+namespace {
+
+torch::nn::Sequential mlp() {
+  return torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 512), torch::nn::ReLU(), torch::nn::Linear(512, 512),
+                               torch::nn::ReLU(), torch::nn::Linear(512, 10));
+}
+
+torch::nn::Sequential cnn() {
+  return torch::nn::Sequential(torch::nn::Conv2d(1, 32, 3), torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Conv2d(32, 64, 3),
+                               torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Flatten(), torch::nn::Linear(1600, 128),
+                               torch::nn::ReLU(), torch::nn::Linear(128, 10));
+}
+
+void train_steps(benchmark::State& state, torch::nn::Sequential model) {
+  torch::set_num_threads(static_cast<int>(state.range(0)));
+  torch::manual_seed(0);
+  const auto x = torch::rand({64, 1, 28, 28}), y = torch::randint(0, 10, {64});
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(1e-3));
+  for (auto _ : state) {
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    optimizer.zero_grad();
+    loss.backward();
+    optimizer.step();
+  }
+  state.counters["steps/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_train_mlp(benchmark::State& state) { train_steps(state, mlp()); }
+void BM_train_cnn(benchmark::State& state) { train_steps(state, cnn()); }
+
+}  // namespace
+
+BENCHMARK(BM_train_mlp)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_train_cnn)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_MAIN();
