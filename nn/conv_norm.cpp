@@ -57,6 +57,31 @@ Tensor Conv2d::forward(const Tensor& input) {
   return conv2d(input, weight, bias, options_.stride_, options_.padding_, options_.dilation_, options_.groups_);
 }
 
+ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& options) : options_(options) {
+  if (options.groups_ < 1 || options.in_channels_ % options.groups_ || options.out_channels_ % options.groups_) {
+    fail("ConvTranspose2d", "groups ", options.groups_, " must divide in_channels ", options.in_channels_, " and out_channels ",
+         options.out_channels_);
+  }
+  weight = register_parameter("weight", empty({options.in_channels_, options.out_channels_ / options.groups_, options.kernel_size_[0],
+                                               options.kernel_size_[1]}));
+  if (options.bias_) bias = register_parameter("bias", empty({options.out_channels_}));
+  init_conv(weight, bias);
+}
+
+std::string ConvTranspose2d::extra_repr() const {
+  std::string s = std::to_string(options_.in_channels_) + ", " + std::to_string(options_.out_channels_) +
+                  ", kernel_size=" + pair_repr(options_.kernel_size_) + ", stride=" + pair_repr(options_.stride_);
+  if (options_.padding_ != std::vector<int64_t>{0, 0}) s += ", padding=" + pair_repr(options_.padding_);
+  if (options_.output_padding_ != std::vector<int64_t>{0, 0}) s += ", output_padding=" + pair_repr(options_.output_padding_);
+  if (!options_.bias_) s += ", bias=False";
+  return s;
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& input) {
+  return conv_transpose2d(input, weight, bias, options_.stride_, options_.padding_, options_.output_padding_, options_.dilation_,
+                          options_.groups_);
+}
+
 Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride, int64_t padding,
                int64_t dilation, int64_t groups, bool has_bias)
     : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size), stride_(stride), padding_(padding),

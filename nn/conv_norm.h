@@ -7,23 +7,32 @@
 
 namespace flow::nn {
 
-struct Conv2dOptions {
-  Conv2dOptions(int64_t in_channels, int64_t out_channels, std::vector<int64_t> kernel_size)
+// Options shared by Conv2d and ConvTranspose2d; setters return the concrete options type.
+template <typename Derived>
+struct ConvOptionsBase {
+  ConvOptionsBase(int64_t in_channels, int64_t out_channels, std::vector<int64_t> kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(std::move(kernel_size)) {}
-  Conv2dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
-      : Conv2dOptions(in_channels, out_channels, std::vector<int64_t>{kernel_size, kernel_size}) {}
-  Conv2dOptions& stride(std::vector<int64_t> v) { stride_ = std::move(v); return *this; }
-  Conv2dOptions& stride(int64_t v) { return stride({v, v}); }
-  Conv2dOptions& padding(std::vector<int64_t> v) { padding_ = std::move(v); return *this; }
-  Conv2dOptions& padding(int64_t v) { return padding({v, v}); }
-  Conv2dOptions& dilation(std::vector<int64_t> v) { dilation_ = std::move(v); return *this; }
-  Conv2dOptions& dilation(int64_t v) { return dilation({v, v}); }
-  Conv2dOptions& groups(int64_t v) { groups_ = v; return *this; }
-  Conv2dOptions& bias(bool v) { bias_ = v; return *this; }
+  ConvOptionsBase(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : ConvOptionsBase(in_channels, out_channels, std::vector<int64_t>{kernel_size, kernel_size}) {}
+  Derived& stride(std::vector<int64_t> v) { stride_ = std::move(v); return self(); }
+  Derived& stride(int64_t v) { return stride({v, v}); }
+  Derived& padding(std::vector<int64_t> v) { padding_ = std::move(v); return self(); }
+  Derived& padding(int64_t v) { return padding({v, v}); }
+  Derived& dilation(std::vector<int64_t> v) { dilation_ = std::move(v); return self(); }
+  Derived& dilation(int64_t v) { return dilation({v, v}); }
+  Derived& groups(int64_t v) { groups_ = v; return self(); }
+  Derived& bias(bool v) { bias_ = v; return self(); }
   int64_t in_channels_, out_channels_;
   std::vector<int64_t> kernel_size_, stride_{1, 1}, padding_{0, 0}, dilation_{1, 1};
   int64_t groups_ = 1;
   bool bias_ = true;
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+};
+
+struct Conv2dOptions : ConvOptionsBase<Conv2dOptions> {
+  using ConvOptionsBase::ConvOptionsBase;
 };
 
 class Conv2d : public Module {
@@ -37,6 +46,24 @@ class Conv2d : public Module {
 
  private:
   Conv2dOptions options_;
+};
+
+struct ConvTranspose2dOptions : ConvOptionsBase<ConvTranspose2dOptions> {
+  using ConvOptionsBase::ConvOptionsBase;
+  ConvTranspose2dOptions& output_padding(int64_t v) { output_padding_ = {v, v}; return *this; }
+  std::vector<int64_t> output_padding_{0, 0};
+};
+
+class ConvTranspose2d : public Module {
+ public:
+  explicit ConvTranspose2d(const ConvTranspose2dOptions& options);
+  std::string name() const override { return "ConvTranspose2d"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  Tensor weight, bias;
+
+ private:
+  ConvTranspose2dOptions options_;
 };
 
 // Conv1d over (N, C, L) through Conv2d with a height of 1.

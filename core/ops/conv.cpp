@@ -207,6 +207,39 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, std
   return apply_one(kConv, inputs, conv_attrs(stride, padding, dilation, groups));
 }
 
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride,
+                        std::vector<int64_t> padding, std::vector<int64_t> output_padding, std::vector<int64_t> dilation,
+                        int64_t groups) {
+  check_pair(stride, "stride", "conv_transpose2d", 1);
+  check_pair(padding, "padding", "conv_transpose2d", 0);
+  check_pair(output_padding, "output_padding", "conv_transpose2d", 0);
+  check_pair(dilation, "dilation", "conv_transpose2d", 1);
+  if (input.dim() != 4 || weight.dim() != 4) {
+    fail("conv_transpose2d", "expected 4-d input and weight, got ", input.shape(), " and ", weight.shape());
+  }
+  if (groups < 1 || weight.size(0) != input.size(1) || input.size(1) % groups != 0) {
+    fail("conv_transpose2d", "weight ", weight.shape(), " expects ", weight.size(0), " input channels in ", groups,
+         " groups, but input ", input.shape(), " has ", input.size(1));
+  }
+  for (int d = 0; d < 2; ++d) {
+    if (output_padding[d] >= std::max(stride[d], dilation[d])) {
+      fail("conv_transpose2d", "output padding must be smaller than either stride or dilation, got ", Shape(output_padding));
+    }
+  }
+  Shape out{input.size(0), weight.size(1) * groups};
+  for (int d = 0; d < 2; ++d) {
+    out.push_back((input.size(2 + d) - 1) * stride[d] - 2 * padding[d] + dilation[d] * (weight.size(2 + d) - 1) + output_padding[d] + 1);
+    if (out[out.size() - 1] <= 0) fail("conv_transpose2d", "input ", input.shape(), " gives an empty output");
+  }
+  // The transposed convolution is the input-gradient of the convolution it transposes.
+  Tensor y = apply_one(kConvGradInput, {input, weight}, conv_attrs(stride, padding, dilation, groups).set("input_shape", out));
+  if (bias.defined()) {
+    if (!(bias.shape() == Shape{out[1]})) fail("conv_transpose2d", "bias must have shape (", out[1], ",), got ", bias.shape());
+    y = y + bias.reshape({1, out[1], 1, 1});
+  }
+  return y;
+}
+
 Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride, std::vector<int64_t> padding) {
   return apply(kMaxPool, {input}, pool_attrs("max_pool2d", input, kernel_size, stride, padding))[0];
 }

@@ -9,6 +9,10 @@ namespace flow {
 // and optional bias (O); stride, padding and dilation are (h, w) pairs.
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), std::vector<int64_t> stride = {1, 1},
               std::vector<int64_t> padding = {0, 0}, std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+// Transposed convolution (the adjoint of conv2d): weight (C_in, C_out/groups, kH, kW).
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                        std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
+                        std::vector<int64_t> output_padding = {0, 0}, std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
 // Max over (kH, kW) windows; windows past the padded edge are not taken (ceil_mode=false).
 Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0});

@@ -74,3 +74,18 @@ TEST(ConvNorm, LayersPrintAndShape) {
   nn::Embedding embedding(10, 4);
   EXPECT_EQ(embedding(flow::tensor<int64_t>({1, 2, 3, 9}, Shape{2, 2})).shape(), (Shape{2, 2, 4}));
 }
+
+TEST(ConvNorm, ConvTransposeIsTheAdjointOfConv) {
+  flow::manual_seed(23);
+  // <conv(x, w), y> == <x, conv_transpose(y, w)> for every x, y.
+  Tensor x = flow::randn({2, 4, 7, 6}, flow::kFloat64), w = flow::randn({6, 2, 3, 2}, flow::kFloat64);
+  Tensor y = flow::randn(flow::conv2d(x, w, Tensor(), {2, 1}, {1, 0}, {1, 1}, 2).shape(), flow::kFloat64);
+  Tensor back = flow::conv_transpose2d(y, w, Tensor(), {2, 1}, {1, 0}, {0, 0}, {1, 1}, 2);
+  ASSERT_EQ(back.shape(), x.shape());
+  EXPECT_NEAR(flow::sum(flow::conv2d(x, w, Tensor(), {2, 1}, {1, 0}, {1, 1}, 2) * y).item<double>(), flow::sum(x * back).item<double>(), 1e-9);
+  nn::ConvTranspose2d up(nn::ConvTranspose2dOptions(3, 2, 3).stride(2).padding(1).output_padding(1));
+  EXPECT_EQ(up(flow::randn({1, 3, 5, 5})).shape(), (Shape{1, 2, 10, 10}));
+  up.to(flow::kFloat64);
+  EXPECT_TRUE(gradcheck([&](const TensorList& v) { return up(v[0]); }, {grad_input({1, 3, 3, 3})}));
+  EXPECT_THROW_MSG(flow::conv_transpose2d(flow::zeros({1, 3, 4, 4}), flow::zeros({2, 2, 3, 3})), "[conv_transpose2d] weight (2,2,3,3) expects 2 input channels");
+}
