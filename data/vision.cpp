@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/functional.h"
+#include "core/random.h"
 
 namespace flow::data {
 namespace {
@@ -94,6 +95,41 @@ Transform Compose(std::vector<Transform> transforms) {
   };
 }
 
+Transform RandomCrop(int64_t size, int64_t padding, uint64_t seed) {
+  FLOW_ARG_CHECK(size > 0 && padding >= 0, "RandomCrop", "size must be positive and padding non-negative, got ", size, " and ", padding);
+  auto generator = std::make_shared<Generator>(seed);
+  return [size, padding, generator](const Tensor& image) {
+    if (image.dim() != 3) fail("RandomCrop", "expected a (C,H,W) tensor, got ", image.shape());
+    Tensor padded = image;
+    if (padding > 0) {
+      padded = zeros({image.size(0), image.size(1) + 2 * padding, image.size(2) + 2 * padding}, image.dtype());
+      padded.slice(1, padding, padding + image.size(1)).slice(2, padding, padding + image.size(2)).copy_(image);
+    }
+    const int64_t h = padded.size(1), w = padded.size(2);
+    if (h < size || w < size) fail("RandomCrop", "crop size ", size, " is larger than the padded image ", padded.shape());
+    auto [seed_value, offset] = generator->reserve(1);
+    uint32_t words[4];
+    Philox::block(seed_value, offset, words);
+    const int64_t top = static_cast<int64_t>(words[0] % static_cast<uint32_t>(h - size + 1));
+    const int64_t left = static_cast<int64_t>(words[1] % static_cast<uint32_t>(w - size + 1));
+    return padded.slice(1, top, top + size).slice(2, left, left + size).contiguous();
+  };
+}
+
+Transform RandomHorizontalFlip(double p, uint64_t seed) {
+  FLOW_ARG_CHECK(p >= 0 && p <= 1, "RandomHorizontalFlip", "p must be in [0, 1], got ", p);
+  auto generator = std::make_shared<Generator>(seed);
+  return [p, generator](const Tensor& image) {
+    if (image.dim() != 3) fail("RandomHorizontalFlip", "expected a (C,H,W) tensor, got ", image.shape());
+    auto [seed_value, offset] = generator->reserve(1);
+    uint32_t words[4];
+    Philox::block(seed_value, offset, words);
+    if (Philox::to_unit(words[0]) >= p) return image;
+    const int64_t w = image.size(2);
+    return index_select(image, 2, arange(w - 1, -1, -1));
+  };
+}
+
 MNIST::MNIST(const std::string& root, bool train, Transform transform) : MNIST(root, train, std::move(transform), "MNIST") {}
 
 MNIST::MNIST(const std::string& root, bool train, Transform transform, const std::string& dataset_name)
@@ -117,5 +153,42 @@ Example MNIST::get(int64_t index) const {
 
 FashionMNIST::FashionMNIST(const std::string& root, bool train, Transform transform)
     : MNIST(root, train, std::move(transform), "FashionMNIST") {}
+
+}  // namespace flow::data
+
+namespace flow::data {
+
+CIFAR10::CIFAR10(const std::string& root, bool train, Transform transform) : transform_(std::move(transform)) {
+  constexpr int64_t kRecord = 1 + 3 * 32 * 32;
+  std::vector<std::string> files;
+  if (train) {
+    for (int i = 1; i <= 5; ++i) files.push_back(root + "/data_batch_" + std::to_string(i) + ".bin");
+  } else {
+    files.push_back(root + "/test_batch.bin");
+  }
+  TensorList images, labels;
+  for (const auto& path : files) {
+    if (!std::filesystem::exists(path)) fail("CIFAR10", path, ": file not found");
+    const std::string bytes = read_file(path, "CIFAR10");
+    if (bytes.empty() || bytes.size() % kRecord != 0) {
+      fail("CIFAR10", path, ": ", bytes.size(), " bytes is not a whole number of ", kRecord, "-byte records (truncated or corrupt)");
+    }
+    const int64_t n = static_cast<int64_t>(bytes.size()) / kRecord;
+    Tensor records = from_blob(bytes.data(), {n, kRecord}, kUInt8);
+    Tensor label = records.select(1, 0).to(kInt64);
+    if (max(label).item<int64_t>() > 9) fail("CIFAR10", path, ": label out of range 0..9");
+    labels.push_back(label);
+    images.push_back(records.slice(1, 1, kRecord).reshape({n, 3, 32, 32}));
+  }
+  images_ = cat(images);
+  targets_ = cat(labels);
+}
+
+Example CIFAR10::get(int64_t index) const {
+  if (index < 0 || index >= size()) fail("CIFAR10", "index ", index, " is out of range for ", size(), " examples");
+  Tensor image = images_.select(0, index).to(kFloat32) / 255.0;
+  if (transform_) image = transform_(image);
+  return {image, targets_.select(0, index)};
+}
 
 }  // namespace flow::data

@@ -160,3 +160,37 @@ TEST(Datasets, RealFashionMnist) {
   EXPECT_LE(flow::max(example.data).item<float>(), 1.f);
   EXPECT_EQ(flow::max(train.targets()).item<int64_t>(), 9);
 }
+
+TEST(Transforms, RandomCropAndFlipAreSeededAndCorrect) {
+  Tensor image = flow::arange(2 * 4 * 4, flow::kFloat32).reshape({2, 4, 4});
+  auto crop = data::RandomCrop(4, 2, 7);
+  auto again = data::RandomCrop(4, 2, 7);
+  for (int i = 0; i < 5; ++i) {
+    Tensor a = crop(image), b = again(image);
+    EXPECT_EQ(a.shape(), (Shape{2, 4, 4}));
+    EXPECT_EQ(a.tolist<float>(), b.tolist<float>());
+  }
+  EXPECT_EQ(data::RandomCrop(4, 0)(image).tolist<float>(), image.tolist<float>());
+  auto flip = data::RandomHorizontalFlip(1.0);
+  EXPECT_EQ(flip(image).select(0, 0).select(0, 0).tolist<float>(), (std::vector<float>{3, 2, 1, 0}));
+  EXPECT_EQ(data::RandomHorizontalFlip(0.0)(image).tolist<float>(), image.tolist<float>());
+  EXPECT_THROW_MSG(data::RandomCrop(9)(image), "[RandomCrop] crop size 9 is larger than the padded image (2,4,4)");
+}
+
+TEST(Datasets, Cifar10BinaryBatches) {
+  const std::string root = idx_root("cifar");
+  std::string records;
+  for (int r = 0; r < 3; ++r) {
+    records.push_back(static_cast<char>(r + 4));
+    records += std::string(3072, static_cast<char>(r * 50));
+  }
+  std::ofstream(root + "/test_batch.bin", std::ios::binary).write(records.data(), static_cast<std::streamsize>(records.size()));
+  data::CIFAR10 test(root, false);
+  ASSERT_EQ(test.size(), 3);
+  EXPECT_EQ(test.get(2).target.item<int64_t>(), 6);
+  EXPECT_EQ(test.get(2).data.shape(), (Shape{3, 32, 32}));
+  EXPECT_NEAR(test.get(1).data.tolist<float>()[100], 50 / 255.0, 1e-6);
+  std::ofstream(root + "/test_batch.bin", std::ios::binary).write(records.data(), 100);
+  EXPECT_THROW_MSG((data::CIFAR10{root, false}), "100 bytes is not a whole number of 3073-byte records");
+  EXPECT_THROW_MSG((data::CIFAR10{root, true}), "data_batch_1.bin: file not found");
+}
