@@ -36,6 +36,19 @@ double accuracy(nn::Module& model, data::DataLoader& loader) {
   }
   return static_cast<double>(correct) / static_cast<double>(loader.dataset_size());
 }
+
+void train_epochs(nn::Module& model, data::DataLoader& loader, flow::optim::Optimizer& optimizer, int epochs) {
+  nn::CrossEntropyLoss loss_fn;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    model.train();
+    for (const auto& batch : loader) {
+      flow::Tensor loss = loss_fn(model.forward(batch.data), batch.target);
+      optimizer.zero_grad();
+      loss.backward();
+      optimizer.step();
+    }
+  }
+}
 }  // namespace
 
 TEST(EndToEnd, QuickstartMlpLearnsFashionMnist) {
@@ -48,18 +61,9 @@ TEST(EndToEnd, QuickstartMlpLearnsFashionMnist) {
   auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 512),
                                                 std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(512, 512),
                                                 std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(512, 10));
-  nn::CrossEntropyLoss loss_fn;
   flow::optim::SGD optimizer(model->parameters(), flow::optim::SGDOptions(0.05).momentum(0.9));
   const double before = accuracy(*model, test_loader);
-  for (int epoch = 0; epoch < 2; ++epoch) {
-    model->train();
-    for (const auto& batch : train_loader) {
-      flow::Tensor loss = loss_fn(model->forward(batch.data), batch.target);
-      optimizer.zero_grad();
-      loss.backward();
-      optimizer.step();
-    }
-  }
+  train_epochs(*model, train_loader, optimizer, 2);
   const double after = accuracy(*model, test_loader);
   EXPECT_LT(before, 0.25);
   EXPECT_GT(after, 0.78) << "test accuracy after 2 epochs on 12k examples";
@@ -77,14 +81,7 @@ TEST(EndToEnd, LeNetStyleCnnLearnsFashionMnist) {
       std::make_shared<nn::Conv2d>(32, 64, 3), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
       std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(1600, 128), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::Linear>(128, 10));
-  nn::CrossEntropyLoss loss_fn;
   flow::optim::SGD optimizer(model->parameters(), flow::optim::SGDOptions(0.05).momentum(0.9));
-  model->train();
-  for (const auto& batch : train_loader) {
-    flow::Tensor loss = loss_fn(model->forward(batch.data), batch.target);
-    optimizer.zero_grad();
-    loss.backward();
-    optimizer.step();
-  }
+  train_epochs(*model, train_loader, optimizer, 1);
   EXPECT_GT(accuracy(*model, test_loader), 0.70) << "test accuracy after 1 epoch on 6k examples";
 }
