@@ -5,6 +5,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/functional.h"
+#include "nn/functional.h"
 #include "nn/init.h"
 
 namespace flow::nn {
@@ -25,12 +26,6 @@ void init_conv(Tensor& weight, Tensor& bias) {
   }
 }
 
-// (x - mean) / sqrt(var + eps) over `dims`, the statistics computed on x.
-Tensor normalize(const Tensor& x, const std::vector<int64_t>& dims, double eps) {
-  const Tensor mu = mean(x, dims, true);
-  const Tensor centered = x - mu;
-  return centered * rsqrt(mean(centered * centered, dims, true) + eps);
-}
 }  // namespace
 
 Conv2d::Conv2d(const Conv2dOptions& options) : options_(options) {
@@ -166,25 +161,11 @@ Tensor BatchNorm::forward(const Tensor& input) {
     fail(name(), "expected ", dims_ == 1 ? "2-d or 3-d" : "4-d", " input, got ", input.shape());
   }
   if (input.size(1) != num_features_) fail(name(), "expected ", num_features_, " channels, got input ", input.shape());
-  std::vector<int64_t> dims{0};
-  for (int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
-  Shape channel_shape(std::vector<int64_t>(static_cast<size_t>(input.dim()), 1));
-  channel_shape[1] = num_features_;
-  Tensor y;
   if (is_training()) {
-    const int64_t count = input.numel() / num_features_;
-    if (count <= 1) fail(name(), "expected more than 1 value per channel when training, got input ", input.shape());
-    y = normalize(input, dims, eps_);
     autograd::NoGradGuard no_grad;
-    const Tensor batch_mean = mean(input, dims), batch_var = var(input, dims, 1);
-    running_mean.copy_(running_mean * (1.0 - momentum_) + batch_mean * momentum_);
-    running_var.copy_(running_var * (1.0 - momentum_) + batch_var * momentum_);
     num_batches_tracked.copy_(num_batches_tracked + 1);
-  } else {
-    y = (input - running_mean.reshape(channel_shape)) * rsqrt(running_var.reshape(channel_shape) + eps_);
   }
-  if (weight.defined()) y = y * weight.reshape(channel_shape) + bias.reshape(channel_shape);
-  return y;
+  return functional::batch_norm(input, running_mean, running_var, weight, bias, is_training(), momentum_, eps_);
 }
 
 LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool elementwise_affine)
@@ -201,16 +182,7 @@ std::string LayerNorm::extra_repr() const {
   return "(" + dims + "), eps=" + number(eps_) + ", elementwise_affine=" + (weight.defined() ? "True" : "False");
 }
 
-Tensor LayerNorm::forward(const Tensor& input) {
-  const int64_t k = static_cast<int64_t>(normalized_shape_.size());
-  if (input.dim() < k || !(Shape(input.shape().end() - k, input.shape().end()) == Shape(normalized_shape_))) {
-    fail("LayerNorm", "input ", input.shape(), " does not end with normalized_shape ", Shape(normalized_shape_));
-  }
-  std::vector<int64_t> dims;
-  for (int64_t d = input.dim() - k; d < input.dim(); ++d) dims.push_back(d);
-  Tensor y = normalize(input, dims, eps_);
-  return weight.defined() ? y * weight + bias : y;
-}
+Tensor LayerNorm::forward(const Tensor& input) { return functional::layer_norm(input, normalized_shape_, weight, bias, eps_); }
 
 GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine)
     : num_groups_(num_groups), num_channels_(num_channels), eps_(eps) {
@@ -228,12 +200,7 @@ std::string GroupNorm::extra_repr() const {
 
 Tensor GroupNorm::forward(const Tensor& input) {
   if (input.dim() < 2 || input.size(1) != num_channels_) fail("GroupNorm", "expected input with ", num_channels_, " channels, got ", input.shape());
-  const Tensor grouped = input.reshape({input.size(0), num_groups_, -1});
-  Tensor y = normalize(grouped, {2}, eps_).reshape(input.shape());
-  if (!weight.defined()) return y;
-  Shape channel_shape(std::vector<int64_t>(static_cast<size_t>(input.dim()), 1));
-  channel_shape[1] = num_channels_;
-  return y * weight.reshape(channel_shape) + bias.reshape(channel_shape);
+  return functional::group_norm(input, num_groups_, weight, bias, eps_);
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {
@@ -243,10 +210,6 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) : num_embedd
 
 std::string Embedding::extra_repr() const { return std::to_string(num_embeddings_) + ", " + std::to_string(embedding_dim_); }
 
-Tensor Embedding::forward(const Tensor& indices) {
-  Shape out = indices.shape();
-  out.push_back(embedding_dim_);
-  return index_select(weight, 0, indices.reshape({-1})).reshape(out);
-}
+Tensor Embedding::forward(const Tensor& indices) { return functional::embedding(indices, weight); }
 
 }  // namespace flow::nn

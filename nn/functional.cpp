@@ -1,5 +1,7 @@
 #include "nn/functional.h"
 
+#include "core/autograd_meta.h"
+
 namespace flow::nn::functional {
 namespace {
 
@@ -34,7 +36,78 @@ std::pair<Tensor, Tensor> flatten_classes(const Tensor& input, const Tensor& tar
 
 Tensor validity(const Tensor& target, int64_t ignore_index) { return ne(target, ignore_index); }
 
+// (x - mean) / sqrt(var + eps) over `dims`, the statistics computed on x.
+Tensor normalize(const Tensor& x, const std::vector<int64_t>& dims, double eps) {
+  const Tensor mu = mean(x, dims, true);
+  const Tensor centered = x - mu;
+  return centered * rsqrt(mean(centered * centered, dims, true) + eps);
+}
+
+// Shape (1, C, 1, ...) for broadcasting per-channel values over an input of `rank` dims.
+Shape channel_shape(int64_t channels, int64_t rank) {
+  Shape shape(std::vector<int64_t>(static_cast<size_t>(rank), 1));
+  shape[1] = channels;
+  return shape;
+}
+
+Tensor affine(const Tensor& y, const Tensor& weight, const Tensor& bias, const Shape& shape) {
+  Tensor out = weight.defined() ? y * weight.reshape(shape) : y;
+  return bias.defined() ? out + bias.reshape(shape) : out;
+}
+
 }  // namespace
+
+Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  if (input.dim() < k || !(Shape(input.shape().end() - k, input.shape().end()) == Shape(normalized_shape))) {
+    fail("layer_norm", "input ", input.shape(), " does not end with normalized_shape ", Shape(normalized_shape));
+  }
+  std::vector<int64_t> dims;
+  for (int64_t d = input.dim() - k; d < input.dim(); ++d) dims.push_back(d);
+  return affine(normalize(input, dims, eps), weight, bias, Shape(normalized_shape));
+}
+
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  if (input.dim() < 2) fail("batch_norm", "expected input with a channel dim (N,C,...), got ", input.shape());
+  const int64_t channels = input.size(1);
+  std::vector<int64_t> dims{0};
+  for (int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
+  const Shape shape = channel_shape(channels, input.dim());
+  if (!training) {
+    return affine((input - running_mean.reshape(shape)) * rsqrt(running_var.reshape(shape) + eps), weight, bias, shape);
+  }
+  if (input.numel() / channels <= 1) {
+    fail("batch_norm", "expected more than 1 value per channel when training, got input ", input.shape());
+  }
+  const Tensor y = affine(normalize(input, dims, eps), weight, bias, shape);
+  if (running_mean.defined()) {
+    // Running statistics are state, not part of the differentiated computation.
+    const bool grad_mode = is_grad_enabled();
+    set_grad_enabled(false);
+    Tensor mean_state = running_mean, var_state = running_var;
+    mean_state.copy_(running_mean * (1.0 - momentum) + mean(input, dims) * momentum);
+    var_state.copy_(running_var * (1.0 - momentum) + var(input, dims, 1) * momentum);
+    set_grad_enabled(grad_mode);
+  }
+  return y;
+}
+
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  if (input.dim() < 2 || num_groups < 1 || input.size(1) % num_groups != 0) {
+    fail("group_norm", "expected input (N,C,...) with C divisible by num_groups ", num_groups, ", got ", input.shape());
+  }
+  const Tensor y = normalize(input.reshape({input.size(0), num_groups, -1}), {2}, eps).reshape(input.shape());
+  return affine(y, weight, bias, channel_shape(input.size(1), input.dim()));
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  if (weight.dim() != 2) fail("embedding", "weight must be 2-d (num_embeddings, embedding_dim), got ", weight.shape());
+  Shape out = indices.shape();
+  out.push_back(weight.size(1));
+  return index_select(weight, 0, indices.reshape({-1})).reshape(out);
+}
 
 Tensor relu6(const Tensor& input) { return clamp(input, 0, 6); }
 

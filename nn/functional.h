@@ -7,9 +7,13 @@
 
 namespace flow::nn::functional {
 
+using flow::avg_pool2d;
+using flow::conv2d;
+using flow::conv_transpose2d;
 using flow::gelu;
 using flow::linear;
 using flow::log_softmax;
+using flow::max_pool2d;
 using flow::relu;
 using flow::sigmoid;
 using flow::silu;
@@ -20,6 +24,15 @@ Tensor relu6(const Tensor& input);
 Tensor leaky_relu(const Tensor& input, double negative_slope = 0.01);
 // Zeroes elements with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& input, double p = 0.5, bool training = true);
+// (x - mean) / sqrt(var + eps) over the last normalized_shape.size() dims, then weight/bias.
+Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// Normalises over (N, *) per channel with batch statistics (training) or the given running ones.
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), bool training = false, double momentum = 0.1, double eps = 1e-5);
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  double eps = 1e-5);
+Tensor embedding(const Tensor& indices, const Tensor& weight);
 
 enum class Reduction { kNone, kMean, kSum };
 Reduction reduction_from_string(const std::string& reduction);

@@ -69,4 +69,24 @@ std::shared_ptr<Module> ModuleList::operator[](size_t index) const {
   return children()[index];
 }
 
+bool ModuleDict::contains(const std::string& key) const {
+  for (const auto& [name, child] : named_children()) {
+    if (name == key) return true;
+  }
+  return false;
+}
+
+std::shared_ptr<Module> ModuleDict::operator[](const std::string& key) const {
+  for (const auto& [name, child] : named_children()) {
+    if (name == key) return child;
+  }
+  fail("ModuleDict", "no module named '", key, "'");
+}
+
+std::vector<std::string> ModuleDict::keys() const {
+  std::vector<std::string> names;
+  for (const auto& [name, child] : named_children()) names.push_back(name);
+  return names;
+}
+
 }  // namespace flow::nn

@@ -140,6 +140,21 @@ class ModuleList : public Module {
   std::shared_ptr<Module> operator[](size_t index) const;
 };
 
+// Holds modules under string keys, in insertion order, as children of that name.
+class ModuleDict : public Module {
+ public:
+  ModuleDict() = default;
+  explicit ModuleDict(const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& modules) {
+    for (const auto& [key, module] : modules) insert(key, module);
+  }
+  std::string name() const override { return "ModuleDict"; }
+  void insert(const std::string& key, std::shared_ptr<Module> module) { register_module(key, std::move(module)); }
+  bool contains(const std::string& key) const;
+  std::shared_ptr<Module> operator[](const std::string& key) const;
+  std::vector<std::string> keys() const;
+  size_t size() const { return children().size(); }
+};
+
 // Losses as modules (reduction "mean" by default, like PyTorch).
 class CrossEntropyLoss : public Module {
  public:

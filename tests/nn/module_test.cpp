@@ -201,3 +201,12 @@ TEST(Losses, SmoothL1AndBinaryCrossEntropy) {
       {flow::testing::grad_input({4}, -3, 3), flow::testing::grad_input({4}, 0, 1)}));
   EXPECT_THROW_MSG(nn::BCELoss()(p, flow::ones({3}, flow::kFloat64)), "[binary_cross_entropy] target (3,) and input (2,) must have the same shape");
 }
+
+TEST(Module, ModuleDict) {
+  nn::ModuleDict dict({{"encoder", std::make_shared<nn::Linear>(4, 3)}, {"act", std::make_shared<nn::ReLU>()}});
+  EXPECT_EQ(dict.keys(), (std::vector<std::string>{"encoder", "act"}));
+  EXPECT_TRUE(dict.contains("act"));
+  EXPECT_EQ(dict["encoder"]->parameters().size(), 2u);
+  EXPECT_EQ(dict.named_parameters()[0].first, "encoder.weight");
+  EXPECT_THROW_MSG(dict["decoder"], "[ModuleDict] no module named 'decoder'");
+}
