@@ -89,3 +89,19 @@ TEST(ConvNorm, ConvTransposeIsTheAdjointOfConv) {
   EXPECT_TRUE(gradcheck([&](const TensorList& v) { return up(v[0]); }, {grad_input({1, 3, 3, 3})}));
   EXPECT_THROW_MSG(flow::conv_transpose2d(flow::zeros({1, 3, 4, 4}), flow::zeros({2, 2, 3, 3})), "[conv_transpose2d] weight (2,2,3,3) expects 2 input channels");
 }
+
+TEST(ConvNorm, Float32ConvGradientsMatchFloat64Path) {
+  // float32 convolution runs in oneDNN, float64 in im2col + GEMM: their gradients must agree.
+  flow::manual_seed(24);
+  for (int64_t groups : {1, 2}) {
+    Tensor x64 = flow::randn({3, 4, 9, 8}, flow::kFloat64), w64 = flow::randn({6, 4 / groups, 3, 3}, flow::kFloat64);
+    Tensor b64 = flow::randn({6}, flow::kFloat64), g64 = flow::randn({3, 6, 5, 8}, flow::kFloat64);
+    auto grads = [&](flow::DType dtype) {
+      Tensor x = x64.to(dtype).requires_grad_(), w = w64.to(dtype).requires_grad_(), b = b64.to(dtype).requires_grad_();
+      Tensor y = flow::conv2d(x, w, b, {2, 1}, {1, 1}, {1, 1}, groups);
+      return flow::autograd::grad({flow::sum(y * g64.to(dtype))}, {x, w, b});
+    };
+    const TensorList single = grads(flow::kFloat32), reference = grads(flow::kFloat64);
+    for (size_t i = 0; i < 3; ++i) flow::testing::expect_close(single[i], reference[i], 1e-4, 1e-4);
+  }
+}

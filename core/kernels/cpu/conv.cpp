@@ -1,5 +1,5 @@
-// CPU convolution as im2col + BLAS GEMM per image and group (forward, and both gradients via
-// col2im and GEMM), and pooling over windows. Images are split over the thread pool, each one's
+// float64 convolution as im2col + BLAS GEMM per image and group (forward, and both gradients
+// via col2im and GEMM), and pooling over windows. Images are split over the thread pool, each one's
 // GEMM running single-threaded so the split does not oversubscribe.
 #include <cblas.h>
 
@@ -266,9 +266,10 @@ void avg_pool_kernel(KernelContext& ctx) {
   });
 }
 
-FLOW_REGISTER_KERNEL("conv2d", DeviceType::kCPU, floating_dtypes(), conv_kernel);
-FLOW_REGISTER_KERNEL("conv2d_grad_input", DeviceType::kCPU, floating_dtypes(), conv_grad_input_kernel);
-FLOW_REGISTER_KERNEL("conv2d_grad_weight", DeviceType::kCPU, floating_dtypes(), conv_grad_weight_kernel);
+// float32 convolution runs in oneDNN (conv_dnnl.cpp); this path serves float64.
+FLOW_REGISTER_KERNEL("conv2d", DeviceType::kCPU, {kFloat64}, conv_kernel);
+FLOW_REGISTER_KERNEL("conv2d_grad_input", DeviceType::kCPU, {kFloat64}, conv_grad_input_kernel);
+FLOW_REGISTER_KERNEL("conv2d_grad_weight", DeviceType::kCPU, {kFloat64}, conv_grad_weight_kernel);
 FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCPU, floating_dtypes(), max_pool_kernel);
 FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCPU, floating_dtypes(), max_pool_grad_kernel);
 FLOW_REGISTER_KERNEL("avg_pool2d", DeviceType::kCPU, floating_dtypes(), avg_pool_kernel<false>);

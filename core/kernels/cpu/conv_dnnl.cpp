@@ -1,0 +1,153 @@
+// float32 convolution through oneDNN (the library libtorch uses on CPU): forward, backward-data
+// and backward-weights primitives over plain NCHW/OIHW buffers, with the layouts oneDNN prefers
+// ("any") and reorders around them. Primitives are cached per (shape, parameters), since
+// creating one JIT-compiles code. float64 stays on im2col + GEMM (conv.cpp): oneDNN has no f64.
+#include <omp.h>
+
+#include <dnnl.hpp>
+#include <map>
+#include <mutex>
+
+#include "core/op.h"
+#include "core/thread_pool.h"
+
+namespace flow::cpu {
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+using Pair = std::vector<int64_t>;
+
+dnnl::engine& engine() {
+  static dnnl::engine instance(dnnl::engine::kind::cpu, 0);
+  return instance;
+}
+
+struct ConvKey {
+  Dims src, weights, dst, strides, dilates, padding;
+  bool bias;
+  auto tie() const { return std::tie(src, weights, dst, strides, dilates, padding, bias); }
+  bool operator<(const ConvKey& other) const { return tie() < other.tie(); }
+};
+
+ConvKey make_key(const Shape& x, const Shape& w, const Shape& y, const Attrs& attrs, bool bias) {
+  const Pair &s = attrs.get<Pair>("stride"), &p = attrs.get<Pair>("padding"), &d = attrs.get<Pair>("dilation");
+  const int64_t groups = attrs.get<int64_t>("groups");
+  Dims weights = groups == 1 ? Dims{w[0], w[1], w[2], w[3]} : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
+  return {Dims(x.begin(), x.end()), weights, Dims(y.begin(), y.end()), {s[0], s[1]}, {d[0] - 1, d[1] - 1}, {p[0], p[1]}, bias};
+}
+
+memory::desc plain(const Dims& dims) {
+  const auto tag = dims.size() == 5 ? memory::format_tag::goihw : (dims.size() == 4 ? memory::format_tag::nchw : memory::format_tag::x);
+  return memory::desc(dims, memory::data_type::f32, tag);
+}
+memory::desc any(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::any); }
+
+// The three primitive descriptors of one convolution configuration.
+struct ConvPrimitives {
+  dnnl::convolution_forward::primitive_desc forward;
+  dnnl::convolution_backward_data::primitive_desc backward_data;
+  dnnl::convolution_backward_weights::primitive_desc backward_weights;
+  dnnl::convolution_forward forward_primitive;
+  dnnl::convolution_backward_data backward_data_primitive;
+  dnnl::convolution_backward_weights backward_weights_primitive;
+};
+
+ConvPrimitives& primitives(const ConvKey& key) {
+  static std::mutex mutex;
+  static std::map<ConvKey, std::unique_ptr<ConvPrimitives>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = cache[key];
+  if (slot) return *slot;
+  const auto algorithm = dnnl::algorithm::convolution_direct;
+  const memory::desc bias_md = key.bias ? any({key.dst[1]}) : memory::desc();
+  dnnl::convolution_forward::desc forward(dnnl::prop_kind::forward_training, algorithm, any(key.src), any(key.weights), bias_md,
+                                          any(key.dst), key.strides, key.dilates, key.padding, key.padding);
+  auto forward_pd = dnnl::convolution_forward::primitive_desc(forward, engine());
+  dnnl::convolution_backward_data::desc data(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides, key.dilates,
+                                             key.padding, key.padding);
+  auto data_pd = dnnl::convolution_backward_data::primitive_desc(data, engine(), forward_pd);
+  dnnl::convolution_backward_weights::desc weights(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides, key.dilates,
+                                                   key.padding, key.padding);
+  auto weights_pd = dnnl::convolution_backward_weights::primitive_desc(weights, engine(), forward_pd);
+  slot = std::make_unique<ConvPrimitives>(ConvPrimitives{forward_pd, data_pd, weights_pd, dnnl::convolution_forward(forward_pd),
+                                                         dnnl::convolution_backward_data(data_pd),
+                                                         dnnl::convolution_backward_weights(weights_pd)});
+  return *slot;
+}
+
+// A oneDNN memory in the layout `wanted`, filled from (or later written back to) a plain buffer.
+struct Bound {
+  memory user, inner;
+  bool reordered;
+};
+Bound bind_memory(const Dims& dims, void* data, const memory::desc& wanted, dnnl::stream& stream, bool read) {
+  memory user(plain(dims), engine(), data);
+  if (wanted == user.get_desc()) return {user, user, false};
+  memory inner(wanted, engine());
+  if (read) dnnl::reorder(user, inner).execute(stream, user, inner);
+  return {user, inner, true};
+}
+void write_back(Bound& bound, dnnl::stream& stream) {
+  if (bound.reordered) dnnl::reorder(bound.inner, bound.user).execute(stream, bound.inner, bound.user);
+}
+
+// oneDNN runs on its OpenMP pool: match it to flow's thread count.
+dnnl::stream stream_for_call() {
+  omp_set_num_threads(get_num_threads());
+  return dnnl::stream(engine());
+}
+
+void forward_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
+  Tensor& y = ctx.outputs[0];
+  const bool has_bias = ctx.inputs.size() == 3;
+  const ConvKey key = make_key(x.shape(), w.shape(), y.shape(), ctx.attrs, has_bias);
+  ConvPrimitives& p = primitives(key);
+  dnnl::stream stream = stream_for_call();
+  Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
+  Bound weights = bind_memory(key.weights, w.data_ptr(), p.forward.weights_desc(), stream, true);
+  Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_WEIGHTS, weights.inner}, {DNNL_ARG_DST, dst.inner}};
+  if (has_bias) args.emplace(DNNL_ARG_BIAS, memory(p.forward.bias_desc(), engine(), ctx.inputs[2].data_ptr()));
+  p.forward_primitive.execute(stream, args);
+  write_back(dst, stream);
+  stream.wait();
+}
+
+void backward_data_kernel(KernelContext& ctx) {
+  const Tensor &grad = ctx.inputs[0], &w = ctx.inputs[1];
+  Tensor& grad_input = ctx.outputs[0];
+  const ConvKey key = make_key(grad_input.shape(), w.shape(), grad.shape(), ctx.attrs, false);
+  ConvPrimitives& p = primitives(key);
+  dnnl::stream stream = stream_for_call();
+  Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward_data.diff_dst_desc(), stream, true);
+  Bound weights = bind_memory(key.weights, w.data_ptr(), p.backward_data.weights_desc(), stream, true);
+  Bound diff_src = bind_memory(key.src, grad_input.data_ptr(), p.backward_data.diff_src_desc(), stream, false);
+  p.backward_data_primitive.execute(stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_WEIGHTS, weights.inner},
+                                             {DNNL_ARG_DIFF_SRC, diff_src.inner}});
+  write_back(diff_src, stream);
+  stream.wait();
+}
+
+void backward_weights_kernel(KernelContext& ctx) {
+  const Tensor &grad = ctx.inputs[0], &x = ctx.inputs[1];
+  Tensor& grad_weight = ctx.outputs[0];
+  const ConvKey key = make_key(x.shape(), grad_weight.shape(), grad.shape(), ctx.attrs, false);
+  ConvPrimitives& p = primitives(key);
+  dnnl::stream stream = stream_for_call();
+  Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward_weights.diff_dst_desc(), stream, true);
+  Bound src = bind_memory(key.src, x.data_ptr(), p.backward_weights.src_desc(), stream, true);
+  Bound diff_weights = bind_memory(key.weights, grad_weight.data_ptr(), p.backward_weights.diff_weights_desc(), stream, false);
+  p.backward_weights_primitive.execute(stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_SRC, src.inner},
+                                                {DNNL_ARG_DIFF_WEIGHTS, diff_weights.inner}});
+  write_back(diff_weights, stream);
+  stream.wait();
+}
+
+FLOW_REGISTER_KERNEL("conv2d", DeviceType::kCPU, {kFloat32}, forward_kernel);
+FLOW_REGISTER_KERNEL("conv2d_grad_input", DeviceType::kCPU, {kFloat32}, backward_data_kernel);
+FLOW_REGISTER_KERNEL("conv2d_grad_weight", DeviceType::kCPU, {kFloat32}, backward_weights_kernel);
+
+}  // namespace
+}  // namespace flow::cpu
