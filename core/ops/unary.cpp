@@ -49,9 +49,21 @@ const OpDef& kSigmoid = unary("sigmoid", [](const VjpContext& ctx) {
   const Tensor y = y0(ctx);
   return TensorList{ctx.grad() * y * (1.0 - y)};
 });
-const OpDef& kRelu = unary("relu", [](const VjpContext& ctx) {
-  return TensorList{where(gt(y0(ctx), 0), ctx.grad(), 0)};
-});
+// relu's gradient in one pass: grad where the output is positive, else 0.
+const OpDef& kReluGrad = OpBuilder("relu_grad")
+                             .inputs({"grad", "output"})
+                             .outputs({"out"})
+                             .strided_inputs()
+                             .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+                               elementwise::check_same_dtype(in, "relu_grad");
+                               return std::vector<TensorMeta>{elementwise::broadcast_meta(in, in[0].dtype, "relu_grad")};
+                             })
+                             .sbp(sbp::elementwise)
+                             .vjp([](const VjpContext& ctx) {
+                               return TensorList{apply_one(find_op("relu_grad"), {ctx.grad(), ctx.input(1)}), Tensor()};
+                             })
+                             .def();
+const OpDef& kRelu = unary("relu", [](const VjpContext& ctx) { return TensorList{apply_one(kReluGrad, {ctx.grad(), y0(ctx)})}; });
 const OpDef& kSilu = unary("silu", [](const VjpContext& ctx) {
   const Tensor x = x0(ctx);
   const Tensor s = sigmoid(x);

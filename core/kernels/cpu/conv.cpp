@@ -173,6 +173,15 @@ PoolGeometry pool_geometry(const Shape& x, const Shape& y, const Attrs& attrs) {
   return {x[0] * x[1], x[2], x[3], y[2], y[3], k[0], k[1], s[0], s[1], p[0], p[1]};
 }
 
+// The valid input range [begin, end) of output position o's window along one axis.
+struct WindowRange {
+  int64_t begin, end;
+};
+inline WindowRange window(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int64_t size) {
+  const int64_t start = o * stride - pad;
+  return {std::max<int64_t>(start, 0), std::min<int64_t>(start + kernel, size)};
+}
+
 void max_pool_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const PoolGeometry g = pool_geometry(x.shape(), ctx.outputs[0].shape(), ctx.attrs);
@@ -180,25 +189,22 @@ void max_pool_kernel(KernelContext& ctx) {
     const T* in = static_cast<const T*>(x.data_ptr());
     T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
     int64_t* indices = static_cast<int64_t*>(ctx.outputs[1].data_ptr());
-    parallel_for(0, g.planes, 1, [&](int64_t begin, int64_t end) {
+    parallel_for(0, g.planes, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.h * g.w, 1)), [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
         const T* src = in + plane * g.h * g.w;
         for (int64_t y = 0; y < g.oh; ++y) {
+          const WindowRange rows = window(y, g.sh, g.ph, g.kh, g.h);
           for (int64_t x0 = 0; x0 < g.ow; ++x0) {
-            T best = -std::numeric_limits<T>::infinity();
-            int64_t best_index = -1;
-            for (int64_t ki = 0; ki < g.kh; ++ki) {
-              const int64_t iy = y * g.sh - g.ph + ki;
-              if (iy < 0 || iy >= g.h) continue;
-              for (int64_t kj = 0; kj < g.kw; ++kj) {
-                const int64_t ix = x0 * g.sw - g.pw + kj;
-                if (ix < 0 || ix >= g.w) continue;
+            const WindowRange cols = window(x0, g.sw, g.pw, g.kw, g.w);
+            int64_t best_index = rows.begin * g.w + cols.begin;
+            T best = src[best_index];
+            for (int64_t iy = rows.begin; iy < rows.end; ++iy) {
+              for (int64_t ix = cols.begin; ix < cols.end; ++ix) {
                 const T v = src[iy * g.w + ix];
-                if (v > best || best_index < 0 || v != v) {
-                  best = v;
-                  best_index = iy * g.w + ix;
-                  if (v != v) break;
-                }
+                // Branch-free select (random data would mispredict); NaN wins and stays, as in PyTorch.
+                const bool take = (v > best) | ((v != v) & (best == best));
+                best = take ? v : best;
+                best_index = take ? iy * g.w + ix : best_index;
               }
             }
             const int64_t o = (plane * g.oh + y) * g.ow + x0;
@@ -228,7 +234,8 @@ void max_pool_grad_kernel(KernelContext& ctx) {
   });
 }
 
-// forward (to_output): out = mean of window; backward: each window's grad spread over it.
+// Forward: out = mean of the window (padding counted); backward: each window's gradient spread
+// evenly over it.
 template <bool backward>
 void avg_pool_kernel(KernelContext& ctx) {
   const Tensor& src_tensor = ctx.inputs[0];
@@ -236,29 +243,31 @@ void avg_pool_kernel(KernelContext& ctx) {
   const Shape& in_shape = backward ? dst_tensor.shape() : src_tensor.shape();
   const Shape& out_shape = backward ? src_tensor.shape() : dst_tensor.shape();
   const PoolGeometry g = pool_geometry(in_shape, out_shape, ctx.attrs);
-  const double scale = 1.0 / static_cast<double>(g.kh * g.kw);
   FLOW_DISPATCH_FLOATING(src_tensor.dtype(), "avg_pool2d", [&]<typename T>() {
+    const T scale = T(1) / static_cast<T>(g.kh * g.kw);
     const T* src = static_cast<const T*>(src_tensor.data_ptr());
     T* dst = static_cast<T*>(dst_tensor.data_ptr());
     if (backward) std::memset(dst, 0, static_cast<size_t>(dst_tensor.numel()) * sizeof(T));
-    parallel_for(0, g.planes, 1, [&](int64_t begin, int64_t end) {
+    parallel_for(0, g.planes, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.h * g.w, 1)), [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
+        const int64_t base = plane * g.h * g.w;
         for (int64_t y = 0; y < g.oh; ++y) {
+          const WindowRange rows = window(y, g.sh, g.ph, g.kh, g.h);
           for (int64_t x0 = 0; x0 < g.ow; ++x0) {
+            const WindowRange cols = window(x0, g.sw, g.pw, g.kw, g.w);
             const int64_t o = (plane * g.oh + y) * g.ow + x0;
-            T total = 0;
-            for (int64_t ki = 0; ki < g.kh; ++ki) {
-              const int64_t iy = y * g.sh - g.ph + ki;
-              if (iy < 0 || iy >= g.h) continue;
-              for (int64_t kj = 0; kj < g.kw; ++kj) {
-                const int64_t ix = x0 * g.sw - g.pw + kj;
-                if (ix < 0 || ix >= g.w) continue;
-                const int64_t i = plane * g.h * g.w + iy * g.w + ix;
-                if constexpr (backward) dst[i] += src[o] * static_cast<T>(scale);
-                else total += src[i];
+            if constexpr (backward) {
+              const T share = src[o] * scale;
+              for (int64_t iy = rows.begin; iy < rows.end; ++iy) {
+                for (int64_t ix = cols.begin; ix < cols.end; ++ix) dst[base + iy * g.w + ix] += share;
               }
+            } else {
+              T total = 0;
+              for (int64_t iy = rows.begin; iy < rows.end; ++iy) {
+                for (int64_t ix = cols.begin; ix < cols.end; ++ix) total += src[base + iy * g.w + ix];
+              }
+              dst[o] = total * scale;
             }
-            if constexpr (!backward) dst[o] = total * static_cast<T>(scale);
           }
         }
       }
@@ -266,7 +275,6 @@ void avg_pool_kernel(KernelContext& ctx) {
   });
 }
 
-// float32 convolution runs in oneDNN (conv_dnnl.cpp); this path serves float64.
 FLOW_REGISTER_KERNEL("conv2d", DeviceType::kCPU, {kFloat64}, conv_kernel);
 FLOW_REGISTER_KERNEL("conv2d_grad_input", DeviceType::kCPU, {kFloat64}, conv_grad_input_kernel);
 FLOW_REGISTER_KERNEL("conv2d_grad_weight", DeviceType::kCPU, {kFloat64}, conv_grad_weight_kernel);

@@ -144,6 +144,20 @@ template <typename Out, typename A, typename B, typename C, typename F>
 void ternary_loop(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, F f) {
   auto plan = make_loop_plan<4>(out, {&a, &b, &c});
   for_each_run(plan, [&](const std::array<char*, 4>& p, const std::array<int64_t, 4>& s, int64_t n) {
+    Out* __restrict o = reinterpret_cast<Out*>(p[0]);
+    const A* __restrict x = reinterpret_cast<const A*>(p[1]);
+    const B* __restrict y = reinterpret_cast<const B*>(p[2]);
+    const C* __restrict z = reinterpret_cast<const C*>(p[3]);
+    const bool dense = s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == sizeof(B);
+    if (dense && s[3] == sizeof(C)) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i], z[i]);
+      return;
+    }
+    if (dense && s[3] == 0) {  // a scalar third operand, as in where(mask, grad, 0)
+      const C zv = *z;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i], zv);
+      return;
+    }
     for (int64_t i = 0; i < n; ++i) {
       *reinterpret_cast<Out*>(p[0] + i * s[0]) =
           f(*reinterpret_cast<const A*>(p[1] + i * s[1]), *reinterpret_cast<const B*>(p[2] + i * s[2]),

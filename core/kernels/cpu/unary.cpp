@@ -78,6 +78,12 @@ void gelu_grad_kernel(KernelContext& ctx) {
   });
 }
 
+void relu_grad_kernel(KernelContext& ctx) {
+  FLOW_DISPATCH_NUMERIC(ctx.inputs[0].dtype(), "relu_grad", [&]<typename T>() {
+    binary_loop<T, T, T>(ctx.outputs[0], ctx.inputs[0], ctx.inputs[1], [](T g, T y) { return y > T(0) ? g : T(0); });
+  });
+}
+
 void clamp_kernel(KernelContext& ctx) {
   const bool has_min = ctx.attrs.get<bool>("has_min"), has_max = ctx.attrs.get<bool>("has_max");
   FLOW_DISPATCH_NUMERIC(ctx.inputs[0].dtype(), "clamp", [&]<typename T>() {
@@ -101,6 +107,7 @@ FLOW_REGISTER_KERNEL("neg", DeviceType::kCPU, kNumeric, numeric_kernel("neg", ne
 FLOW_REGISTER_KERNEL("abs", DeviceType::kCPU, kNumeric, numeric_kernel("abs", abs_fn));
 FLOW_REGISTER_KERNEL("sign", DeviceType::kCPU, kNumeric, numeric_kernel("sign", sign_fn));
 FLOW_REGISTER_KERNEL("relu", DeviceType::kCPU, kNumeric, numeric_kernel("relu", relu_fn));
+FLOW_REGISTER_KERNEL("relu_grad", DeviceType::kCPU, kNumeric, relu_grad_kernel);
 FLOW_REGISTER_KERNEL("exp", DeviceType::kCPU, kFloating, floating_kernel("exp", [](auto x) { return std::exp(x); }));
 FLOW_REGISTER_KERNEL("log", DeviceType::kCPU, kFloating, floating_kernel("log", [](auto x) { return std::log(x); }));
 FLOW_REGISTER_KERNEL("sqrt", DeviceType::kCPU, kFloating, floating_kernel("sqrt", [](auto x) { return std::sqrt(x); }));
