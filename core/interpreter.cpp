@@ -69,7 +69,17 @@ TensorList EagerInterpreter::apply(const OpDef& op, const TensorList& inputs, co
     outputs.push_back(op.view(inputs, attrs));
   } else {
     outputs.reserve(out_metas.size());
-    for (const auto& meta : out_metas) outputs.push_back(make_tensor(meta.shape, meta.dtype, meta.device));
+    for (size_t i = 0; i < out_metas.size(); ++i) {
+      if (op.inplace) {
+        if (!inputs[i].is_contiguous()) {
+          fail(op.name, "writes in place and needs contiguous tensors, but input ", i, " ", inputs[i].shape(), " has strides ",
+               Shape(inputs[i].strides()));
+        }
+        outputs.push_back(inputs[i]);
+      } else {
+        outputs.push_back(make_tensor(out_metas[i].shape, out_metas[i].dtype, out_metas[i].device));
+      }
+    }
     std::vector<TensorMeta> in_metas;
     for (const auto& t : inputs) in_metas.push_back(meta_of(t));
     Device device = out_metas.empty() ? in_metas.at(0).device : out_metas[0].device;
@@ -88,6 +98,9 @@ TensorList EagerInterpreter::apply(const OpDef& op, const TensorList& inputs, co
     } else {
       KernelContext ctx{inputs, outputs, attrs};
       kernel(ctx);
+    }
+    if (op.inplace) {
+      for (auto& out : outputs) out.storage()->bump_version();
     }
   }
   if (g_recorder != nullptr) g_recorder->record(op, inputs, outputs, attrs);

@@ -106,6 +106,10 @@ OpBuilder& OpBuilder::mixed_devices() {
   def_.mixed_devices = true;
   return *this;
 }
+OpBuilder& OpBuilder::inplace() {
+  def_.inplace = true;
+  return *this;
+}
 OpBuilder& OpBuilder::infer(InferFn fn) {
   def_.infer = std::move(fn);
   return *this;

@@ -113,6 +113,9 @@ struct OpDef {
   bool contiguous_inputs = true;
   // Inputs may live on different devices (the device copy op).
   bool mixed_devices = false;
+  // In-place ops write their outputs into their first inputs (output i is input i): no output is
+  // allocated, and the written storages' versions are bumped.
+  bool inplace = false;
 
   InferFn infer;
   SbpFn sbp;
@@ -146,6 +149,7 @@ class OpBuilder {
   OpBuilder& attrs(std::vector<std::string> names);
   OpBuilder& strided_inputs();
   OpBuilder& mixed_devices();
+  OpBuilder& inplace();
   OpBuilder& infer(InferFn fn);
   OpBuilder& sbp(SbpFn fn);
   OpBuilder& vjp(VjpFn fn);

@@ -6,6 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/functional.h"
+#include "core/ops/optimizer_update.h"
 
 namespace flow::optim {
 namespace {
@@ -121,6 +122,20 @@ void SGD::step() {
     const bool nesterov = group.options.at("nesterov") != 0;
     for (auto& p : group.params) {
       if (!p.grad().defined()) continue;
+      if (sgd_update_supported(p, p.grad())) {
+        auto& state = state_of(p);
+        Tensor* buffer = nullptr;
+        bool initialized = true;
+        if (momentum != 0) {
+          auto it = state.find("momentum_buffer");
+          initialized = it != state.end();
+          if (!initialized) it = state.emplace("momentum_buffer", empty_like(p)).first;
+          buffer = &it->second;
+        }
+        sgd_update_(p, p.grad(), buffer, lr, momentum, dampening, weight_decay, nesterov, initialized);
+        continue;
+      }
+      // Devices or layouts without the fused kernel: the same update in element-wise ops.
       Tensor d = p.grad();
       if (weight_decay != 0) d = d + p * weight_decay;
       if (momentum != 0) {

@@ -5,6 +5,7 @@
 
 #include "common/test_util.h"
 #include "core/flow.h"
+#include "core/ops/optimizer_update.h"
 
 namespace {
 
@@ -88,4 +89,17 @@ TEST(ThreadPool, ParallelForCoversRangeAndPropagatesErrors) {
                                       }),
                    "[worker] boom");
   EXPECT_THROW_MSG(flow::set_num_threads(0), "[set_num_threads] expected at least 1 thread");
+}
+
+TEST(Dispatch, InPlaceOpsWriteTheirInputsAndBumpVersions) {
+  flow::Tensor p = flow::ones({4}), g = flow::full({4}, 2.0);
+  const auto version = p.storage()->version();
+  flow::sgd_update_(p, g, nullptr, 0.5, 0, 0, 0, false, true);
+  EXPECT_EQ(p.tolist<float>(), std::vector<float>(4, 0.f));
+  EXPECT_GT(p.storage()->version(), version);
+  flow::Tensor strided = flow::ones({4, 2}).t();
+  EXPECT_THROW_MSG(flow::sgd_update_(strided, flow::ones({2, 4}), nullptr, 0.1, 0, 0, 0, false, true),
+                   "[sgd_update] writes in place and needs contiguous tensors");
+  EXPECT_THROW_MSG(flow::sgd_update_(p, flow::ones({3}), nullptr, 0.1, 0, 0, 0, false, true),
+                   "[sgd_update] param, grad and buffer must share shape and dtype");
 }

@@ -4,6 +4,7 @@
 
 #include "common/test_util.h"
 #include "core/functional.h"
+#include "autograd/grad_mode.h"
 #include "optim/optimizer.h"
 
 using flow::Tensor;
@@ -88,4 +89,29 @@ TEST(Optimizer, ParamGroupsZeroGradAndErrors) {
   EXPECT_THROW_MSG(optim::SGD({a}, optim::SGDOptions(-1)), "[SGD] invalid learning rate: -1");
   EXPECT_THROW_MSG(optim::SGD({a}, optim::SGDOptions(0.1).nesterov(true)), "nesterov momentum requires a momentum");
   EXPECT_THROW_MSG(optim::Adam({a}, optim::AdamOptions().betas(1.0, 0.9)), "[Adam] invalid beta parameters");
+}
+
+TEST(SGD, FusedUpdateMatchesElementwiseFallback) {
+  // Contiguous CPU parameters take the fused sgd_update op; a strided one takes the op-by-op path.
+  flow::manual_seed(25);
+  Tensor base = flow::randn({6, 4}, flow::kFloat64);
+  Tensor fused = base.clone().requires_grad_();
+  Tensor strided_storage = flow::zeros({4, 6}, flow::kFloat64);
+  Tensor strided = strided_storage.t();
+  {
+    flow::autograd::NoGradGuard no_grad;
+    strided.copy_(base);
+  }
+  strided.requires_grad_();
+  ASSERT_FALSE(strided.is_contiguous());
+  optim::SGD a({fused}, optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01).nesterov(true));
+  optim::SGD b({strided}, optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01).nesterov(true));
+  for (int step = 0; step < 3; ++step) {
+    Tensor g = flow::randn({6, 4}, flow::kFloat64);
+    fused.set_grad(g);
+    strided.set_grad(g.clone());
+    a.step();
+    b.step();
+  }
+  EXPECT_TRUE(flow::allclose(fused, strided, 1e-12, 1e-12));
 }
