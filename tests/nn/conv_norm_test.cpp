@@ -105,3 +105,29 @@ TEST(ConvNorm, Float32ConvGradientsMatchFloat64Path) {
     for (size_t i = 0; i < 3; ++i) flow::testing::expect_close(single[i], reference[i], 1e-4, 1e-4);
   }
 }
+
+TEST(ConvNorm, NormForwardsMatchReference) {
+  flow::manual_seed(26);
+  // Reference: normalise each group of `group` consecutive values (double, population variance).
+  auto reference = [](const Tensor& x, int64_t group, double eps) {
+    auto v = flow::testing::values(x);
+    for (size_t start = 0; start < v.size(); start += static_cast<size_t>(group)) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < group; ++i) mean += v[start + i];
+      mean /= group;
+      for (int64_t i = 0; i < group; ++i) var += (v[start + i] - mean) * (v[start + i] - mean);
+      var /= group;
+      for (int64_t i = 0; i < group; ++i) v[start + i] = (v[start + i] - mean) / std::sqrt(var + eps);
+    }
+    return flow::tensor(v, x.shape());
+  };
+  Tensor x = flow::randn({3, 4, 5}) * 3 + 2;
+  nn::LayerNorm ln({4, 5}, 1e-5);
+  flow::testing::expect_close(ln(x), reference(x, 20, 1e-5), 1e-4, 1e-5);
+  nn::GroupNorm gn(2, 4, 1e-5);
+  flow::testing::expect_close(gn(x), reference(x, 10, 1e-5), 1e-4, 1e-5);
+  ln.weight.requires_grad_(false).fill_(2);
+  ln.bias.requires_grad_(false).fill_(1);
+  flow::testing::expect_close(ln(x), reference(x, 20, 1e-5) * 2.0 + 1.0, 1e-4, 1e-5);
+  EXPECT_THROW_MSG(ln(flow::zeros({3, 5, 4})), "[layer_norm] input (3,5,4) does not end with normalized_shape (4,5)");
+}
