@@ -53,6 +53,15 @@ void Optimizer::zero_grad(bool set_to_none) {
   }
 }
 
+void Optimizer::for_each_update(const std::function<void(const std::map<std::string, double>&, Tensor&)>& update) {
+  autograd::NoGradGuard no_grad;
+  for (auto& group : groups_) {
+    for (auto& p : group.params) {
+      if (p.grad().defined()) update(group.options, p);
+    }
+  }
+}
+
 std::map<std::string, Tensor>& Optimizer::state_of(const Tensor& param) { return state_[param.impl()]; }
 int64_t& Optimizer::step_of(const Tensor& param) { return steps_[param.impl()]; }
 
@@ -115,42 +124,38 @@ SGD::SGD(const TensorList& params, const SGDOptions& o)
 }
 
 void SGD::step() {
-  autograd::NoGradGuard no_grad;
-  for (auto& group : param_groups()) {
-    const double lr = group.options.at("lr"), momentum = group.options.at("momentum");
-    const double dampening = group.options.at("dampening"), weight_decay = group.options.at("weight_decay");
-    const bool nesterov = group.options.at("nesterov") != 0;
-    for (auto& p : group.params) {
-      if (!p.grad().defined()) continue;
-      if (sgd_update_supported(p, p.grad())) {
-        auto& state = state_of(p);
-        Tensor* buffer = nullptr;
-        bool initialized = true;
-        if (momentum != 0) {
-          auto it = state.find("momentum_buffer");
-          initialized = it != state.end();
-          if (!initialized) it = state.emplace("momentum_buffer", empty_like(p)).first;
-          buffer = &it->second;
-        }
-        sgd_update_(p, p.grad(), buffer, lr, momentum, dampening, weight_decay, nesterov, initialized);
-        continue;
-      }
-      // Devices or layouts without the fused kernel: the same update in element-wise ops.
-      Tensor d = p.grad();
-      if (weight_decay != 0) d = d + p * weight_decay;
+  for_each_update([&](const std::map<std::string, double>& options, Tensor& p) {
+    const double lr = options.at("lr"), momentum = options.at("momentum");
+    const double dampening = options.at("dampening"), weight_decay = options.at("weight_decay");
+    const bool nesterov = options.at("nesterov") != 0;
+    if (sgd_update_supported(p, p.grad())) {
+      auto& state = state_of(p);
+      Tensor* buffer = nullptr;
+      bool initialized = true;
       if (momentum != 0) {
-        auto& state = state_of(p);
         auto it = state.find("momentum_buffer");
-        if (it == state.end()) {
-          it = state.emplace("momentum_buffer", d.clone()).first;
-        } else {
-          assign(it->second, it->second * momentum + d * (1.0 - dampening));
-        }
-        d = nesterov ? d + it->second * momentum : it->second;
+        initialized = it != state.end();
+        if (!initialized) it = state.emplace("momentum_buffer", empty_like(p)).first;
+        buffer = &it->second;
       }
-      assign(p, p - d * lr);
+      sgd_update_(p, p.grad(), buffer, lr, momentum, dampening, weight_decay, nesterov, initialized);
+      return;
     }
-  }
+    // Devices or layouts without the fused kernel: the same update in element-wise ops.
+    Tensor d = p.grad();
+    if (weight_decay != 0) d = d + p * weight_decay;
+    if (momentum != 0) {
+      auto& state = state_of(p);
+      auto it = state.find("momentum_buffer");
+      if (it == state.end()) {
+        it = state.emplace("momentum_buffer", d.clone()).first;
+      } else {
+        assign(it->second, it->second * momentum + d * (1.0 - dampening));
+      }
+      d = nesterov ? d + it->second * momentum : it->second;
+    }
+    assign(p, p - d * lr);
+  });
 }
 
 Adam::Adam(const TensorList& params, const AdamOptions& options) : Adam(params, options, "Adam", false) {}
@@ -167,33 +172,29 @@ Adam::Adam(const TensorList& params, const AdamOptions& o, std::string name, boo
 }
 
 void Adam::step() {
-  autograd::NoGradGuard no_grad;
-  for (auto& group : param_groups()) {
-    const double lr = group.options.at("lr"), beta1 = group.options.at("beta1"), beta2 = group.options.at("beta2");
-    const double eps = group.options.at("eps"), weight_decay = group.options.at("weight_decay");
-    for (auto& p : group.params) {
-      if (!p.grad().defined()) continue;
-      Tensor g = p.grad();
-      if (weight_decay != 0) {
-        if (decoupled_weight_decay_) assign(p, p * (1.0 - lr * weight_decay));
-        else g = g + p * weight_decay;
-      }
-      auto& state = state_of(p);
-      if (!state.count("exp_avg")) {
-        state["exp_avg"] = zeros_like(p);
-        state["exp_avg_sq"] = zeros_like(p);
-      }
-      const int64_t step = ++step_of(p);
-      Tensor& m = state["exp_avg"];
-      Tensor& v = state["exp_avg_sq"];
-      assign(m, m * beta1 + g * (1.0 - beta1));
-      assign(v, v * beta2 + g * g * (1.0 - beta2));
-      const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(step));
-      const double bias2 = 1.0 - std::pow(beta2, static_cast<double>(step));
-      const Tensor denom = sqrt(v) / std::sqrt(bias2) + eps;
-      assign(p, p - m / denom * (lr / bias1));
+  for_each_update([&](const std::map<std::string, double>& options, Tensor& p) {
+    const double lr = options.at("lr"), beta1 = options.at("beta1"), beta2 = options.at("beta2");
+    const double eps = options.at("eps"), weight_decay = options.at("weight_decay");
+    Tensor g = p.grad();
+    if (weight_decay != 0) {
+      if (decoupled_weight_decay_) assign(p, p * (1.0 - lr * weight_decay));
+      else g = g + p * weight_decay;
     }
-  }
+    auto& state = state_of(p);
+    if (!state.count("exp_avg")) {
+      state["exp_avg"] = zeros_like(p);
+      state["exp_avg_sq"] = zeros_like(p);
+    }
+    const int64_t step = ++step_of(p);
+    Tensor& m = state["exp_avg"];
+    Tensor& v = state["exp_avg_sq"];
+    assign(m, m * beta1 + g * (1.0 - beta1));
+    assign(v, v * beta2 + g * g * (1.0 - beta2));
+    const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+    const double bias2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+    const Tensor denom = sqrt(v) / std::sqrt(bias2) + eps;
+    assign(p, p - m / denom * (lr / bias1));
+  });
 }
 
 AdamW::AdamW(const TensorList& params, const AdamOptions& options) : Adam(params, options, "AdamW", true) {}
@@ -208,38 +209,34 @@ RMSprop::RMSprop(const TensorList& params, const RMSpropOptions& o)
 }
 
 void RMSprop::step() {
-  autograd::NoGradGuard no_grad;
-  for (auto& group : param_groups()) {
-    const double lr = group.options.at("lr"), alpha = group.options.at("alpha"), eps = group.options.at("eps");
-    const double weight_decay = group.options.at("weight_decay"), momentum = group.options.at("momentum");
-    const bool centered = group.options.at("centered") != 0;
-    for (auto& p : group.params) {
-      if (!p.grad().defined()) continue;
-      Tensor g = p.grad();
-      if (weight_decay != 0) g = g + p * weight_decay;
-      auto& state = state_of(p);
-      if (!state.count("square_avg")) state["square_avg"] = zeros_like(p);
-      ++step_of(p);
-      Tensor& square_avg = state["square_avg"];
-      assign(square_avg, square_avg * alpha + g * g * (1.0 - alpha));
-      Tensor avg = square_avg;
-      if (centered) {
-        if (!state.count("grad_avg")) state["grad_avg"] = zeros_like(p);
-        Tensor& grad_avg = state["grad_avg"];
-        assign(grad_avg, grad_avg * alpha + g * (1.0 - alpha));
-        avg = avg - grad_avg * grad_avg;
-      }
-      const Tensor denom = sqrt(avg) + eps;
-      if (momentum > 0) {
-        if (!state.count("momentum_buffer")) state["momentum_buffer"] = zeros_like(p);
-        Tensor& buf = state["momentum_buffer"];
-        assign(buf, buf * momentum + g / denom);
-        assign(p, p - buf * lr);
-      } else {
-        assign(p, p - g / denom * lr);
-      }
+  for_each_update([&](const std::map<std::string, double>& options, Tensor& p) {
+    const double lr = options.at("lr"), alpha = options.at("alpha"), eps = options.at("eps");
+    const double weight_decay = options.at("weight_decay"), momentum = options.at("momentum");
+    const bool centered = options.at("centered") != 0;
+    Tensor g = p.grad();
+    if (weight_decay != 0) g = g + p * weight_decay;
+    auto& state = state_of(p);
+    if (!state.count("square_avg")) state["square_avg"] = zeros_like(p);
+    ++step_of(p);
+    Tensor& square_avg = state["square_avg"];
+    assign(square_avg, square_avg * alpha + g * g * (1.0 - alpha));
+    Tensor avg = square_avg;
+    if (centered) {
+      if (!state.count("grad_avg")) state["grad_avg"] = zeros_like(p);
+      Tensor& grad_avg = state["grad_avg"];
+      assign(grad_avg, grad_avg * alpha + g * (1.0 - alpha));
+      avg = avg - grad_avg * grad_avg;
     }
-  }
+    const Tensor denom = sqrt(avg) + eps;
+    if (momentum > 0) {
+      if (!state.count("momentum_buffer")) state["momentum_buffer"] = zeros_like(p);
+      Tensor& buf = state["momentum_buffer"];
+      assign(buf, buf * momentum + g / denom);
+      assign(p, p - buf * lr);
+    } else {
+      assign(p, p - g / denom * lr);
+    }
+  });
 }
 
 Adagrad::Adagrad(const TensorList& params, const AdagradOptions& o)
@@ -251,23 +248,19 @@ Adagrad::Adagrad(const TensorList& params, const AdagradOptions& o)
 }
 
 void Adagrad::step() {
-  autograd::NoGradGuard no_grad;
-  for (auto& group : param_groups()) {
-    const double lr = group.options.at("lr"), lr_decay = group.options.at("lr_decay"), eps = group.options.at("eps");
-    const double weight_decay = group.options.at("weight_decay");
-    for (auto& p : group.params) {
-      if (!p.grad().defined()) continue;
-      Tensor g = p.grad();
-      if (weight_decay != 0) g = g + p * weight_decay;
-      auto& state = state_of(p);
-      if (!state.count("sum")) state["sum"] = full_like(p, group.options.at("initial_accumulator_value"));
-      const int64_t step = ++step_of(p);
-      Tensor& sum_sq = state["sum"];
-      assign(sum_sq, sum_sq + g * g);
-      const double clr = lr / (1 + static_cast<double>(step - 1) * lr_decay);
-      assign(p, p - g / (sqrt(sum_sq) + eps) * clr);
-    }
-  }
+  for_each_update([&](const std::map<std::string, double>& options, Tensor& p) {
+    const double lr = options.at("lr"), lr_decay = options.at("lr_decay"), eps = options.at("eps");
+    const double weight_decay = options.at("weight_decay");
+    Tensor g = p.grad();
+    if (weight_decay != 0) g = g + p * weight_decay;
+    auto& state = state_of(p);
+    if (!state.count("sum")) state["sum"] = full_like(p, options.at("initial_accumulator_value"));
+    const int64_t step = ++step_of(p);
+    Tensor& sum_sq = state["sum"];
+    assign(sum_sq, sum_sq + g * g);
+    const double clr = lr / (1 + static_cast<double>(step - 1) * lr_decay);
+    assign(p, p - g / (sqrt(sum_sq) + eps) * clr);
+  });
 }
 
 }  // namespace flow::optim

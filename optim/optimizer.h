@@ -1,6 +1,7 @@
 #pragma once
 // Optimizers. Each update is written in functional ops over (param, grad, state), run without
 // recording gradients, so the Graph compiler can later emit the same update as ops.
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ class Optimizer {
 
  protected:
   Optimizer(const TensorList& params, std::map<std::string, double> defaults, std::string name);
+  // Calls update(options, param) for every parameter that has a gradient, without recording
+  // gradients: the loop every step() shares.
+  void for_each_update(const std::function<void(const std::map<std::string, double>&, Tensor&)>& update);
   // Per-parameter state tensors (momentum buffers, moments) and step counts.
   std::map<std::string, Tensor>& state_of(const Tensor& param);
   int64_t& step_of(const Tensor& param);
