@@ -97,8 +97,10 @@ KernelFn comparison_scalar(const char* name, F f) {
 
 void where_kernel(KernelContext& ctx) {
   FLOW_DISPATCH_ALL(ctx.inputs[1].dtype(), "where", [&]<typename T>() {
-    ternary_loop<T, bool, T, T>(ctx.outputs[0], ctx.inputs[0], ctx.inputs[1], ctx.inputs[2],
-                                [](bool c, T a, T b) { return c ? a : b; });
+    // The condition is read as bytes: a `bool` operand makes GCC emit a branch per element
+    // instead of a vectorised blend (about 20x slower on random masks).
+    ternary_loop<T, uint8_t, T, T>(ctx.outputs[0], ctx.inputs[0], ctx.inputs[1], ctx.inputs[2],
+                                   [](uint8_t c, T a, T b) { return c != 0 ? a : b; });
   });
 }
 
