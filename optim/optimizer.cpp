@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <set>
 
+#include <glog/logging.h>
+
 #include "autograd/grad_mode.h"
 #include "core/functional.h"
 #include "core/ops/optimizer_update.h"
@@ -53,17 +55,82 @@ void Optimizer::zero_grad(bool set_to_none) {
   }
 }
 
-void Optimizer::for_each_update(const std::function<void(const std::map<std::string, double>&, Tensor&)>& update) {
+Tensor StepScalars::operand(const std::string& name, const Tensor& like) const {
+  auto fed = fed_.find(name);
+  if (fed != fed_.end()) return fed->second;
+  return scalar_tensor(value(name), TensorOptions(like.dtype()).device(like.device()));
+}
+
+double StepScalars::value(const std::string& name) const {
+  CHECK(!traced()) << "per-step scalar '" << name << "' read as a double while a Graph traces the update";
+  auto it = values_.find(name);
+  CHECK(it != values_.end()) << "no per-step scalar '" << name << "'";
+  return it->second;
+}
+
+std::map<std::string, double> Optimizer::step_scalars(const std::map<std::string, double>& options, int64_t) const {
+  return {{"lr", options.at("lr")}};
+}
+
+const ParamGroup& Optimizer::group_of(const Tensor& param) const {
+  for (const auto& group : groups_) {
+    for (const auto& p : group.params) {
+      if (p.same(param)) return group;
+    }
+  }
+  fail(name_, "the tensor ", param.shape(), " is not a parameter of this optimizer");
+}
+
+std::map<std::string, Tensor>& Optimizer::state_for(const Tensor& param) {
+  auto it = state_.find(param.impl());
+  if (it == state_.end()) {
+    it = state_.emplace(param.impl(), std::map<std::string, Tensor>()).first;
+    autograd::NoGradGuard no_grad;
+    create_state(param, group_of(param).options, it->second);
+  }
+  return it->second;
+}
+
+void Optimizer::step() {
   autograd::NoGradGuard no_grad;
   for (auto& group : groups_) {
     for (auto& p : group.params) {
-      if (p.grad().defined()) update(group.options, p);
+      if (!p.grad().defined()) continue;
+      auto& state = state_for(p);
+      const StepScalars scalars(step_scalars(group.options, ++steps_[p.impl()]));
+      update(p, p.grad(), group.options, state, scalars);
     }
   }
 }
 
-std::map<std::string, Tensor>& Optimizer::state_of(const Tensor& param) { return state_[param.impl()]; }
-int64_t& Optimizer::step_of(const Tensor& param) { return steps_[param.impl()]; }
+void Optimizer::init_state(const TensorList& params) {
+  for (const auto& p : params) state_for(p);
+}
+
+std::vector<std::string> Optimizer::step_scalar_names(const Tensor& param) const {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : step_scalars(group_of(param).options, 1)) names.push_back(name);
+  return names;
+}
+
+void Optimizer::trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed) {
+  autograd::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor p = params[i];
+    const auto& options = group_of(p).options;
+    std::map<std::string, double> values;
+    std::map<std::string, Tensor> tensors;
+    for (const auto& name : step_scalar_names(p)) tensors[name] = fed(i, name);
+    update(p, p.grad(), options, state_for(p), StepScalars(values, tensors));
+  }
+}
+
+std::vector<std::map<std::string, double>> Optimizer::next_step_scalars(const TensorList& params) {
+  std::vector<std::map<std::string, double>> out;
+  out.reserve(params.size());
+  for (const auto& p : params) out.push_back(step_scalars(group_of(p).options, ++steps_[p.impl()]));
+  return out;
+}
 
 StateDict Optimizer::state_dict() const {
   StateDict out;
@@ -123,39 +190,33 @@ SGD::SGD(const TensorList& params, const SGDOptions& o)
   if (o.nesterov_ && (o.momentum_ <= 0 || o.dampening_ != 0)) fail("SGD", "nesterov momentum requires a momentum and zero dampening");
 }
 
-void SGD::step() {
-  for_each_update([&](const std::map<std::string, double>& options, Tensor& p) {
-    const double lr = options.at("lr"), momentum = options.at("momentum");
-    const double dampening = options.at("dampening"), weight_decay = options.at("weight_decay");
-    const bool nesterov = options.at("nesterov") != 0;
-    if (sgd_update_supported(p, p.grad())) {
-      auto& state = state_of(p);
-      Tensor* buffer = nullptr;
-      bool initialized = true;
-      if (momentum != 0) {
-        auto it = state.find("momentum_buffer");
-        initialized = it != state.end();
-        if (!initialized) it = state.emplace("momentum_buffer", empty_like(p)).first;
-        buffer = &it->second;
-      }
-      sgd_update_(p, p.grad(), buffer, lr, momentum, dampening, weight_decay, nesterov, initialized);
-      return;
-    }
-    // Devices or layouts without the fused kernel: the same update in element-wise ops.
-    Tensor d = p.grad();
-    if (weight_decay != 0) d = d + p * weight_decay;
-    if (momentum != 0) {
-      auto& state = state_of(p);
-      auto it = state.find("momentum_buffer");
-      if (it == state.end()) {
-        it = state.emplace("momentum_buffer", d.clone()).first;
-      } else {
-        assign(it->second, it->second * momentum + d * (1.0 - dampening));
-      }
-      d = nesterov ? d + it->second * momentum : it->second;
-    }
-    assign(p, p - d * lr);
-  });
+void SGD::create_state(const Tensor& param, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state) {
+  if (options.at("momentum") != 0) state["momentum_buffer"] = zeros_like(param);
+}
+
+// The momentum buffer starts at zero and takes the whole first gradient (PyTorch's buf = d):
+// dampening applies from the second step on.
+std::map<std::string, double> SGD::step_scalars(const std::map<std::string, double>& options, int64_t step) const {
+  return {{"lr", options.at("lr")}, {"grad_scale", step == 1 ? 1.0 : 1.0 - options.at("dampening")}};
+}
+
+void SGD::update(Tensor& p, const Tensor& grad, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state,
+                 const StepScalars& scalars) {
+  const double momentum = options.at("momentum"), weight_decay = options.at("weight_decay");
+  const bool nesterov = options.at("nesterov") != 0;
+  Tensor* buffer = momentum != 0 ? &state.at("momentum_buffer") : nullptr;
+  if (!scalars.traced() && sgd_update_supported(p, grad)) {
+    sgd_update_(p, grad, buffer, scalars.value("lr"), momentum, 1.0 - scalars.value("grad_scale"), weight_decay, nesterov, true);
+    return;
+  }
+  // Traced updates and devices or layouts without the fused kernel: the same update in element-wise ops.
+  Tensor d = grad;
+  if (weight_decay != 0) d = d + p * weight_decay;
+  if (momentum != 0) {
+    assign(*buffer, *buffer * momentum + d * scalars.operand("grad_scale", p));
+    d = nesterov ? d + *buffer * momentum : *buffer;
+  }
+  assign(p, p - d * scalars.operand("lr", p));
 }
 
 Adam::Adam(const TensorList& params, const AdamOptions& options) : Adam(params, options, "Adam", false) {}
@@ -171,30 +232,33 @@ Adam::Adam(const TensorList& params, const AdamOptions& o, std::string name, boo
   if (o.eps_ < 0) fail("Adam", "invalid epsilon value: ", o.eps_);
 }
 
-void Adam::step() {
-  for_each_update([&](const std::map<std::string, double>& options, Tensor& p) {
-    const double lr = options.at("lr"), beta1 = options.at("beta1"), beta2 = options.at("beta2");
-    const double eps = options.at("eps"), weight_decay = options.at("weight_decay");
-    Tensor g = p.grad();
-    if (weight_decay != 0) {
-      if (decoupled_weight_decay_) assign(p, p * (1.0 - lr * weight_decay));
-      else g = g + p * weight_decay;
-    }
-    auto& state = state_of(p);
-    if (!state.count("exp_avg")) {
-      state["exp_avg"] = zeros_like(p);
-      state["exp_avg_sq"] = zeros_like(p);
-    }
-    const int64_t step = ++step_of(p);
-    Tensor& m = state["exp_avg"];
-    Tensor& v = state["exp_avg_sq"];
-    assign(m, m * beta1 + g * (1.0 - beta1));
-    assign(v, v * beta2 + g * g * (1.0 - beta2));
-    const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(step));
-    const double bias2 = 1.0 - std::pow(beta2, static_cast<double>(step));
-    const Tensor denom = sqrt(v) / std::sqrt(bias2) + eps;
-    assign(p, p - m / denom * (lr / bias1));
-  });
+void Adam::create_state(const Tensor& param, const std::map<std::string, double>&, std::map<std::string, Tensor>& state) {
+  state["exp_avg"] = zeros_like(param);
+  state["exp_avg_sq"] = zeros_like(param);
+}
+
+std::map<std::string, double> Adam::step_scalars(const std::map<std::string, double>& options, int64_t step) const {
+  const double lr = options.at("lr");
+  const double bias1 = 1.0 - std::pow(options.at("beta1"), static_cast<double>(step));
+  const double bias2 = 1.0 - std::pow(options.at("beta2"), static_cast<double>(step));
+  return {{"lr", lr}, {"step_size", lr / bias1}, {"bias2_sqrt", std::sqrt(bias2)}};
+}
+
+void Adam::update(Tensor& p, const Tensor& grad, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state,
+                  const StepScalars& scalars) {
+  const double beta1 = options.at("beta1"), beta2 = options.at("beta2");
+  const double eps = options.at("eps"), weight_decay = options.at("weight_decay");
+  Tensor g = grad;
+  if (weight_decay != 0) {
+    if (decoupled_weight_decay_) assign(p, p * (1.0 - scalars.operand("lr", p) * weight_decay));
+    else g = g + p * weight_decay;
+  }
+  Tensor& m = state.at("exp_avg");
+  Tensor& v = state.at("exp_avg_sq");
+  assign(m, m * beta1 + g * (1.0 - beta1));
+  assign(v, v * beta2 + g * g * (1.0 - beta2));
+  const Tensor denom = sqrt(v) / scalars.operand("bias2_sqrt", p) + eps;
+  assign(p, p - m / denom * scalars.operand("step_size", p));
 }
 
 AdamW::AdamW(const TensorList& params, const AdamOptions& options) : Adam(params, options, "AdamW", true) {}
@@ -208,35 +272,35 @@ RMSprop::RMSprop(const TensorList& params, const RMSpropOptions& o)
   if (o.eps_ < 0) fail("RMSprop", "invalid epsilon value: ", o.eps_);
 }
 
-void RMSprop::step() {
-  for_each_update([&](const std::map<std::string, double>& options, Tensor& p) {
-    const double lr = options.at("lr"), alpha = options.at("alpha"), eps = options.at("eps");
-    const double weight_decay = options.at("weight_decay"), momentum = options.at("momentum");
-    const bool centered = options.at("centered") != 0;
-    Tensor g = p.grad();
-    if (weight_decay != 0) g = g + p * weight_decay;
-    auto& state = state_of(p);
-    if (!state.count("square_avg")) state["square_avg"] = zeros_like(p);
-    ++step_of(p);
-    Tensor& square_avg = state["square_avg"];
-    assign(square_avg, square_avg * alpha + g * g * (1.0 - alpha));
-    Tensor avg = square_avg;
-    if (centered) {
-      if (!state.count("grad_avg")) state["grad_avg"] = zeros_like(p);
-      Tensor& grad_avg = state["grad_avg"];
-      assign(grad_avg, grad_avg * alpha + g * (1.0 - alpha));
-      avg = avg - grad_avg * grad_avg;
-    }
-    const Tensor denom = sqrt(avg) + eps;
-    if (momentum > 0) {
-      if (!state.count("momentum_buffer")) state["momentum_buffer"] = zeros_like(p);
-      Tensor& buf = state["momentum_buffer"];
-      assign(buf, buf * momentum + g / denom);
-      assign(p, p - buf * lr);
-    } else {
-      assign(p, p - g / denom * lr);
-    }
-  });
+void RMSprop::create_state(const Tensor& param, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state) {
+  state["square_avg"] = zeros_like(param);
+  if (options.at("centered") != 0) state["grad_avg"] = zeros_like(param);
+  if (options.at("momentum") > 0) state["momentum_buffer"] = zeros_like(param);
+}
+
+void RMSprop::update(Tensor& p, const Tensor& grad, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state,
+                     const StepScalars& scalars) {
+  const double alpha = options.at("alpha"), eps = options.at("eps");
+  const double weight_decay = options.at("weight_decay"), momentum = options.at("momentum");
+  Tensor g = grad;
+  if (weight_decay != 0) g = g + p * weight_decay;
+  Tensor& square_avg = state.at("square_avg");
+  assign(square_avg, square_avg * alpha + g * g * (1.0 - alpha));
+  Tensor avg = square_avg;
+  if (options.at("centered") != 0) {
+    Tensor& grad_avg = state.at("grad_avg");
+    assign(grad_avg, grad_avg * alpha + g * (1.0 - alpha));
+    avg = avg - grad_avg * grad_avg;
+  }
+  const Tensor denom = sqrt(avg) + eps;
+  const Tensor lr = scalars.operand("lr", p);
+  if (momentum > 0) {
+    Tensor& buf = state.at("momentum_buffer");
+    assign(buf, buf * momentum + g / denom);
+    assign(p, p - buf * lr);
+  } else {
+    assign(p, p - g / denom * lr);
+  }
 }
 
 Adagrad::Adagrad(const TensorList& params, const AdagradOptions& o)
@@ -247,20 +311,22 @@ Adagrad::Adagrad(const TensorList& params, const AdagradOptions& o)
   if (o.lr_decay_ < 0) fail("Adagrad", "invalid lr_decay value: ", o.lr_decay_);
 }
 
-void Adagrad::step() {
-  for_each_update([&](const std::map<std::string, double>& options, Tensor& p) {
-    const double lr = options.at("lr"), lr_decay = options.at("lr_decay"), eps = options.at("eps");
-    const double weight_decay = options.at("weight_decay");
-    Tensor g = p.grad();
-    if (weight_decay != 0) g = g + p * weight_decay;
-    auto& state = state_of(p);
-    if (!state.count("sum")) state["sum"] = full_like(p, options.at("initial_accumulator_value"));
-    const int64_t step = ++step_of(p);
-    Tensor& sum_sq = state["sum"];
-    assign(sum_sq, sum_sq + g * g);
-    const double clr = lr / (1 + static_cast<double>(step - 1) * lr_decay);
-    assign(p, p - g / (sqrt(sum_sq) + eps) * clr);
-  });
+void Adagrad::create_state(const Tensor& param, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state) {
+  state["sum"] = full_like(param, options.at("initial_accumulator_value"));
+}
+
+std::map<std::string, double> Adagrad::step_scalars(const std::map<std::string, double>& options, int64_t step) const {
+  return {{"lr", options.at("lr") / (1 + static_cast<double>(step - 1) * options.at("lr_decay"))}};
+}
+
+void Adagrad::update(Tensor& p, const Tensor& grad, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state,
+                     const StepScalars& scalars) {
+  const double eps = options.at("eps"), weight_decay = options.at("weight_decay");
+  Tensor g = grad;
+  if (weight_decay != 0) g = g + p * weight_decay;
+  Tensor& sum_sq = state.at("sum");
+  assign(sum_sq, sum_sq + g * g);
+  assign(p, p - g / (sqrt(sum_sq) + eps) * scalars.operand("lr", p));
 }
 
 }  // namespace flow::optim

@@ -1,6 +1,6 @@
 #pragma once
-// Optimizers. Each update is written in functional ops over (param, grad, state), run without
-// recording gradients, so the Graph compiler can later emit the same update as ops.
+// Optimizers. Each update is written once in functional ops over (param, grad, state, per-step
+// scalars), run without recording gradients, so a Graph traces the same update into its Job.
 #include <functional>
 #include <map>
 #include <string>
@@ -17,32 +17,66 @@ struct ParamGroup {
   std::map<std::string, double> options;
 };
 
+// The values of one update that change from step to step (the learning rate a scheduler sets,
+// Adam's bias corrections, SGD's first-step dampening). An eager step knows them as doubles; a
+// Graph traces the update once with each of them as a 0-d tensor that it feeds on every run.
+class StepScalars {
+ public:
+  explicit StepScalars(std::map<std::string, double> values, std::map<std::string, Tensor> fed = {})
+      : values_(std::move(values)), fed_(std::move(fed)) {}
+  // The value as a 0-d operand of like's dtype and device (the fed tensor while tracing).
+  Tensor operand(const std::string& name, const Tensor& like) const;
+  // The value as a double; only while not tracing (the fused eager kernels take doubles).
+  double value(const std::string& name) const;
+  bool traced() const { return !fed_.empty(); }
+
+ private:
+  std::map<std::string, double> values_;
+  std::map<std::string, Tensor> fed_;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   // Applies one update to every parameter that has a gradient.
-  virtual void step() = 0;
+  void step();
   // Resets gradients (to undefined, or to zeros with set_to_none=false).
   void zero_grad(bool set_to_none = true);
   // New group; hyper-parameters not given take the optimizer's defaults.
   void add_param_group(const TensorList& params, std::map<std::string, double> options = {});
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  const std::string& name() const { return name_; }
   // Hyper-parameters of every group and per-parameter state ("state.<index>.<name>", indices
   // counting parameters across groups in order), so training resumes exactly.
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
 
+  // Graph mode. A Graph creates every parameter's state before tracing, traces one update of the
+  // parameters in `params` with fed(index, name) giving the lazy per-step scalar `name` of
+  // parameter `index` (its position in `params`), and before every run asks for the values to
+  // feed (which advances those parameters' step counts, as an eager step would).
+  void init_state(const TensorList& params);
+  std::vector<std::string> step_scalar_names(const Tensor& param) const;
+  void trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed);
+  std::vector<std::map<std::string, double>> next_step_scalars(const TensorList& params);
+
  protected:
   Optimizer(const TensorList& params, std::map<std::string, double> defaults, std::string name);
-  // Calls update(options, param) for every parameter that has a gradient, without recording
-  // gradients: the loop every step() shares.
-  void for_each_update(const std::function<void(const std::map<std::string, double>&, Tensor&)>& update);
-  // Per-parameter state tensors (momentum buffers, moments) and step counts.
-  std::map<std::string, Tensor>& state_of(const Tensor& param);
-  int64_t& step_of(const Tensor& param);
+  // Creates the per-parameter state (zeros and the like) before the first update.
+  virtual void create_state(const Tensor& param, const std::map<std::string, double>& options,
+                            std::map<std::string, Tensor>& state) = 0;
+  // The per-step scalars of update number `step` (1-based); by default the learning rate.
+  virtual std::map<std::string, double> step_scalars(const std::map<std::string, double>& options, int64_t step) const;
+  // One parameter's update in functional ops (run without recording gradients), writing param
+  // and state in place.
+  virtual void update(Tensor& param, const Tensor& grad, const std::map<std::string, double>& options,
+                      std::map<std::string, Tensor>& state, const StepScalars& scalars) = 0;
 
  private:
+  const ParamGroup& group_of(const Tensor& param) const;
+  std::map<std::string, Tensor>& state_for(const Tensor& param);
+
   std::string name_;
   std::map<std::string, double> defaults_;
   std::vector<ParamGroup> groups_;
@@ -63,7 +97,12 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(const TensorList& params, const SGDOptions& options);
-  void step() override;
+
+ protected:
+  void create_state(const Tensor& param, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state) override;
+  std::map<std::string, double> step_scalars(const std::map<std::string, double>& options, int64_t step) const override;
+  void update(Tensor& param, const Tensor& grad, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state,
+              const StepScalars& scalars) override;
 };
 
 struct AdamOptions {
@@ -78,10 +117,13 @@ struct AdamOptions {
 class Adam : public Optimizer {
  public:
   Adam(const TensorList& params, const AdamOptions& options);
-  void step() override;
 
  protected:
   Adam(const TensorList& params, const AdamOptions& options, std::string name, bool decoupled);
+  void create_state(const Tensor& param, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state) override;
+  std::map<std::string, double> step_scalars(const std::map<std::string, double>& options, int64_t step) const override;
+  void update(Tensor& param, const Tensor& grad, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state,
+              const StepScalars& scalars) override;
 
  private:
   bool decoupled_weight_decay_;
@@ -107,7 +149,11 @@ struct RMSpropOptions {
 class RMSprop : public Optimizer {
  public:
   RMSprop(const TensorList& params, const RMSpropOptions& options);
-  void step() override;
+
+ protected:
+  void create_state(const Tensor& param, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state) override;
+  void update(Tensor& param, const Tensor& grad, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state,
+              const StepScalars& scalars) override;
 };
 
 struct AdagradOptions {
@@ -122,7 +168,12 @@ struct AdagradOptions {
 class Adagrad : public Optimizer {
  public:
   Adagrad(const TensorList& params, const AdagradOptions& options);
-  void step() override;
+
+ protected:
+  void create_state(const Tensor& param, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state) override;
+  std::map<std::string, double> step_scalars(const std::map<std::string, double>& options, int64_t step) const override;
+  void update(Tensor& param, const Tensor& grad, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state,
+              const StepScalars& scalars) override;
 };
 
 }  // namespace flow::optim
