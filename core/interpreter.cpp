@@ -61,48 +61,54 @@ Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs) 
   return std::move(outputs[0]);
 }
 
-TensorList EagerInterpreter::apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  const std::vector<TensorMeta> out_metas = check_and_infer(op, inputs, attrs);
-  TensorList outputs;
+TensorList execute_op(const OpDef& op, const TensorList& inputs, const Attrs& attrs, const std::vector<TensorMeta>& out_metas,
+                      TensorList outputs) {
   if (op.view) {
     CHECK_EQ(out_metas.size(), 1u);
-    outputs.push_back(op.view(inputs, attrs));
-  } else {
-    outputs.reserve(out_metas.size());
+    return {op.view(inputs, attrs)};
+  }
+  if (op.inplace) {
+    outputs.clear();
     for (size_t i = 0; i < out_metas.size(); ++i) {
-      if (op.inplace) {
-        if (!inputs[i].is_contiguous()) {
-          fail(op.name, "writes in place and needs contiguous tensors, but input ", i, " ", inputs[i].shape(), " has strides ",
-               Shape(inputs[i].strides()));
-        }
-        outputs.push_back(inputs[i]);
-      } else {
-        outputs.push_back(make_tensor(out_metas[i].shape, out_metas[i].dtype, out_metas[i].device));
+      if (!inputs[i].is_contiguous()) {
+        fail(op.name, "writes in place and needs contiguous tensors, but input ", i, " ", inputs[i].shape(), " has strides ",
+             Shape(inputs[i].strides()));
       }
+      outputs.push_back(inputs[i]);
     }
-    std::vector<TensorMeta> in_metas;
-    for (const auto& t : inputs) in_metas.push_back(meta_of(t));
-    Device device = out_metas.empty() ? in_metas.at(0).device : out_metas[0].device;
-    if (op.mixed_devices) {
-      for (const auto& meta : in_metas) {
-        if (!meta.device.is_cpu()) device = meta.device;  // device moves run on the accelerator's kernel
-      }
-    }
-    const KernelFn& kernel = op.kernel(device.type, op.dispatch_dtype(in_metas, out_metas));
-    if (op.contiguous_inputs) {
-      TensorList prepared;
-      prepared.reserve(inputs.size());
-      for (const auto& t : inputs) prepared.push_back(t.is_contiguous() ? t : detail::contiguous_copy(t));
-      KernelContext ctx{prepared, outputs, attrs};
-      kernel(ctx);
-    } else {
-      KernelContext ctx{inputs, outputs, attrs};
-      kernel(ctx);
-    }
-    if (op.inplace) {
-      for (auto& out : outputs) out.storage()->bump_version();
+  } else if (outputs.empty()) {
+    outputs.reserve(out_metas.size());
+    for (const auto& meta : out_metas) outputs.push_back(make_tensor(meta.shape, meta.dtype, meta.device));
+  }
+  CHECK_EQ(outputs.size(), out_metas.size()) << op.name;
+  std::vector<TensorMeta> in_metas;
+  in_metas.reserve(inputs.size());
+  for (const auto& t : inputs) in_metas.push_back(meta_of(t));
+  Device device = out_metas.empty() ? in_metas.at(0).device : out_metas[0].device;
+  if (op.mixed_devices) {
+    for (const auto& meta : in_metas) {
+      if (!meta.device.is_cpu()) device = meta.device;  // device moves run on the accelerator's kernel
     }
   }
+  const KernelFn& kernel = op.kernel(device.type, op.dispatch_dtype(in_metas, out_metas));
+  if (op.contiguous_inputs) {
+    TensorList prepared;
+    prepared.reserve(inputs.size());
+    for (const auto& t : inputs) prepared.push_back(t.is_contiguous() ? t : detail::contiguous_copy(t));
+    KernelContext ctx{prepared, outputs, attrs};
+    kernel(ctx);
+  } else {
+    KernelContext ctx{inputs, outputs, attrs};
+    kernel(ctx);
+  }
+  if (op.inplace) {
+    for (auto& out : outputs) out.storage()->bump_version();
+  }
+  return outputs;
+}
+
+TensorList EagerInterpreter::apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  TensorList outputs = execute_op(op, inputs, attrs, check_and_infer(op, inputs, attrs));
   if (g_recorder != nullptr) g_recorder->record(op, inputs, outputs, attrs);
   return outputs;
 }

@@ -44,6 +44,12 @@ Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs =
 // Shared by interpreters: arity, device agreement and meta inference; returns output metas.
 std::vector<TensorMeta> check_and_infer(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
 
+// Runs op's kernel (or view function) on inputs whose metas were checked, without recording
+// autograd. Outputs are allocated unless `outputs` brings preallocated contiguous tensors of the
+// inferred metas (a Graph's memory plan); in-place ops write into their inputs.
+TensorList execute_op(const OpDef& op, const TensorList& inputs, const Attrs& attrs, const std::vector<TensorMeta>& out_metas,
+                      TensorList outputs = {});
+
 class EagerInterpreter final : public Interpreter {
  public:
   TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) override;

@@ -106,6 +106,11 @@ OpBuilder& OpBuilder::mixed_devices() {
   def_.mixed_devices = true;
   return *this;
 }
+OpBuilder& OpBuilder::random() {
+  def_.random = true;
+  return *this;
+}
+
 OpBuilder& OpBuilder::inplace() {
   def_.inplace = true;
   return *this;

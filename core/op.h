@@ -116,6 +116,9 @@ struct OpDef {
   // In-place ops write their outputs into their first inputs (output i is input i): no output is
   // allocated, and the written storages' versions are bumped.
   bool inplace = false;
+  // Draws random numbers: its "seed" and "offset" attrs are reserved from the default generator
+  // per call. A Graph reserves fresh ones on every run, and passes never merge or fold it.
+  bool random = false;
 
   InferFn infer;
   SbpFn sbp;
@@ -150,6 +153,7 @@ class OpBuilder {
   OpBuilder& strided_inputs();
   OpBuilder& mixed_devices();
   OpBuilder& inplace();
+  OpBuilder& random();
   OpBuilder& infer(InferFn fn);
   OpBuilder& sbp(SbpFn fn);
   OpBuilder& vjp(VjpFn fn);

@@ -20,6 +20,31 @@ bool has_name(const Entries& entries, const std::string& name) {
 std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
 }  // namespace
 
+namespace {
+thread_local ModuleCallObserver* t_module_call_observer = nullptr;
+}
+
+ModuleCallObserver* set_module_call_observer(ModuleCallObserver* observer) {
+  ModuleCallObserver* previous = t_module_call_observer;
+  t_module_call_observer = observer;
+  return previous;
+}
+
+Tensor Module::operator()(const Tensor& input) {
+  ModuleCallObserver* observer = t_module_call_observer;
+  if (observer == nullptr) return forward(input);
+  observer->enter(*this, input);
+  Tensor output;
+  try {
+    output = forward(input);
+  } catch (...) {
+    observer->exit(*this, Tensor());
+    throw;
+  }
+  observer->exit(*this, output);
+  return output;
+}
+
 Tensor Module::forward(const Tensor&) {
   fail(name(), "forward(Tensor) is not implemented by this module");
 }

@@ -26,7 +26,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // Single-tensor forward, used by Sequential and operator(); modules with other signatures
   // define their own forward overloads.
   virtual Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  // forward(input), seen by the thread's ModuleCallObserver (a Graph names traced ops by it).
+  Tensor operator()(const Tensor& input);
 
   // Registration. Names must be unique and may not contain '.'.
   Tensor& register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
@@ -81,5 +82,16 @@ class Module : public std::enable_shared_from_this<Module> {
 };
 
 std::ostream& operator<<(std::ostream& out, const Module& module);
+
+// Observes Module::operator() calls on the thread that installs it: a Graph tracing build() uses
+// it to give ops their module scope and to record each module's input and output metas.
+class ModuleCallObserver {
+ public:
+  virtual ~ModuleCallObserver() = default;
+  virtual void enter(const Module& module, const Tensor& input) = 0;
+  virtual void exit(const Module& module, const Tensor& output) = 0;
+};
+// Installs observer for this thread (nullptr removes it); returns the previous one.
+ModuleCallObserver* set_module_call_observer(ModuleCallObserver* observer);
 
 }  // namespace flow::nn

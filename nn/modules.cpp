@@ -51,7 +51,7 @@ std::string LeakyReLU::extra_repr() const { return "negative_slope=" + format_do
 
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (const auto& child : children()) x = child->forward(x);
+  for (const auto& child : children()) x = (*child)(x);
   return x;
 }
 

@@ -175,7 +175,15 @@ void Optimizer::load_state_dict(const StateDict& state) {
       for (const auto& [name, t] : state) {
         if (name.rfind(prefix, 0) != 0) continue;
         if (!(t.shape() == p.shape())) fail("load_state_dict", "state ", name, " has shape ", t.shape(), " but the parameter has ", p.shape());
-        state_[p.impl()][name.substr(prefix.size())] = t.to(p.device()).to(p.dtype()).clone();
+        // Existing state tensors are written in place: a compiled Graph holds them as variables.
+        Tensor& slot = state_[p.impl()][name.substr(prefix.size())];
+        const Tensor value = t.to(p.device()).to(p.dtype());
+        if (slot.defined() && slot.shape() == value.shape()) {
+          autograd::NoGradGuard no_grad;
+          slot.copy_(value);
+        } else {
+          slot = value.clone();
+        }
       }
     }
   }

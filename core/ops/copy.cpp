@@ -34,6 +34,7 @@ const OpDef& kAssign =
           .outputs({"out"})
           .strided_inputs()
           .mixed_devices()
+          .inplace()
           .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
             const Shape shape = broadcast_shapes(in[0].shape, in[1].shape, "copy_");
             if (!(shape == in[0].shape)) fail("copy_", "cannot broadcast source ", in[1].shape, " to destination ", in[0].shape);

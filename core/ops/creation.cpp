@@ -26,15 +26,20 @@ const OpDef& source_op(const char* name, std::vector<std::string> attr_names) {
   return OpBuilder(name).inputs({}).outputs({"out"}).attrs(attr_names).infer(meta_from_attrs).sbp(broadcast_source).def();
 }
 
+const OpDef& random_source_op(const char* name, std::vector<std::string> attr_names) {
+  OpBuilder(name).random();
+  return source_op(name, std::move(attr_names));
+}
+
 const OpDef& kEmpty = source_op("empty", {});
 const OpDef& kFull = source_op("full", {"value"});
 const OpDef& kArange = source_op("arange", {"start", "step"});
 const OpDef& kLinspace = source_op("linspace", {"start", "end"});
 const OpDef& kEye = source_op("eye", {});
-const OpDef& kUniform = source_op("uniform", {"low", "high", "seed", "offset"});
-const OpDef& kNormal = source_op("normal", {"mean", "std", "seed", "offset"});
-const OpDef& kRandint = source_op("randint", {"low", "high", "seed", "offset"});
-const OpDef& kRandperm = source_op("randperm", {"seed", "offset"});
+const OpDef& kUniform = random_source_op("uniform", {"low", "high", "seed", "offset"});
+const OpDef& kNormal = random_source_op("normal", {"mean", "std", "seed", "offset"});
+const OpDef& kRandint = random_source_op("randint", {"low", "high", "seed", "offset"});
+const OpDef& kRandperm = random_source_op("randperm", {"seed", "offset"});
 
 Attrs source_attrs(const char* op, const Shape& shape, DType dtype, const TensorOptions& options) {
   for (int64_t d : shape) {

@@ -1,0 +1,163 @@
+#include "graph/executor.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "core/interpreter.h"
+#include "core/random.h"
+
+namespace flow::graph {
+namespace {
+
+// A contiguous tensor of `meta` at byte `offset` in `block`.
+Tensor in_block(const Tensor& block, int64_t offset, const TensorMeta& meta) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = meta.shape;
+  impl->strides = contiguous_strides(meta.shape);
+  impl->offset = offset / static_cast<int64_t>(itemsize(meta.dtype));
+  impl->dtype = meta.dtype;
+  impl->device = meta.device;
+  impl->storage = block.storage();
+  return Tensor(std::move(impl));
+}
+
+}  // namespace
+
+Executor::Executor(const proto::Job& job, const Plan& plan, std::map<std::string, Tensor> fixed)
+    : job_(job), plan_(plan), fixed_(std::move(fixed)) {
+  for (const auto& [device, bytes] : plan.block_bytes) blocks_[device] = make_tensor({bytes}, kUInt8, Device(device));
+  const int num_tasks = static_cast<int>(plan.tasks.size());
+  compiled_.resize(num_tasks);
+  slots_.resize(num_tasks);
+  std::vector<ActorSpec> actors;
+  for (int t = 0; t < num_tasks; ++t) {
+    const TaskDesc& task = plan.tasks[t];
+    slots_[t].resize(task.out.register_num);
+    for (int position : task.nodes) {
+      const proto::Node& node = job.nodes(position);
+      if (node.op() == kInputOp || node.op() == kFeedOp) inputs_task_ = t;
+      CompiledNode compiled;
+      compiled.node = &node;
+      for (const auto& input : node.inputs()) {
+        InputRef ref;
+        auto producer = plan.task_of_value.find(input);
+        if (producer != plan.task_of_value.end()) {
+          ref.task = producer->second;
+          const auto& values = plan.tasks[ref.task].out.values;
+          ref.index = static_cast<int>(std::find(values.begin(), values.end(), input) - values.begin());
+        } else {
+          const std::string source = parse_value_name(input).first;
+          auto found = fixed_.find(source);
+          CHECK(found != fixed_.end()) << "no tensor for source node " << source;
+          ref.fixed = found->second;
+        }
+        compiled.inputs.push_back(std::move(ref));
+      }
+      for (const auto& desc : node.outputs()) compiled.out_metas.push_back(meta_of(desc));
+      if (!is_source_kind(node.op()) && node.op() != kOutputOp) {
+        compiled.op = &find_op(node.op());
+        compiled.attrs = attrs_of(node);
+        if (compiled.op->random) compiled.random_numel = compiled.out_metas.at(0).shape.numel();
+        if (!compiled.op->view && !compiled.op->inplace) {
+          for (size_t j = 0; j < compiled.out_metas.size(); ++j) {
+            auto planned = plan.buffers.find(value_name(node.name(), static_cast<int>(j)));
+            compiled.planned_outputs.push_back(
+                planned == plan.buffers.end() ? Tensor() : in_block(blocks_.at(planned->second.device), planned->second.offset, compiled.out_metas[j]));
+          }
+        }
+      }
+      compiled_[t].push_back(std::move(compiled));
+    }
+    ActorSpec spec;
+    spec.name = task.name;
+    spec.thread = task.thread;
+    spec.inputs = task.inputs;
+    spec.register_num = task.out.register_num;
+    spec.gated = task.gated;
+    spec.act = [this, t](int64_t piece, int slot, const std::vector<int>& input_slots) { act(t, piece, slot, input_slots); };
+    actors.push_back(std::move(spec));
+  }
+  runtime_ = std::make_unique<ActorRuntime>(std::move(actors));
+}
+
+Tensor Executor::resolve(const InputRef& ref, int task, const std::vector<int>& input_slots) const {
+  if (ref.fixed.defined()) return ref.fixed;
+  const auto& producers = plan_.tasks[task].inputs;
+  const size_t position = std::find(producers.begin(), producers.end(), ref.task) - producers.begin();
+  return slots_[ref.task][input_slots[position]][ref.index];
+}
+
+void Executor::act(int task, int64_t piece, int slot, const std::vector<int>& input_slots) {
+  TensorList& out = slots_[task][slot];
+  out.clear();
+  if (task == inputs_task_) {
+    TensorList inputs;
+    std::map<std::string, Tensor> feeds;
+    (*source_)(piece, inputs, feeds);
+    for (const CompiledNode& compiled : compiled_[task]) {
+      const proto::Node& node = *compiled.node;
+      Tensor value;
+      if (node.op() == kInputOp) {
+        value = inputs.at(node.attrs().at("index").i());
+      } else {
+        auto fed = feeds.find(node.attrs().at("key").s());
+        CHECK(fed != feeds.end()) << "no value fed for " << node.attrs().at("key").s();
+        value = fed->second;
+      }
+      out.push_back(value);
+    }
+    return;
+  }
+  for (const CompiledNode& compiled : compiled_[task]) {
+    TensorList inputs;
+    inputs.reserve(compiled.inputs.size());
+    for (const auto& ref : compiled.inputs) inputs.push_back(resolve(ref, task, input_slots));
+    if (compiled.node->op() == kOutputOp) {
+      results_.at(piece).at(compiled.node->attrs().at("index").i()) = inputs.at(0);
+      continue;
+    }
+    const Attrs* attrs = &compiled.attrs;
+    Attrs drawn;
+    if (compiled.op->random) {
+      auto [seed, offset] = default_generator().reserve(static_cast<uint64_t>(compiled.random_numel));
+      drawn = compiled.attrs;
+      drawn.set("seed", static_cast<int64_t>(seed)).set("offset", static_cast<int64_t>(offset));
+      attrs = &drawn;
+    }
+    TensorList outputs;
+    if (!compiled.planned_outputs.empty()) {
+      outputs.reserve(compiled.out_metas.size());
+      for (size_t j = 0; j < compiled.out_metas.size(); ++j) {
+        const Tensor& planned = compiled.planned_outputs[j];
+        const TensorMeta& meta = compiled.out_metas[j];
+        outputs.push_back(planned.defined() ? planned : make_tensor(meta.shape, meta.dtype, meta.device));
+      }
+    }
+    TensorList values = execute_op(*compiled.op, inputs, *attrs, compiled.out_metas, std::move(outputs));
+    for (auto& value : values) out.push_back(std::move(value));
+  }
+}
+
+std::vector<TensorList> Executor::run(int64_t pieces, const PieceSource& source) {
+  int num_outputs = 0;
+  for (const auto& node : job_.nodes()) num_outputs += node.op() == kOutputOp;
+  results_.assign(pieces, TensorList(num_outputs));
+  source_ = &source;
+  auto release = [&] {
+    source_ = nullptr;
+    for (auto& slots : slots_) {
+      for (auto& values : slots) values.clear();  // drop references to the caller's tensors
+    }
+  };
+  try {
+    runtime_->run(pieces);
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  return std::move(results_);
+}
+
+}  // namespace flow::graph

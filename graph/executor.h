@@ -1,0 +1,62 @@
+#pragma once
+// Runs a planned Job on the actor runtime: one actor per task, register slots holding the values
+// of each piece, intermediate buffers preallocated in one memory block per device as the plan
+// says.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/plan.h"
+#include "graph/runtime.h"
+
+namespace flow::graph {
+
+// What a piece needs that only the caller knows: the graph call's arguments and the per-run
+// feeds (by key). Called by the input actor, in piece order, possibly while earlier pieces are
+// still computing.
+using PieceSource = std::function<void(int64_t piece, TensorList& inputs, std::map<std::string, Tensor>& feeds)>;
+
+class Executor {
+ public:
+  // fixed: the eager tensors behind variable and constant nodes, by node name.
+  Executor(const proto::Job& job, const Plan& plan, std::map<std::string, Tensor> fixed);
+  // Runs `pieces` pieces and returns the graph outputs of each.
+  std::vector<TensorList> run(int64_t pieces, const PieceSource& source);
+  const std::vector<std::string>& thread_names() const { return runtime_->thread_names(); }
+
+ private:
+  struct InputRef {
+    Tensor fixed;      // variable or constant, else undefined
+    int task = -1;     // producing task
+    int index = 0;     // position in that task's register
+  };
+  struct CompiledNode {
+    const proto::Node* node = nullptr;
+    const OpDef* op = nullptr;
+    Attrs attrs;
+    std::vector<TensorMeta> out_metas;
+    std::vector<InputRef> inputs;
+    TensorList planned_outputs;  // preallocated buffers, or empty to allocate
+    int64_t random_numel = 0;    // random ops draw fresh counters on every run
+  };
+
+  void act(int task, int64_t piece, int slot, const std::vector<int>& input_slots);
+  Tensor resolve(const InputRef& ref, int task, const std::vector<int>& input_slots) const;
+
+  const proto::Job& job_;
+  const Plan& plan_;
+  std::map<std::string, Tensor> fixed_;
+  std::vector<std::vector<CompiledNode>> compiled_;           // per task
+  std::vector<std::vector<TensorList>> slots_;                // [task][slot] -> register values
+  std::map<std::string, Tensor> blocks_;                      // planned memory, per device
+  std::unique_ptr<ActorRuntime> runtime_;
+  int inputs_task_ = -1;
+
+  // Per run.
+  const PieceSource* source_ = nullptr;
+  std::vector<TensorList> results_;
+};
+
+}  // namespace flow::graph

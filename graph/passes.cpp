@@ -1,0 +1,157 @@
+// The pass manager and the generic Job passes: constant folding, common-subexpression
+// elimination and dead-code elimination.
+#include "graph/passes.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "core/interpreter.h"
+
+namespace flow::graph {
+namespace {
+
+// Values some in-place op writes (input i of an in-place op with at least i+1 outputs).
+std::set<std::string> written_in_place(const proto::Job& job) {
+  std::set<std::string> written;
+  for (const auto& node : job.nodes()) {
+    if (is_source_kind(node.op()) || node.op() == kOutputOp || !find_op(node.op()).inplace) continue;
+    for (int i = 0; i < node.outputs_size() && i < node.inputs_size(); ++i) written.insert(node.inputs(i));
+  }
+  return written;
+}
+
+// Whether a pass may merge or fold the node: a pure op whose results nobody overwrites.
+bool is_pure(const proto::Node& node, const std::set<std::string>& written) {
+  if (is_source_kind(node.op()) || node.op() == kOutputOp) return false;
+  const OpDef& op = find_op(node.op());
+  if (op.random || op.inplace || node.op() == "empty") return false;
+  for (int j = 0; j < node.outputs_size(); ++j) {
+    if (written.count(value_name(node.name(), j))) return false;
+  }
+  return true;
+}
+
+std::string cse_key(const proto::Node& node) {
+  std::string key = node.op();
+  for (const auto& input : node.inputs()) key += "|" + input;
+  const std::map<std::string, proto::AttrValue> sorted(node.attrs().begin(), node.attrs().end());
+  for (const auto& [name, value] : sorted) key += "|" + name + "=" + value.SerializeAsString();
+  return key;
+}
+
+void remove_nodes(proto::Job& job, const std::set<int>& positions) {
+  if (positions.empty()) return;
+  proto::Job kept;
+  kept.mutable_nodes()->Reserve(job.nodes_size() - static_cast<int>(positions.size()));
+  for (int i = 0; i < job.nodes_size(); ++i) {
+    if (!positions.count(i)) kept.add_nodes()->Swap(job.mutable_nodes(i));
+  }
+  job.mutable_nodes()->Swap(kept.mutable_nodes());
+}
+
+}  // namespace
+
+PassManager& PassManager::add(std::string name, PassFn pass) {
+  passes_.emplace_back(std::move(name), std::move(pass));
+  return *this;
+}
+
+std::vector<std::string> PassManager::names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, pass] : passes_) names.push_back(name);
+  return names;
+}
+
+void PassManager::run(proto::Job& job, PassContext& context, int debug_level, std::ostream* log) const {
+  const char* dump_dir = std::getenv("FLOW_GRAPH_DUMP_DIR");
+  auto dump = [&](size_t step, const std::string& stage) {
+    if (dump_dir != nullptr && *dump_dir != '\0') {
+      std::ofstream(std::string(dump_dir) + "/" + job.name() + "_" + std::to_string(step) + "_" + stage + ".prototxt") << job_to_text(job);
+    }
+    if (debug_level >= 3 && log != nullptr) *log << "(GRAPH:" << job.name() << ") job after " << stage << ":\n" << job_to_text(job);
+  };
+  dump(0, "traced");
+  for (size_t i = 0; i < passes_.size(); ++i) {
+    const int before = job.nodes_size();
+    passes_[i].second(job, context);
+    if (debug_level >= 1 && log != nullptr) {
+      *log << "(GRAPH:" << job.name() << ") pass " << passes_[i].first << ": " << before << " -> " << job.nodes_size() << " nodes\n";
+    }
+    dump(i + 1, passes_[i].first);
+  }
+}
+
+PassManager default_passes() {
+  PassManager passes;
+  passes.add("constant_folding", constant_folding)
+      .add("common_subexpression_elimination", common_subexpression_elimination)
+      .add("dead_code_elimination", dead_code_elimination);
+  return passes;
+}
+
+void dead_code_elimination(proto::Job& job, PassContext& context) {
+  std::set<std::string> needed;
+  std::set<int> dead;
+  for (int i = job.nodes_size() - 1; i >= 0; --i) {
+    const proto::Node& node = job.nodes(i);
+    bool live = node.op() == kInputOp || has_side_effects(node);
+    for (int j = 0; j < node.outputs_size() && !live; ++j) live = needed.count(value_name(node.name(), j)) != 0;
+    if (!live) {
+      dead.insert(i);
+      if (node.op() == kConstantOp) context.fixed.erase(node.name());
+      continue;
+    }
+    for (const auto& input : node.inputs()) needed.insert(input);
+  }
+  remove_nodes(job, dead);
+}
+
+void common_subexpression_elimination(proto::Job& job, PassContext&) {
+  const std::set<std::string> written = written_in_place(job);
+  std::map<std::string, std::string> first_by_key;
+  std::map<std::string, std::string> renamed;
+  std::set<int> merged;
+  for (int i = 0; i < job.nodes_size(); ++i) {
+    proto::Node& node = *job.mutable_nodes(i);
+    for (auto& input : *node.mutable_inputs()) {
+      auto it = renamed.find(input);
+      if (it != renamed.end()) input = it->second;
+    }
+    if (!is_pure(node, written)) continue;
+    const auto [first, inserted] = first_by_key.emplace(cse_key(node), node.name());
+    if (inserted) continue;
+    for (int j = 0; j < node.outputs_size(); ++j) renamed[value_name(node.name(), j)] = value_name(first->second, j);
+    merged.insert(i);
+  }
+  remove_nodes(job, merged);
+}
+
+void constant_folding(proto::Job& job, PassContext& context) {
+  const std::set<std::string> written = written_in_place(job);
+  const JobIndex index(job);
+  std::set<std::string> constants;
+  for (const auto& node : job.nodes()) {
+    if (node.op() == kConstantOp) constants.insert(node.name());
+  }
+  for (auto& node : *job.mutable_nodes()) {
+    if (node.outputs_size() != 1 || !is_pure(node, written)) continue;
+    bool foldable = true;
+    for (const auto& input : node.inputs()) foldable = foldable && constants.count(parse_value_name(input).first) != 0;
+    // Graph outputs stay fresh tensors on every call rather than one shared constant.
+    for (int consumer : index.consumers(value_name(node.name(), 0))) foldable = foldable && job.nodes(consumer).op() != kOutputOp;
+    if (!foldable) continue;
+    TensorList inputs;
+    for (const auto& input : node.inputs()) inputs.push_back(context.fixed.at(parse_value_name(input).first));
+    const TensorList values = execute_op(find_op(node.op()), inputs, attrs_of(node), {meta_of(node.outputs(0))});
+    context.fixed[node.name()] = values.at(0);
+    constants.insert(node.name());
+    node.set_op(kConstantOp);
+    node.clear_inputs();
+    node.clear_input_sbp();
+    node.clear_attrs();
+    (*node.mutable_attrs())["key"].set_s(node.name());
+  }
+}
+
+}  // namespace flow::graph

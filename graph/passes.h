@@ -1,0 +1,46 @@
+#pragma once
+// Job -> Job passes and the pass manager that runs them in order, optionally dumping the Job
+// after each one (debug level 3, or the directory in FLOW_GRAPH_DUMP_DIR).
+#include <functional>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "graph/job.h"
+
+namespace flow::graph {
+
+struct PassContext {
+  // The eager tensors behind variable and constant nodes, by node name; constant folding adds
+  // its results here.
+  std::map<std::string, Tensor>& fixed;
+};
+
+using PassFn = std::function<void(proto::Job& job, PassContext& context)>;
+
+class PassManager {
+ public:
+  PassManager& add(std::string name, PassFn pass);
+  // Runs every pass in order. debug_level >= 1 logs each pass with the node count it leaves;
+  // >= 3 (or FLOW_GRAPH_DUMP_DIR) dumps the Job text after each pass.
+  void run(proto::Job& job, PassContext& context, int debug_level = 0, std::ostream* log = nullptr) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<std::pair<std::string, PassFn>> passes_;
+};
+
+// The default pipeline: constant folding, CSE, DCE.
+PassManager default_passes();
+
+// Removes nodes whose values no output or side effect (in-place write) needs. Graph inputs stay.
+void dead_code_elimination(proto::Job& job, PassContext& context);
+// Merges nodes computing the same op on the same inputs with the same attributes (never random
+// ops, allocations, in-place ops, or values some op later writes in place).
+void common_subexpression_elimination(proto::Job& job, PassContext& context);
+// Evaluates nodes whose inputs are all constants (or that have no inputs) once, at compile time,
+// replacing them by constants. Never random ops, allocations, or values written in place.
+void constant_folding(proto::Job& job, PassContext& context);
+
+}  // namespace flow::graph

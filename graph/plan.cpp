@@ -1,0 +1,155 @@
+#include "graph/plan.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace flow::graph {
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+int64_t buffer_bytes(const proto::TensorDesc& desc) {
+  const TensorMeta meta = meta_of(desc);
+  const int64_t bytes = meta.shape.numel() * static_cast<int64_t>(itemsize(meta.dtype));
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+// First-fit offsets, largest buffers first, avoiding buffers whose lifetimes overlap.
+void assign_offsets(std::vector<PlannedBuffer*>& buffers, int64_t& peak) {
+  std::stable_sort(buffers.begin(), buffers.end(), [](const PlannedBuffer* a, const PlannedBuffer* b) { return a->nbytes > b->nbytes; });
+  std::vector<PlannedBuffer*> placed;
+  peak = 0;
+  for (PlannedBuffer* buffer : buffers) {
+    std::vector<std::pair<int64_t, int64_t>> taken;
+    for (const PlannedBuffer* other : placed) {
+      if (other->first <= buffer->last && buffer->first <= other->last) taken.emplace_back(other->offset, other->offset + other->nbytes);
+    }
+    std::sort(taken.begin(), taken.end());
+    int64_t offset = 0;
+    for (const auto& [begin, end] : taken) {
+      if (offset + buffer->nbytes <= begin) break;
+      offset = std::max(offset, end);
+    }
+    buffer->offset = offset;
+    peak = std::max(peak, offset + buffer->nbytes);
+    placed.push_back(buffer);
+  }
+}
+
+}  // namespace
+
+Plan make_plan(const proto::Job& job) {
+  Plan plan;
+  const JobIndex index(job);
+  TaskDesc inputs_task;
+  inputs_task.name = job.name() + "_inputs";
+  inputs_task.gated = false;
+  inputs_task.out.register_num = 2;  // the input path runs one piece ahead of compute
+  std::string io_device;
+  std::set<std::string> escaping;  // roots reaching a graph output
+
+  for (int position = 0; position < job.nodes_size(); ++position) {
+    const proto::Node& node = job.nodes(position);
+    if (node.op() == kVariableOp || node.op() == kConstantOp) continue;
+    if (node.op() == kInputOp || node.op() == kFeedOp) {
+      inputs_task.nodes.push_back(position);
+      inputs_task.out.values.push_back(value_name(node.name(), 0));
+      if (io_device.empty() || node.op() == kInputOp) io_device = node.outputs(0).device();
+      continue;
+    }
+    TaskDesc task;
+    task.name = node.name();
+    task.nodes = {position};
+    const std::string device = node.outputs_size() > 0 ? node.outputs(0).device() : "cpu";
+    task.thread = device + ":compute";
+    for (int j = 0; j < node.outputs_size(); ++j) task.out.values.push_back(value_name(node.name(), j));
+    plan.tasks.push_back(std::move(task));
+  }
+  if (!inputs_task.nodes.empty()) {
+    inputs_task.thread = io_device + ":io";
+    plan.tasks.insert(plan.tasks.begin(), std::move(inputs_task));
+  }
+  for (int t = 0; t < static_cast<int>(plan.tasks.size()); ++t) {
+    for (const auto& value : plan.tasks[t].out.values) plan.task_of_value[value] = t;
+  }
+  int previous_compute = -1;
+  for (int t = 0; t < static_cast<int>(plan.tasks.size()); ++t) {
+    TaskDesc& task = plan.tasks[t];
+    std::set<int> producers;
+    // Compute tasks run in Job order: the memory plan reuses buffers by Job position, and an
+    // in-place write of a variable must follow every read of its old value.
+    if (task.gated) {
+      if (previous_compute >= 0) producers.insert(previous_compute);
+      previous_compute = t;
+    }
+    for (int position : task.nodes) {
+      for (const auto& input : job.nodes(position).inputs()) {
+        auto producer = plan.task_of_value.find(input);
+        if (producer != plan.task_of_value.end()) producers.insert(producer->second);
+      }
+    }
+    task.inputs.assign(producers.begin(), producers.end());
+  }
+
+  // Liveness of every root buffer computed by an op.
+  for (int position = 0; position < job.nodes_size(); ++position) {
+    const proto::Node& node = job.nodes(position);
+    if (is_source_kind(node.op())) {
+      plan.root_of[value_name(node.name(), 0)] = "";  // external memory
+      continue;
+    }
+    if (node.op() == kOutputOp) {
+      const std::string& root = plan.root_of.at(node.inputs(0));
+      if (!root.empty()) escaping.insert(root);
+      continue;
+    }
+    const OpDef& op = find_op(node.op());
+    for (int j = 0; j < node.outputs_size(); ++j) {
+      const std::string value = value_name(node.name(), j);
+      if (op.view) {
+        plan.root_of[value] = plan.root_of.at(node.inputs(0));
+      } else if (op.inplace) {
+        plan.root_of[value] = plan.root_of.at(node.inputs(j));
+      } else {
+        plan.root_of[value] = value;
+        PlannedBuffer buffer;
+        buffer.device = node.outputs(j).device();
+        buffer.nbytes = buffer_bytes(node.outputs(j));
+        buffer.first = buffer.last = position;
+        plan.buffers[value] = buffer;
+      }
+    }
+    for (const auto& input : node.inputs()) {
+      const std::string& root = plan.root_of.at(input);
+      if (!root.empty()) plan.buffers.at(root).last = position;
+    }
+  }
+  for (const auto& root : escaping) plan.buffers.erase(root);
+
+  std::map<std::string, std::vector<PlannedBuffer*>> by_device;
+  for (auto& [value, buffer] : plan.buffers) {
+    by_device[buffer.device].push_back(&buffer);
+    plan.total_buffer_bytes += buffer.nbytes;
+  }
+  for (auto& [device, buffers] : by_device) assign_offsets(buffers, plan.block_bytes[device]);
+  return plan;
+}
+
+std::string Plan::summary() const {
+  std::ostringstream out;
+  int64_t peak = 0;
+  for (const auto& [device, bytes] : block_bytes) peak += bytes;
+  out << tasks.size() << " tasks, " << buffers.size() << " planned buffers; planned peak " << peak << " bytes (";
+  bool first = true;
+  for (const auto& [device, bytes] : block_bytes) {
+    out << (first ? "" : ", ") << device << ": " << bytes;
+    first = false;
+  }
+  out << ") instead of " << total_buffer_bytes << " without reuse";
+  return out.str();
+}
+
+}  // namespace flow::graph

@@ -1,0 +1,207 @@
+#include "graph/runtime.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "core/autograd_meta.h"
+
+namespace flow::graph {
+
+ActorRuntime::ActorRuntime(std::vector<ActorSpec> actors) : actors_(std::move(actors)) {
+  const int n = static_cast<int>(actors_.size());
+  states_.resize(n);
+  consumers_.resize(n);
+  actor_worker_.resize(n);
+  for (int a = 0; a < n; ++a) {
+    const ActorSpec& spec = actors_[a];
+    CHECK_GE(spec.register_num, 1) << spec.name;
+    CHECK(spec.act) << spec.name;
+    for (int input : spec.inputs) {
+      CHECK(input >= 0 && input < n && input != a) << spec.name << " reads actor " << input;
+      CHECK(std::count(spec.inputs.begin(), spec.inputs.end(), input) == 1) << spec.name << " reads actor " << input << " twice";
+      consumers_[input].push_back(a);
+    }
+    auto named = std::find(thread_names_.begin(), thread_names_.end(), spec.thread);
+    actor_worker_[a] = static_cast<size_t>(named - thread_names_.begin());
+    if (named == thread_names_.end()) thread_names_.push_back(spec.thread);
+  }
+  for (int a = 0; a < n; ++a) {
+    if (consumers_[a].empty()) sinks_.push_back(a);
+  }
+  for (size_t t = 0; t < thread_names_.size(); ++t) {
+    threads_.push_back(std::make_unique<Worker>());
+    threads_.back()->thread = std::thread([this, t] { worker_loop(t); });
+  }
+}
+
+ActorRuntime::~ActorRuntime() {
+  for (auto& worker : threads_) {
+    std::lock_guard<std::mutex> lock(worker->mutex);
+    shutting_down_ = true;
+    worker->wake.notify_all();
+  }
+  for (auto& worker : threads_) worker->thread.join();
+}
+
+void ActorRuntime::post(int actor, MessageKind kind, int from, int64_t piece, uint64_t epoch) {
+  Worker& worker = *threads_[actor_worker_[actor]];
+  std::lock_guard<std::mutex> lock(worker.mutex);
+  worker.queue.push_back({kind, actor, from, piece, epoch});
+  worker.wake.notify_all();
+}
+
+void ActorRuntime::worker_loop(size_t index) {
+  // Kernels run by actors never record autograd.
+  set_grad_enabled(false);
+  Worker& worker = *threads_[index];
+  std::unique_lock<std::mutex> lock(worker.mutex);
+  while (true) {
+    worker.wake.wait(lock, [&] { return shutting_down_ || !worker.queue.empty(); });
+    if (worker.queue.empty()) return;  // shutting down
+    const Message message = worker.queue.front();
+    worker.queue.pop_front();
+    worker.busy = true;
+    lock.unlock();
+    handle(message);
+    lock.lock();
+    worker.busy = false;
+    worker.wake.notify_all();
+  }
+}
+
+void ActorRuntime::handle(const Message& message) {
+  if (message.epoch != epoch_.load()) return;
+  ActorState& state = states_[message.actor];
+  const ActorSpec& spec = actors_[message.actor];
+  switch (message.kind) {
+    case MessageKind::kStart:
+    case MessageKind::kGateOpened:
+      break;
+    case MessageKind::kReady: {
+      const auto it = std::find(spec.inputs.begin(), spec.inputs.end(), message.from);
+      CHECK(it != spec.inputs.end());
+      ++state.ready[it - spec.inputs.begin()];
+      break;
+    }
+    case MessageKind::kConsumed: {
+      const int64_t oldest = state.next_piece - state.in_flight;
+      const int64_t slot = message.piece - oldest;
+      CHECK(slot >= 0 && slot < static_cast<int64_t>(state.consumed_counts.size()));
+      ++state.consumed_counts[slot];
+      const int consumers = static_cast<int>(consumers_[message.actor].size());
+      while (!state.consumed_counts.empty() && state.consumed_counts.front() == consumers) {
+        state.consumed_counts.pop_front();
+        --state.in_flight;
+      }
+      break;
+    }
+  }
+  try_act(message.actor, message.epoch);
+}
+
+bool ActorRuntime::can_act(int actor) const {
+  const ActorState& state = states_[actor];
+  const ActorSpec& spec = actors_[actor];
+  if (state.next_piece >= pieces_) return false;
+  for (int64_t ready : state.ready) {
+    if (ready == 0) return false;
+  }
+  if (state.in_flight >= spec.register_num) return false;
+  return !spec.gated || completed_pieces_.load() >= state.next_piece;
+}
+
+void ActorRuntime::try_act(int actor, uint64_t epoch) {
+  ActorState& state = states_[actor];
+  const ActorSpec& spec = actors_[actor];
+  while (epoch == epoch_.load() && can_act(actor)) {
+    const int64_t piece = state.next_piece;
+    std::vector<int> input_slots(spec.inputs.size());
+    for (size_t i = 0; i < spec.inputs.size(); ++i) input_slots[i] = static_cast<int>(piece % actors_[spec.inputs[i]].register_num);
+    try {
+      spec.act(piece, static_cast<int>(piece % spec.register_num), input_slots);
+    } catch (...) {
+      stop_run(std::current_exception());
+      return;
+    }
+    ++state.next_piece;
+    for (size_t i = 0; i < spec.inputs.size(); ++i) {
+      --state.ready[i];
+      post(spec.inputs[i], MessageKind::kConsumed, actor, piece, epoch);
+    }
+    if (consumers_[actor].empty()) {
+      finish_piece_at_sink(piece);
+    } else {
+      ++state.in_flight;
+      state.consumed_counts.push_back(0);
+      for (int consumer : consumers_[actor]) post(consumer, MessageKind::kReady, actor, piece, epoch);
+    }
+  }
+}
+
+void ActorRuntime::finish_piece_at_sink(int64_t piece) {
+  std::vector<int> gated;
+  uint64_t epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(run_mutex_);
+    const int64_t offset = piece - completed_pieces_.load();
+    CHECK_GE(offset, 0);
+    if (sink_counts_.size() <= static_cast<size_t>(offset)) sink_counts_.resize(offset + 1, 0);
+    ++sink_counts_[offset];
+    bool advanced = false;
+    while (!sink_counts_.empty() && sink_counts_.front() == static_cast<int>(sinks_.size())) {
+      sink_counts_.pop_front();
+      ++completed_pieces_;
+      advanced = true;
+    }
+    if (!advanced) return;
+    if (completed_pieces_.load() == pieces_) run_done_.notify_all();
+    epoch = epoch_.load();
+  }
+  for (size_t a = 0; a < actors_.size(); ++a) {
+    if (actors_[a].gated) post(static_cast<int>(a), MessageKind::kGateOpened, -1, 0, epoch);
+  }
+}
+
+void ActorRuntime::stop_run(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  if (!error_) error_ = error;
+  ++epoch_;  // drops every message still queued for this run
+  run_done_.notify_all();
+}
+
+void ActorRuntime::wait_idle() {
+  for (auto& worker : threads_) {
+    std::unique_lock<std::mutex> lock(worker->mutex);
+    worker->wake.wait(lock, [&] { return worker->queue.empty() && !worker->busy; });
+  }
+}
+
+void ActorRuntime::run(int64_t pieces) {
+  if (pieces <= 0) return;
+  uint64_t epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(run_mutex_);
+    pieces_ = pieces;
+    completed_pieces_ = 0;
+    sink_counts_.clear();
+    error_ = nullptr;
+    for (size_t a = 0; a < actors_.size(); ++a) {
+      states_[a] = ActorState();
+      states_[a].ready.assign(actors_[a].inputs.size(), 0);
+    }
+    epoch = ++epoch_;
+  }
+  for (size_t a = 0; a < actors_.size(); ++a) post(static_cast<int>(a), MessageKind::kStart, -1, 0, epoch);
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(run_mutex_);
+    run_done_.wait(lock, [&] { return error_ != nullptr || completed_pieces_.load() == pieces_; });
+    error = error_;
+  }
+  // Late "consumed" messages and acts still running elsewhere finish before the next run.
+  wait_idle();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace flow::graph

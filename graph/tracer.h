@@ -1,0 +1,75 @@
+#pragma once
+// The lazy interpreter: while a Graph traces build(), every functional op is checked exactly as
+// in eager mode and appended to a Job instead of being run. Lazy tensors carry meta (shape,
+// strides, dtype, device) and the name of their value in the Job, but no data.
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/interpreter.h"
+#include "graph/job.h"
+
+namespace flow {
+// The Job value a lazy tensor stands for (core forward-declares it in TensorImpl).
+struct LazyInfo {
+  std::string value;  // "<node>:<index>"
+};
+}  // namespace flow
+
+namespace flow::graph {
+
+class Tracer final : public Interpreter {
+ public:
+  // variable_names: the eager tensors (parameters, buffers, optimizer state) that become Job
+  // variables, by state name. Other eager tensors an op reads are captured as constants.
+  // debug_level >= 2 logs every op created (>= 3 with its source location) to log.
+  Tracer(const std::string& job_name, std::map<TensorImpl*, std::string> variable_names, int debug_level, std::ostream& log);
+  ~Tracer() override;
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) override;
+
+  // A lazy tensor for argument `index` of the graph call, with example's meta.
+  Tensor add_input(int index, const Tensor& example);
+  // A lazy 0-d tensor fed with a new value on every run (an optimizer's learning rate).
+  Tensor add_feed(const std::string& key, DType dtype, Device device);
+  void add_output(int index, const Tensor& value);
+
+  // Module scopes name the nodes created inside them ("model.linear_relu_stack.0").
+  void push_scope(const std::string& scope);
+  void pop_scope();
+
+  // The Job value of t, capturing an eager tensor as a variable or constant on first use.
+  std::string value_of(const Tensor& t);
+  // Clears the lazy marks put on eager tensors (variables written in place while tracing are
+  // marked with their newest value); the Tracer's destructor does it too.
+  void release();
+
+  proto::Job& job() { return job_; }
+  // Eager tensors behind variable and constant nodes, by node name.
+  const std::map<std::string, Tensor>& captured() const { return captured_; }
+
+ private:
+  std::string unique_name(const std::string& base);
+  std::string current_scope() const;
+  void mark(const Tensor& t, const std::string& value);
+  void log_node(const proto::Node& node) const;
+
+  proto::Job job_;
+  std::map<TensorImpl*, std::string> variable_names_;
+  std::map<std::string, Tensor> captured_;
+  std::vector<Tensor> marked_eager_;
+  std::vector<std::string> scopes_;
+  std::map<std::string, int> name_counts_;
+  int debug_level_;
+  std::ostream& log_;
+};
+
+// The source location of the user's call into flow (first stack frame outside flow's
+// libraries), for debug level 3; empty when it cannot be told.
+std::string caller_location();
+
+}  // namespace flow::graph
