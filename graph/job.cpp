@@ -129,4 +129,13 @@ bool has_side_effects(const proto::Node& node) {
   return find_op(node.op()).inplace;
 }
 
+std::set<std::string> written_in_place(const proto::Job& job) {
+  std::set<std::string> written;
+  for (const auto& node : job.nodes()) {
+    if (is_source_kind(node.op()) || node.op() == kOutputOp || !find_op(node.op()).inplace) continue;
+    for (int i = 0; i < node.outputs_size() && i < node.inputs_size(); ++i) written.insert(node.inputs(i));
+  }
+  return written;
+}
+
 }  // namespace flow::graph

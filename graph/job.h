@@ -2,6 +2,7 @@
 // Helpers around the Job protobuf: value names, attribute and meta conversion, text form, and an
 // index of producers and consumers that passes use.
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,5 +59,7 @@ class JobIndex {
 // Whether running the node changes state outside its outputs (in-place writes of variables),
 // so passes must keep it and keep its order.
 bool has_side_effects(const proto::Node& node);
+// Values some in-place op overwrites (input i of an in-place op with at least i+1 outputs).
+std::set<std::string> written_in_place(const proto::Job& job);
 
 }  // namespace flow::graph

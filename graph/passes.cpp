@@ -11,16 +11,6 @@
 namespace flow::graph {
 namespace {
 
-// Values some in-place op writes (input i of an in-place op with at least i+1 outputs).
-std::set<std::string> written_in_place(const proto::Job& job) {
-  std::set<std::string> written;
-  for (const auto& node : job.nodes()) {
-    if (is_source_kind(node.op()) || node.op() == kOutputOp || !find_op(node.op()).inplace) continue;
-    for (int i = 0; i < node.outputs_size() && i < node.inputs_size(); ++i) written.insert(node.inputs(i));
-  }
-  return written;
-}
-
 // Whether a pass may merge or fold the node: a pure op whose results nobody overwrites.
 bool is_pure(const proto::Node& node, const std::set<std::string>& written) {
   if (is_source_kind(node.op()) || node.op() == kOutputOp) return false;
@@ -86,7 +76,8 @@ PassManager default_passes() {
   PassManager passes;
   passes.add("constant_folding", constant_folding)
       .add("common_subexpression_elimination", common_subexpression_elimination)
-      .add("dead_code_elimination", dead_code_elimination);
+      .add("dead_code_elimination", dead_code_elimination)
+      .add("elementwise_fusion", elementwise_fusion);
   return passes;
 }
 

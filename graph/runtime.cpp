@@ -28,6 +28,8 @@ ActorRuntime::ActorRuntime(std::vector<ActorSpec> actors) : actors_(std::move(ac
   }
   for (int a = 0; a < n; ++a) {
     if (consumers_[a].empty()) sinks_.push_back(a);
+    if (actors_[a].gated) gated_.push_back(a);
+    all_actors_.push_back(a);
   }
   for (size_t t = 0; t < thread_names_.size(); ++t) {
     threads_.push_back(std::make_unique<Worker>());
@@ -44,29 +46,58 @@ ActorRuntime::~ActorRuntime() {
   for (auto& worker : threads_) worker->thread.join();
 }
 
+namespace {
+// The worker whose thread this is (nullptr off the runtime's threads).
+thread_local const void* current_worker = nullptr;
+}  // namespace
+
 void ActorRuntime::post(int actor, MessageKind kind, int from, int64_t piece, uint64_t epoch) {
   Worker& worker = *threads_[actor_worker_[actor]];
+  if (current_worker == &worker) {
+    worker.local.push_back({kind, actor, from, piece, epoch});
+    return;
+  }
   std::lock_guard<std::mutex> lock(worker.mutex);
   worker.queue.push_back({kind, actor, from, piece, epoch});
-  worker.wake.notify_all();
+  worker.wake.notify_one();
+}
+
+void ActorRuntime::post_all(const std::vector<int>& actors, MessageKind kind, uint64_t epoch) {
+  std::vector<std::vector<int>> by_worker(threads_.size());
+  for (int actor : actors) by_worker[actor_worker_[actor]].push_back(actor);
+  for (size_t w = 0; w < threads_.size(); ++w) {
+    if (by_worker[w].empty()) continue;
+    Worker& worker = *threads_[w];
+    if (current_worker == &worker) {
+      for (int actor : by_worker[w]) worker.local.push_back({kind, actor, -1, 0, epoch});
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(worker.mutex);
+    for (int actor : by_worker[w]) worker.queue.push_back({kind, actor, -1, 0, epoch});
+    worker.wake.notify_one();
+  }
 }
 
 void ActorRuntime::worker_loop(size_t index) {
   // Kernels run by actors never record autograd.
   set_grad_enabled(false);
   Worker& worker = *threads_[index];
+  current_worker = &worker;
   std::unique_lock<std::mutex> lock(worker.mutex);
   while (true) {
     worker.wake.wait(lock, [&] { return shutting_down_ || !worker.queue.empty(); });
     if (worker.queue.empty()) return;  // shutting down
-    const Message message = worker.queue.front();
-    worker.queue.pop_front();
+    worker.local.swap(worker.queue);
     worker.busy = true;
     lock.unlock();
-    handle(message);
+    while (!worker.local.empty()) {
+      const Message message = worker.local.front();
+      worker.local.pop_front();
+      handle(message);
+    }
     lock.lock();
     worker.busy = false;
-    worker.wake.notify_all();
+    if (worker.queue.empty()) worker.idle.notify_all();
   }
 }
 
@@ -158,9 +189,7 @@ void ActorRuntime::finish_piece_at_sink(int64_t piece) {
     if (completed_pieces_.load() == pieces_) run_done_.notify_all();
     epoch = epoch_.load();
   }
-  for (size_t a = 0; a < actors_.size(); ++a) {
-    if (actors_[a].gated) post(static_cast<int>(a), MessageKind::kGateOpened, -1, 0, epoch);
-  }
+  post_all(gated_, MessageKind::kGateOpened, epoch);
 }
 
 void ActorRuntime::stop_run(std::exception_ptr error) {
@@ -173,7 +202,7 @@ void ActorRuntime::stop_run(std::exception_ptr error) {
 void ActorRuntime::wait_idle() {
   for (auto& worker : threads_) {
     std::unique_lock<std::mutex> lock(worker->mutex);
-    worker->wake.wait(lock, [&] { return worker->queue.empty() && !worker->busy; });
+    worker->idle.wait(lock, [&] { return worker->queue.empty() && !worker->busy; });
   }
 }
 
@@ -192,7 +221,7 @@ void ActorRuntime::run(int64_t pieces) {
     }
     epoch = ++epoch_;
   }
-  for (size_t a = 0; a < actors_.size(); ++a) post(static_cast<int>(a), MessageKind::kStart, -1, 0, epoch);
+  post_all(all_actors_, MessageKind::kStart, epoch);
   std::exception_ptr error;
   {
     std::unique_lock<std::mutex> lock(run_mutex_);

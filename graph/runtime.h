@@ -62,15 +62,22 @@ class ActorRuntime {
     int64_t in_flight = 0;                   // own pieces not yet consumed by every consumer
     std::deque<int> consumed_counts;         // per in-flight piece, consumers done with it
   };
+  // Messages from other threads arrive in `queue` (locked); messages an actor sends to an actor
+  // on its own thread go to `local`, touched only by that thread, so a chain of compute actors
+  // runs without locks or wake-ups.
   struct Worker {
     std::mutex mutex;
     std::condition_variable wake;
+    std::condition_variable idle;
     std::deque<Message> queue;
+    std::deque<Message> local;
     bool busy = false;
     std::thread thread;
   };
 
   void post(int actor, MessageKind kind, int from, int64_t piece, uint64_t epoch);
+  // Sends the same message to many actors, locking each target thread's queue once.
+  void post_all(const std::vector<int>& actors, MessageKind kind, uint64_t epoch);
   void worker_loop(size_t index);
   void handle(const Message& message);
   void try_act(int actor, uint64_t epoch);
@@ -86,6 +93,8 @@ class ActorRuntime {
   std::vector<std::string> thread_names_;
   std::vector<std::unique_ptr<Worker>> threads_;
   std::vector<int> sinks_;
+  std::vector<int> gated_;
+  std::vector<int> all_actors_;
 
   // Run state. Messages of an earlier (or stopped) run carry an old epoch and are dropped.
   std::atomic<uint64_t> epoch_{0};

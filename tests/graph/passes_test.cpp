@@ -114,11 +114,18 @@ TEST(Passes, PassManagerRunsInOrderAndDumps) {
   graph::PassContext context{traced.fixed};
   std::ostringstream log;
   graph::default_passes().run(traced.job, context, 3, &log);
-  EXPECT_EQ(count_op(traced.job, "relu"), 1);
+  // CSE leaves one relu, which fusion then merges with the add.
+  EXPECT_EQ(count_op(traced.job, "relu"), 0);
+  EXPECT_EQ(count_op(traced.job, "fused_elementwise"), 1);
   const std::string text = log.str();
   EXPECT_LT(text.find("pass constant_folding"), text.find("pass common_subexpression_elimination"));
-  EXPECT_NE(text.find("job after dead_code_elimination"), std::string::npos);
-  EXPECT_NE(text.find("op: \"relu\""), std::string::npos) << "the Job is dumped in protobuf text form";
+  EXPECT_LT(text.find("pass dead_code_elimination"), text.find("pass elementwise_fusion"));
+  const size_t after_cse = text.find("job after common_subexpression_elimination");
+  const size_t after_dce = text.find("job after dead_code_elimination");
+  ASSERT_NE(after_dce, std::string::npos);
+  const std::string cse_dump = text.substr(after_cse, after_dce - after_cse);
+  EXPECT_NE(cse_dump.find("op: \"relu\""), std::string::npos) << "the Job is dumped in protobuf text form";
+  EXPECT_EQ(cse_dump.find("op: \"relu\""), cse_dump.rfind("op: \"relu\"")) << "CSE merged the two relus";
 }
 
 TEST(Plan, BuffersWithOverlappingLifetimesNeverShareMemory) {

@@ -3,49 +3,12 @@
 #include <cmath>
 
 #include "core/kernels/cpu/convert.h"
+#include "core/kernels/cpu/elementwise_math.h"
 #include "core/kernels/cpu/loop.h"
 #include "core/op.h"
 
 namespace flow::cpu {
 namespace {
-
-template <typename T>
-T power(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
-    T result = 1;
-    for (; b > 0; b >>= 1, a *= a) {
-      if (b & 1) result *= a;
-    }
-    return result;
-  } else {
-    return std::pow(a, b);
-  }
-}
-
-template <typename T>
-T divide(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    if (b == 0) fail("div", "integer division by zero");
-  }
-  return a / b;
-}
-
-// NaN propagates through maximum/minimum, as in PyTorch.
-template <typename T>
-T max_of(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  }
-  return a < b ? b : a;
-}
-template <typename T>
-T min_of(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  }
-  return b < a ? b : a;
-}
 
 template <typename F>
 KernelFn arithmetic(const char* name, F f) {
@@ -110,10 +73,10 @@ const std::vector<DType> kAll = all_dtypes();
 FLOW_REGISTER_KERNEL("add", DeviceType::kCPU, kNumeric, arithmetic("add", [](auto a, auto b) { return a + b; }));
 FLOW_REGISTER_KERNEL("sub", DeviceType::kCPU, kNumeric, arithmetic("sub", [](auto a, auto b) { return a - b; }));
 FLOW_REGISTER_KERNEL("mul", DeviceType::kCPU, kNumeric, arithmetic("mul", [](auto a, auto b) { return a * b; }));
-FLOW_REGISTER_KERNEL("div", DeviceType::kCPU, kNumeric, arithmetic("div", [](auto a, auto b) { return divide(a, b); }));
-FLOW_REGISTER_KERNEL("pow", DeviceType::kCPU, kNumeric, arithmetic("pow", [](auto a, auto b) { return power(a, b); }));
-FLOW_REGISTER_KERNEL("maximum", DeviceType::kCPU, kNumeric, arithmetic("maximum", [](auto a, auto b) { return max_of(a, b); }));
-FLOW_REGISTER_KERNEL("minimum", DeviceType::kCPU, kNumeric, arithmetic("minimum", [](auto a, auto b) { return min_of(a, b); }));
+FLOW_REGISTER_KERNEL("div", DeviceType::kCPU, kNumeric, arithmetic("div", [](auto a, auto b) { return math::divide(a, b); }));
+FLOW_REGISTER_KERNEL("pow", DeviceType::kCPU, kNumeric, arithmetic("pow", [](auto a, auto b) { return math::power(a, b); }));
+FLOW_REGISTER_KERNEL("maximum", DeviceType::kCPU, kNumeric, arithmetic("maximum", [](auto a, auto b) { return math::max_of(a, b); }));
+FLOW_REGISTER_KERNEL("minimum", DeviceType::kCPU, kNumeric, arithmetic("minimum", [](auto a, auto b) { return math::min_of(a, b); }));
 
 FLOW_REGISTER_KERNEL("eq", DeviceType::kCPU, kAll, comparison("eq", [](auto a, auto b) { return a == b; }));
 FLOW_REGISTER_KERNEL("ne", DeviceType::kCPU, kAll, comparison("ne", [](auto a, auto b) { return a != b; }));
@@ -129,10 +92,10 @@ FLOW_REGISTER_KERNEL("add_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar
 FLOW_REGISTER_KERNEL("sub_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("sub_scalar", [](auto a, auto b) { return a - b; }));
 FLOW_REGISTER_KERNEL("rsub_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("rsub_scalar", [](auto a, auto b) { return b - a; }));
 FLOW_REGISTER_KERNEL("mul_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("mul_scalar", [](auto a, auto b) { return a * b; }));
-FLOW_REGISTER_KERNEL("div_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("div_scalar", [](auto a, auto b) { return divide(a, b); }));
-FLOW_REGISTER_KERNEL("rdiv_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("rdiv_scalar", [](auto a, auto b) { return divide(b, a); }));
-FLOW_REGISTER_KERNEL("pow_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("pow_scalar", [](auto a, auto b) { return power(a, b); }));
-FLOW_REGISTER_KERNEL("rpow_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("rpow_scalar", [](auto a, auto b) { return power(b, a); }));
+FLOW_REGISTER_KERNEL("div_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("div_scalar", [](auto a, auto b) { return math::divide(a, b); }));
+FLOW_REGISTER_KERNEL("rdiv_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("rdiv_scalar", [](auto a, auto b) { return math::divide(b, a); }));
+FLOW_REGISTER_KERNEL("pow_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("pow_scalar", [](auto a, auto b) { return math::power(a, b); }));
+FLOW_REGISTER_KERNEL("rpow_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("rpow_scalar", [](auto a, auto b) { return math::power(b, a); }));
 
 FLOW_REGISTER_KERNEL("eq_scalar", DeviceType::kCPU, kAll, comparison_scalar("eq_scalar", [](auto a, auto b) { return a == b; }));
 FLOW_REGISTER_KERNEL("ne_scalar", DeviceType::kCPU, kAll, comparison_scalar("ne_scalar", [](auto a, auto b) { return a != b; }));

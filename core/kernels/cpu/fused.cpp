@@ -1,0 +1,219 @@
+// CPU kernel of fused_elementwise: the output is cut into tiles of kTile elements; for each tile
+// every step runs as its own tight (vectorisable) loop over tile buffers that stay in L1, and
+// only the program's outputs are written to memory.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "core/kernels/cpu/elementwise_math.h"
+#include "core/op.h"
+#include "core/ops/fused.h"
+#include "core/thread_pool.h"
+
+namespace flow::cpu {
+namespace {
+
+constexpr int64_t kTile = 512;
+
+enum class Code {
+  kNeg, kAbs, kSign, kExp, kLog, kSqrt, kRsqrt, kSin, kCos, kTanh, kSigmoid, kRelu, kSilu, kGelu, kClamp,
+  kAddScalar, kSubScalar, kRsubScalar, kMulScalar, kDivScalar, kRdivScalar, kPowScalar, kRpowScalar,
+  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum, kReluGrad, kGeluGrad,
+};
+
+Code code_of(const std::string& op) {
+  static const std::map<std::string, Code> codes{
+      {"neg", Code::kNeg},           {"abs", Code::kAbs},
+      {"sign", Code::kSign},         {"exp", Code::kExp},
+      {"log", Code::kLog},           {"sqrt", Code::kSqrt},
+      {"rsqrt", Code::kRsqrt},       {"sin", Code::kSin},
+      {"cos", Code::kCos},           {"tanh", Code::kTanh},
+      {"sigmoid", Code::kSigmoid},   {"relu", Code::kRelu},
+      {"silu", Code::kSilu},         {"gelu", Code::kGelu},
+      {"clamp", Code::kClamp},       {"add_scalar", Code::kAddScalar},
+      {"sub_scalar", Code::kSubScalar}, {"rsub_scalar", Code::kRsubScalar},
+      {"mul_scalar", Code::kMulScalar}, {"div_scalar", Code::kDivScalar},
+      {"rdiv_scalar", Code::kRdivScalar}, {"pow_scalar", Code::kPowScalar},
+      {"rpow_scalar", Code::kRpowScalar}, {"add", Code::kAdd},
+      {"sub", Code::kSub},           {"mul", Code::kMul},
+      {"div", Code::kDiv},           {"pow", Code::kPow},
+      {"maximum", Code::kMaximum},   {"minimum", Code::kMinimum},
+      {"relu_grad", Code::kReluGrad}, {"gelu_grad", Code::kGeluGrad}};
+  auto it = codes.find(op);
+  if (it == codes.end()) fail("fused_elementwise", "no CPU code for op '", op, "'");
+  return it->second;
+}
+
+// A step ready to run on T: its code, where its arguments live, and its constants.
+template <typename T>
+struct CompiledStep {
+  Code code;
+  std::vector<int> args;
+  T scalar{}, lo{}, hi{};
+  bool tanh_form = false;
+};
+
+template <typename T>
+std::vector<CompiledStep<T>> compile(const fused::Program& program) {
+  std::vector<CompiledStep<T>> steps;
+  for (const auto& step : program.steps) {
+    CompiledStep<T> compiled{code_of(step.op), step.args};
+    const Attrs& attrs = step.attrs;
+    if (attrs.has("scalar")) compiled.scalar = attrs.get<Scalar>("scalar").to<T>();
+    if (attrs.has("approximate")) compiled.tanh_form = attrs.get<std::string>("approximate") == "tanh";
+    if (compiled.code == Code::kClamp) {
+      compiled.lo = attrs.get<bool>("has_min") ? attrs.get<Scalar>("min").to<T>() : std::numeric_limits<T>::lowest();
+      compiled.hi = attrs.get<bool>("has_max") ? attrs.get<Scalar>("max").to<T>() : std::numeric_limits<T>::max();
+    }
+    steps.push_back(std::move(compiled));
+  }
+  return steps;
+}
+
+// Decoding a program costs more than a small tile loop, so each distinct program is decoded once.
+std::shared_ptr<const fused::Program> cached_program(const std::string& text) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const fused::Program>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = cache[text];
+  if (!slot) slot = std::make_shared<const fused::Program>(fused::decode(text));
+  return slot;
+}
+
+template <typename T, typename F>
+void map1(const T* a, T* out, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f(a[i]);
+}
+template <typename T, typename F>
+void map2(const T* a, const T* b, T* out, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+}
+
+template <typename T>
+void run_step(const CompiledStep<T>& step, const T* a, const T* b, T* out, int64_t n) {
+  const T s = step.scalar;
+  switch (step.code) {
+    case Code::kNeg: return map1(a, out, n, [](T x) { return math::neg(x); });
+    case Code::kAbs: return map1(a, out, n, [](T x) { return math::abs(x); });
+    case Code::kSign: return map1(a, out, n, [](T x) { return math::sign(x); });
+    case Code::kExp: return map1(a, out, n, [](T x) { return std::exp(x); });
+    case Code::kLog: return map1(a, out, n, [](T x) { return std::log(x); });
+    case Code::kSqrt: return map1(a, out, n, [](T x) { return std::sqrt(x); });
+    case Code::kRsqrt: return map1(a, out, n, [](T x) { return math::rsqrt(x); });
+    case Code::kSin: return map1(a, out, n, [](T x) { return std::sin(x); });
+    case Code::kCos: return map1(a, out, n, [](T x) { return std::cos(x); });
+    case Code::kTanh: return map1(a, out, n, [](T x) { return std::tanh(x); });
+    case Code::kSigmoid: return map1(a, out, n, [](T x) { return math::sigmoid(x); });
+    case Code::kRelu: return map1(a, out, n, [](T x) { return math::relu(x); });
+    case Code::kSilu: return map1(a, out, n, [](T x) { return math::silu(x); });
+    case Code::kGelu: return map1(a, out, n, [&](T x) { return math::gelu(x, step.tanh_form); });
+    case Code::kClamp: return map1(a, out, n, [&](T x) { return math::clamp(x, step.lo, step.hi); });
+    case Code::kAddScalar: return map1(a, out, n, [s](T x) { return static_cast<T>(x + s); });
+    case Code::kSubScalar: return map1(a, out, n, [s](T x) { return static_cast<T>(x - s); });
+    case Code::kRsubScalar: return map1(a, out, n, [s](T x) { return static_cast<T>(s - x); });
+    case Code::kMulScalar: return map1(a, out, n, [s](T x) { return static_cast<T>(x * s); });
+    case Code::kDivScalar: return map1(a, out, n, [s](T x) { return math::divide(x, s); });
+    case Code::kRdivScalar: return map1(a, out, n, [s](T x) { return math::divide(s, x); });
+    case Code::kPowScalar: return map1(a, out, n, [s](T x) { return math::power(x, s); });
+    case Code::kRpowScalar: return map1(a, out, n, [s](T x) { return math::power(s, x); });
+    case Code::kAdd: return map2(a, b, out, n, [](T x, T y) { return static_cast<T>(x + y); });
+    case Code::kSub: return map2(a, b, out, n, [](T x, T y) { return static_cast<T>(x - y); });
+    case Code::kMul: return map2(a, b, out, n, [](T x, T y) { return static_cast<T>(x * y); });
+    case Code::kDiv: return map2(a, b, out, n, [](T x, T y) { return math::divide(x, y); });
+    case Code::kPow: return map2(a, b, out, n, [](T x, T y) { return math::power(x, y); });
+    case Code::kMaximum: return map2(a, b, out, n, [](T x, T y) { return math::max_of(x, y); });
+    case Code::kMinimum: return map2(a, b, out, n, [](T x, T y) { return math::min_of(x, y); });
+    case Code::kReluGrad: return map2(a, b, out, n, [](T g, T y) { return math::relu_grad(g, y); });
+    case Code::kGeluGrad: return map2(a, b, out, n, [&](T g, T x) { return g * math::gelu_derivative(x, step.tanh_form); });
+  }
+}
+
+// tile[i] = src[((start + i) / inner) % size], as contiguous runs: copied where the operand runs
+// along the output (inner == 1), repeated where one operand value covers `inner` outputs.
+template <typename T>
+void gather_tile(const T* src, const fused::OperandLayout& layout, int64_t start, int64_t n, T* tile) {
+  int64_t outer = (start / layout.inner) % layout.size, within = start % layout.inner;
+  for (int64_t i = 0; i < n;) {
+    if (layout.inner == 1) {
+      const int64_t run = std::min(n - i, layout.size - outer);
+      std::copy_n(src + outer, run, tile + i);
+      i += run;
+      outer += run;
+    } else {
+      const int64_t run = std::min(n - i, layout.inner - within);
+      std::fill_n(tile + i, run, src[outer]);
+      i += run;
+      ++outer;
+      within = 0;
+    }
+    if (outer == layout.size) outer = 0;
+  }
+}
+
+// Operands are ctx.inputs from `first_operand` on (the in-place form's destinations come first).
+template <typename T>
+void run_program(KernelContext& ctx, const fused::Program& program, size_t first_operand) {
+  const std::vector<CompiledStep<T>> steps = compile<T>(program);
+  const Shape& shape = ctx.outputs[0].shape();
+  const int64_t numel = shape.numel();
+  const size_t num_operands = ctx.inputs.size() - first_operand, num_steps = steps.size();
+  std::vector<T*> step_output(num_steps, nullptr);  // the op's output buffer for output steps
+  for (size_t o = 0; o < program.outputs.size(); ++o) step_output[program.outputs[o]] = static_cast<T*>(ctx.outputs[o].data_ptr());
+  std::vector<const T*> operand_data;
+  std::vector<fused::OperandLayout> layouts;
+  std::vector<bool> copy_tile;  // operands read through a tile copy: broadcast ones, and outputs read before being written
+  for (size_t k = first_operand; k < ctx.inputs.size(); ++k) {
+    const T* data = static_cast<const T*>(ctx.inputs[k].data_ptr());
+    operand_data.push_back(data);
+    layouts.push_back(*fused::operand_layout(ctx.inputs[k].shape(), shape));
+    const bool written = std::find(step_output.begin(), step_output.end(), data) != step_output.end();
+    copy_tile.push_back(written || !(layouts.back().inner == 1 && layouts.back().size == numel));
+  }
+
+  parallel_for(0, numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    std::vector<T> scratch((num_operands + num_steps) * kTile);
+    std::vector<const T*> operand_tile(num_operands);
+    std::vector<T*> step_tile(num_steps);
+    for (size_t k = 0; k < num_operands; ++k) {
+      if (layouts[k].size == 1) std::fill_n(scratch.data() + k * kTile, kTile, operand_data[k][0]);  // once per range
+    }
+    for (int64_t start = begin; start < end; start += kTile) {
+      const int64_t n = std::min(kTile, end - start);
+      for (size_t k = 0; k < num_operands; ++k) {
+        if (!copy_tile[k] || layouts[k].size == 1) {
+          operand_tile[k] = copy_tile[k] ? scratch.data() + k * kTile : operand_data[k] + start;
+          continue;
+        }
+        T* tile = scratch.data() + k * kTile;
+        gather_tile(operand_data[k], layouts[k], start, n, tile);
+        operand_tile[k] = tile;
+      }
+      for (size_t j = 0; j < num_steps; ++j) {
+        const CompiledStep<T>& step = steps[j];
+        auto arg = [&](size_t a) -> const T* {
+          const int ref = step.args[a];
+          return ref >= 0 ? operand_tile[ref] : step_tile[-ref - 1];
+        };
+        step_tile[j] = step_output[j] ? step_output[j] + start : scratch.data() + (num_operands + j) * kTile;
+        run_step(step, arg(0), step.args.size() > 1 ? arg(1) : nullptr, step_tile[j], n);
+      }
+    }
+  });
+}
+
+void fused_kernel(KernelContext& ctx) {
+  const std::shared_ptr<const fused::Program> program = cached_program(ctx.attrs.get<std::string>("program"));
+  const size_t destinations = ctx.attrs.has("destinations") ? static_cast<size_t>(ctx.attrs.get<int64_t>("destinations")) : 0;
+  FLOW_DISPATCH_FLOATING(ctx.inputs[0].dtype(), "fused_elementwise", [&]<typename T>() {
+    if constexpr (std::is_floating_point_v<T>) run_program<T>(ctx, *program, destinations);
+    else fail("fused_elementwise", "float32 or float64 only");
+  });
+}
+
+const std::vector<DType> kFusedDtypes{kFloat32, kFloat64};
+FLOW_REGISTER_KERNEL("fused_elementwise", DeviceType::kCPU, kFusedDtypes, fused_kernel);
+FLOW_REGISTER_KERNEL("fused_elementwise_inplace", DeviceType::kCPU, kFusedDtypes, fused_kernel);
+
+}  // namespace
+}  // namespace flow::cpu

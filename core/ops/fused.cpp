@@ -1,0 +1,190 @@
+#include "core/ops/fused.h"
+
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/interpreter.h"
+
+namespace flow::fused {
+namespace {
+
+// Element-wise ops the fused kernel evaluates, by number of tensor arguments.
+const std::map<std::string, int>& fusable_arity() {
+  static const std::map<std::string, int> arity{
+      {"neg", 1},        {"abs", 1},        {"sign", 1},        {"exp", 1},         {"log", 1},         {"sqrt", 1},
+      {"rsqrt", 1},      {"sin", 1},        {"cos", 1},         {"tanh", 1},        {"sigmoid", 1},     {"relu", 1},
+      {"silu", 1},       {"gelu", 1},       {"clamp", 1},       {"add_scalar", 1},  {"sub_scalar", 1},  {"rsub_scalar", 1},
+      {"mul_scalar", 1}, {"div_scalar", 1}, {"rdiv_scalar", 1}, {"pow_scalar", 1},  {"rpow_scalar", 1}, {"add", 2},
+      {"sub", 2},        {"mul", 2},        {"div", 2},         {"pow", 2},         {"maximum", 2},     {"minimum", 2},
+      {"relu_grad", 2},  {"gelu_grad", 2}};
+  return arity;
+}
+
+// Attribute text: "name=s:<double>" (Scalar), "name=b:<0|1>" (bool), "name=t:<text>" (string).
+std::string encode_attr(const std::string& name, const AttrValue& value) {
+  if (const auto* scalar = std::get_if<Scalar>(&value)) {
+    char digits[32];
+    std::snprintf(digits, sizeof(digits), "%.17g", scalar->to_double());
+    return name + "=s:" + digits;
+  }
+  if (const auto* flag = std::get_if<bool>(&value)) return name + "=b:" + (*flag ? "1" : "0");
+  if (const auto* text = std::get_if<std::string>(&value)) return name + "=t:" + *text;
+  fail("fused_elementwise", "attribute '", name, "' has a type programs cannot hold");
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  for (std::string part; std::getline(stream, part, separator);) parts.push_back(part);
+  return parts;
+}
+
+// Checks the operands and the program; returns one meta per output. The in-place form's leading
+// `destinations` inputs receive the outputs and are not operands.
+std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, const Attrs& attrs) {
+  const int64_t destinations = attrs.has("destinations") ? attrs.get<int64_t>("destinations") : 0;
+  if (destinations < 0 || destinations > static_cast<int64_t>(all_inputs.size())) fail("fused_elementwise", "bad destination count");
+  const std::vector<TensorMeta> in(all_inputs.begin() + destinations, all_inputs.end());
+  if (in.empty()) fail("fused_elementwise", "expected at least one operand");
+  const Shape shape(attrs.get<std::vector<int64_t>>("shape"));
+  for (int64_t d = 0; d < destinations; ++d) {
+    if (!(all_inputs[d].shape == shape) || all_inputs[d].dtype != in[0].dtype) {
+      fail("fused_elementwise", "destination ", all_inputs[d].shape, " does not match the output ", shape);
+    }
+  }
+  for (const auto& meta : in) {
+    if (meta.dtype != in[0].dtype || !(meta.dtype == kFloat32 || meta.dtype == kFloat64)) {
+      fail("fused_elementwise", "operands must share one dtype, float32 or float64, got ", dtype_name(meta.dtype));
+    }
+    if (!(meta.device == in[0].device)) fail("fused_elementwise", "operands must share one device");
+    if (!operand_layout(meta.shape, shape)) fail("fused_elementwise", "operand ", meta.shape, " does not broadcast to ", shape);
+  }
+  const Program program = decode(attrs.get<std::string>("program"));
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    const Step& step = program.steps[s];
+    auto arity = fusable_arity().find(step.op);
+    if (arity == fusable_arity().end()) fail("fused_elementwise", "op '", step.op, "' cannot be fused");
+    if (static_cast<int>(step.args.size()) != arity->second) fail("fused_elementwise", step.op, " takes ", arity->second, " arguments");
+    for (int arg : step.args) {
+      const bool valid = arg >= 0 ? arg < static_cast<int>(in.size()) : -arg - 1 < static_cast<int>(s);
+      if (!valid) fail("fused_elementwise", "step ", s, " (", step.op, ") reads an undefined value");
+    }
+  }
+  if (program.outputs.empty()) fail("fused_elementwise", "the program has no outputs");
+  if (destinations > 0 && static_cast<int64_t>(program.outputs.size()) != destinations) {
+    fail("fused_elementwise", "the program has ", program.outputs.size(), " outputs for ", destinations, " destinations");
+  }
+  std::vector<TensorMeta> out;
+  for (int step : program.outputs) {
+    if (step < 0 || step >= static_cast<int>(program.steps.size())) fail("fused_elementwise", "output step ", step, " does not exist");
+    out.push_back({shape, in[0].dtype, in[0].device});
+  }
+  return out;
+}
+
+const OpDef& kFused = OpBuilder("fused_elementwise")
+                          .inputs({"operands"}, /*variadic=*/true)
+                          .outputs({"out"})
+                          .attrs({"program", "shape"})
+                          .infer(fused_infer)
+                          .sbp(sbp::elementwise)
+                          .def();
+
+// The same, writing its outputs into its leading inputs (a fused chain ending in assign(dst, ...)).
+const OpDef& kFusedInplace = OpBuilder("fused_elementwise_inplace")
+                                 .inputs({"destinations_and_operands"}, /*variadic=*/true)
+                                 .outputs({"out"})
+                                 .attrs({"program", "shape", "destinations"})
+                                 .inplace()
+                                 .infer(fused_infer)
+                                 .sbp(sbp::elementwise)
+                                 .def();
+
+}  // namespace
+
+bool can_fuse(const std::string& op) { return fusable_arity().count(op) != 0; }
+
+std::optional<OperandLayout> operand_layout(const Shape& operand, const Shape& out) {
+  if (operand.ndim() > out.ndim()) return std::nullopt;
+  if (operand.numel() == 1) return OperandLayout{1, 1};
+  // Right-aligned as in NumPy broadcasting: the operand's dims, padded with leading 1s.
+  std::vector<int64_t> dims(out.ndim() - operand.ndim(), 1);
+  for (int64_t d = 0; d < operand.ndim(); ++d) dims.push_back(operand[d]);
+  int64_t first = 0;  // the operand's non-1 dims span [first, last] and must match the output's
+  while (dims[first] == 1) ++first;
+  int64_t last = out.ndim() - 1;
+  while (dims[last] == 1) --last;
+  OperandLayout layout;
+  for (int64_t d = first; d <= last; ++d) {
+    if (dims[d] != out[d]) return std::nullopt;
+    layout.size *= out[d];
+  }
+  for (int64_t d = last + 1; d < out.ndim(); ++d) layout.inner *= out[d];
+  return layout;
+}
+
+std::string encode(const Program& program) {
+  std::string text;
+  for (const Step& step : program.steps) {
+    text += step.op + "|";
+    for (size_t a = 0; a < step.args.size(); ++a) text += (a ? "," : "") + std::to_string(step.args[a]);
+    text += "|";
+    bool first = true;
+    for (const auto& [name, value] : step.attrs.values()) {
+      text += (first ? "" : ",") + encode_attr(name, value);
+      first = false;
+    }
+    text += ";";
+  }
+  text += "out|";
+  for (size_t o = 0; o < program.outputs.size(); ++o) text += (o ? "," : "") + std::to_string(program.outputs[o]);
+  return text;
+}
+
+Program decode(const std::string& text) {
+  Program program;
+  for (const std::string& part : split(text, ';')) {
+    const std::vector<std::string> fields = split(part, '|');
+    if (fields.size() == 2 && fields[0] == "out") {
+      for (const auto& output : split(fields[1], ',')) program.outputs.push_back(std::stoi(output));
+      continue;
+    }
+    if (fields.size() < 2) fail("fused_elementwise", "malformed program step '", part, "'");
+    Step step{fields[0], {}, {}};
+    for (const auto& arg : split(fields[1], ',')) step.args.push_back(std::stoi(arg));
+    if (fields.size() > 2) {
+      for (const auto& attr : split(fields[2], ',')) {
+        const size_t eq = attr.find('=');
+        if (eq == std::string::npos || attr.size() < eq + 3) fail("fused_elementwise", "malformed attribute '", attr, "'");
+        const std::string name = attr.substr(0, eq), value = attr.substr(eq + 3);
+        switch (attr[eq + 1]) {
+          case 's': step.attrs.set(name, Scalar(std::stod(value))); break;
+          case 'b': step.attrs.set(name, value == "1"); break;
+          case 't': step.attrs.set(name, value); break;
+          default: fail("fused_elementwise", "malformed attribute '", attr, "'");
+        }
+      }
+    }
+    program.steps.push_back(std::move(step));
+  }
+  return program;
+}
+
+TensorList fused_elementwise(const TensorList& operands, const Program& program, const Shape& shape) {
+  return apply(kFused, operands, Attrs().set("program", encode(program)).set("shape", shape));
+}
+
+void fused_elementwise_(const TensorList& destinations, const TensorList& operands, const Program& program) {
+  for (const Tensor& destination : destinations) {
+    if (!destination.is_contiguous()) fail("fused_elementwise", "destinations must be contiguous");
+  }
+  TensorList inputs = destinations;
+  inputs.insert(inputs.end(), operands.begin(), operands.end());
+  const Shape shape = destinations.empty() ? Shape() : destinations[0].shape();
+  apply(kFusedInplace, inputs,
+        Attrs().set("program", encode(program)).set("shape", shape).set("destinations", static_cast<int64_t>(destinations.size())));
+}
+
+}  // namespace flow::fused

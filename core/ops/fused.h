@@ -1,0 +1,53 @@
+#pragma once
+// fused_elementwise: a chain of element-wise ops evaluated in one pass over its output, tile by
+// tile, so intermediate values stay in cache and the chain costs one op call. The Graph
+// compiler's fusion pass builds these; the kernel uses the same scalar functions as the single
+// ops, so results are bit-identical to the unfused chain.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+
+namespace flow::fused {
+
+// One step of a program: `op` (a registered element-wise op) applied to `args`, each an operand
+// index (>= 0) or a previous step's result (-(step + 1)), with that op's attributes.
+struct Step {
+  std::string op;
+  std::vector<int> args;
+  Attrs attrs;
+};
+
+struct Program {
+  std::vector<Step> steps;
+  std::vector<int> outputs;  // the steps whose results are the op's outputs, in order
+};
+
+inline int step_arg(int step) { return -(step + 1); }
+
+// Whether the fused kernel can evaluate `op` (float32/float64 element-wise ops of one dtype).
+bool can_fuse(const std::string& op);
+
+// How an operand broadcasts onto the output: output element i reads operand element
+// (i / inner) % size. That covers the same shape, a single value, trailing dims (a bias (C) of
+// (N, C)), leading dims ((N, 1) of (N, C)) and a middle block ((C, 1, 1) of (N, C, H, W)); other
+// broadcasts (none) are not fused.
+struct OperandLayout {
+  int64_t inner = 1;
+  int64_t size = 1;
+};
+std::optional<OperandLayout> operand_layout(const Shape& operand, const Shape& out);
+
+// The program as the op's "program" attribute and back.
+std::string encode(const Program& program);
+Program decode(const std::string& text);
+
+// Runs `program` over `operands`; every output has shape `shape`.
+TensorList fused_elementwise(const TensorList& operands, const Program& program, const Shape& shape);
+// The in-place form (op "fused_elementwise_inplace"): output i is written into destinations[i]
+// (contiguous, of the output shape). An operand may be a destination: each tile reads it before
+// any step writes it.
+void fused_elementwise_(const TensorList& destinations, const TensorList& operands, const Program& program);
+
+}  // namespace flow::fused
