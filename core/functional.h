@@ -7,6 +7,7 @@
 #include "core/ops/creation.h"
 #include "core/ops/index.h"
 #include "core/ops/matmul.h"
+#include "core/ops/norm.h"
 #include "core/ops/reduce.h"
 #include "core/ops/softmax.h"
 #include "core/ops/unary.h"

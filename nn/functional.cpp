@@ -71,27 +71,28 @@ Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_sh
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
   if (input.dim() < 2) fail("batch_norm", "expected input with a channel dim (N,C,...), got ", input.shape());
+  if (!training) return batch_norm_eval(input, running_mean, running_var, weight, bias, eps);
   const int64_t channels = input.size(1);
-  std::vector<int64_t> dims{0};
-  for (int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
-  const Shape shape = channel_shape(channels, input.dim());
-  if (!training) {
-    return affine((input - running_mean.reshape(shape)) * rsqrt(running_var.reshape(shape) + eps), weight, bias, shape);
+  for (const Tensor* stat : {&running_mean, &running_var}) {
+    if (stat->defined() && !(stat->shape() == Shape{channels})) {
+      fail("batch_norm", "running statistics should have shape (", channels, ",), one value per channel of input ", input.shape(),
+           ", got ", stat->shape());
+    }
   }
-  if (input.numel() / channels <= 1) {
-    fail("batch_norm", "expected more than 1 value per channel when training, got input ", input.shape());
-  }
-  const Tensor y = affine(normalize(input, dims, eps), weight, bias, shape);
+  const BatchNormTrainResult result = batch_norm_train(input, weight, bias, eps);
   if (running_mean.defined()) {
-    // Running statistics are state, not part of the differentiated computation.
+    // Running statistics are state, not part of the differentiated computation. The running
+    // variance is the unbiased batch variance, recovered from invstd = 1 / sqrt(biased var + eps).
     const bool grad_mode = is_grad_enabled();
     set_grad_enabled(false);
+    const double count = static_cast<double>(input.numel() / channels);
+    const Tensor unbiased_var = (1.0 / (result.invstd * result.invstd) - eps) * (count / (count - 1));
     Tensor mean_state = running_mean, var_state = running_var;
-    mean_state.copy_(running_mean * (1.0 - momentum) + mean(input, dims) * momentum);
-    var_state.copy_(running_var * (1.0 - momentum) + var(input, dims, 1) * momentum);
+    mean_state.copy_(running_mean * (1.0 - momentum) + result.mean * momentum);
+    var_state.copy_(running_var * (1.0 - momentum) + unbiased_var * momentum);
     set_grad_enabled(grad_mode);
   }
-  return y;
+  return result.out;
 }
 
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {

@@ -145,11 +145,12 @@ InferFn pool_infer(const char* op, bool with_indices) {
   };
 }
 
-// Scatters pooled gradients back through the saved argmax positions (flat h*w per plane).
+// Scatters pooled gradients back through the saved argmax positions (flat h*w per plane). The
+// window attributes let a kernel turn them into window offsets (oneDNN's workspace).
 const OpDef& kMaxPoolGrad = OpBuilder("max_pool2d_grad")
                                 .inputs({"grad", "indices"})
                                 .outputs({"grad_input"})
-                                .attrs({"input_shape"})
+                                .attrs({"kernel_size", "stride", "padding", "input_shape"})
                                 .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
                                   return std::vector<TensorMeta>{{Shape(pair_attr(attrs, "input_shape")), in[0].dtype, in[0].device}};
                                 })
@@ -162,7 +163,7 @@ const OpDef& kMaxPool = OpBuilder("max_pool2d")
                             .infer(pool_infer("max_pool2d", true))
                             .vjp([](const VjpContext& ctx) {
                               return TensorList{apply_one(kMaxPoolGrad, {ctx.grad(0), ctx.output(1)},
-                                                          Attrs().set("input_shape", ctx.input_meta(0).shape))};
+                                                          Attrs(ctx.attrs).set("input_shape", ctx.input_meta(0).shape))};
                             })
                             .def();
 

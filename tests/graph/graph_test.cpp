@@ -131,6 +131,42 @@ TEST(Graph, TrainingMatchesEagerForFiftySteps) {
   }
 }
 
+TEST(Graph, BatchNormTrainingMatchesEager) {
+  // batch_norm_train/_eval primitives and the running-stat writes (assign) traced into a Job.
+  auto make = [] {
+    auto net = std::make_shared<nn::Sequential>();
+    net->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 4, 3)));
+    net->push_back(std::make_shared<nn::BatchNorm2d>(4));
+    net->push_back(std::make_shared<nn::ReLU>());
+    net->push_back(std::make_shared<nn::MaxPool2d>(2));
+    net->push_back(std::make_shared<nn::Flatten>());
+    net->push_back(std::make_shared<nn::Linear>(4 * 5 * 5, 10));
+    return net;
+  };
+  const flow::Shape shape{8, 1, 12, 12};
+  auto eager_net = make();
+  auto graph_net = make();
+  copy_params(*eager_net, *graph_net);
+  optim::SGD eager_opt(eager_net->parameters(), optim::SGDOptions(0.01));
+  eager_train(*eager_net, eager_opt, 3, shape);
+  TrainGraph graph(graph_net, std::make_shared<optim::SGD>(graph_net->parameters(), optim::SGDOptions(0.01)));
+  for (int k = 0; k < 3; ++k) {
+    auto [x, y] = batch(k, shape);
+    graph(x, y);
+  }
+  expect_same_parameters(*graph_net, *eager_net, 1e-4);
+  const auto eager_state = eager_net->state_dict(), graph_state = graph_net->state_dict();
+  for (const char* name : {"1.running_mean", "1.running_var"}) {
+    EXPECT_LE(max_relative_difference(graph_state.at(name), eager_state.at(name)), 1e-5) << name;
+  }
+  eager_net->eval();
+  graph_net->eval();
+  EvalGraph eval_graph(graph_net);
+  const Tensor x = batch(7, shape).first;
+  flow::autograd::NoGradGuard no_grad;
+  EXPECT_LE(max_relative_difference(eval_graph(x).at(0), eager_net->forward(x)), 1e-4);
+}
+
 TEST(Graph, AdamWithSchedulerMatchesEager) {
   const flow::Shape shape{16, 1, 28, 28};
   auto eager_net = make_mlp();

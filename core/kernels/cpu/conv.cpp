@@ -1,10 +1,9 @@
 // float64 convolution as im2col + BLAS GEMM per image and group (forward, and both gradients
-// via col2im and GEMM), and pooling over windows. Images are split over the thread pool, each one's
-// GEMM running single-threaded so the split does not oversubscribe.
+// via col2im and GEMM). Images are split over the thread pool, each one's GEMM running
+// single-threaded so the split does not oversubscribe.
 #include <cblas.h>
 
 #include <cstring>
-#include <limits>
 
 #include "core/op.h"
 #include "core/thread_pool.h"
@@ -164,124 +163,9 @@ void conv_grad_weight_kernel(KernelContext& ctx) {
   });
 }
 
-struct PoolGeometry {
-  int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
-};
-
-PoolGeometry pool_geometry(const Shape& x, const Shape& y, const Attrs& attrs) {
-  const Pair &k = attrs.get<Pair>("kernel_size"), &s = attrs.get<Pair>("stride"), &p = attrs.get<Pair>("padding");
-  return {x[0] * x[1], x[2], x[3], y[2], y[3], k[0], k[1], s[0], s[1], p[0], p[1]};
-}
-
-// The valid input range [begin, end) of output position o's window along one axis.
-struct WindowRange {
-  int64_t begin, end;
-};
-inline WindowRange window(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int64_t size) {
-  const int64_t start = o * stride - pad;
-  return {std::max<int64_t>(start, 0), std::min<int64_t>(start + kernel, size)};
-}
-
-void max_pool_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.inputs[0];
-  const PoolGeometry g = pool_geometry(x.shape(), ctx.outputs[0].shape(), ctx.attrs);
-  FLOW_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&]<typename T>() {
-    const T* in = static_cast<const T*>(x.data_ptr());
-    T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
-    int64_t* indices = static_cast<int64_t*>(ctx.outputs[1].data_ptr());
-    parallel_for(0, g.planes, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.h * g.w, 1)), [&](int64_t begin, int64_t end) {
-      for (int64_t plane = begin; plane < end; ++plane) {
-        const T* src = in + plane * g.h * g.w;
-        for (int64_t y = 0; y < g.oh; ++y) {
-          const WindowRange rows = window(y, g.sh, g.ph, g.kh, g.h);
-          for (int64_t x0 = 0; x0 < g.ow; ++x0) {
-            const WindowRange cols = window(x0, g.sw, g.pw, g.kw, g.w);
-            int64_t best_index = rows.begin * g.w + cols.begin;
-            T best = src[best_index];
-            for (int64_t iy = rows.begin; iy < rows.end; ++iy) {
-              for (int64_t ix = cols.begin; ix < cols.end; ++ix) {
-                const T v = src[iy * g.w + ix];
-                // Branch-free select (random data would mispredict); NaN wins and stays, as in PyTorch.
-                const bool take = (v > best) | ((v != v) & (best == best));
-                best = take ? v : best;
-                best_index = take ? iy * g.w + ix : best_index;
-              }
-            }
-            const int64_t o = (plane * g.oh + y) * g.ow + x0;
-            out[o] = best;
-            indices[o] = best_index;
-          }
-        }
-      }
-    });
-  });
-}
-
-void max_pool_grad_kernel(KernelContext& ctx) {
-  const Tensor &grad = ctx.inputs[0], &indices = ctx.inputs[1];
-  Tensor& gx = ctx.outputs[0];
-  const int64_t plane_in = gx.size(2) * gx.size(3), plane_out = grad.size(2) * grad.size(3);
-  FLOW_DISPATCH_FLOATING(grad.dtype(), "max_pool2d", [&]<typename T>() {
-    const T* dy = static_cast<const T*>(grad.data_ptr());
-    const int64_t* idx = static_cast<const int64_t*>(indices.data_ptr());
-    T* dx = static_cast<T*>(gx.data_ptr());
-    std::memset(dx, 0, static_cast<size_t>(gx.numel()) * sizeof(T));
-    parallel_for(0, gx.size(0) * gx.size(1), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t plane = begin; plane < end; ++plane) {
-        for (int64_t o = 0; o < plane_out; ++o) dx[plane * plane_in + idx[plane * plane_out + o]] += dy[plane * plane_out + o];
-      }
-    });
-  });
-}
-
-// Forward: out = mean of the window (padding counted); backward: each window's gradient spread
-// evenly over it.
-template <bool backward>
-void avg_pool_kernel(KernelContext& ctx) {
-  const Tensor& src_tensor = ctx.inputs[0];
-  Tensor& dst_tensor = ctx.outputs[0];
-  const Shape& in_shape = backward ? dst_tensor.shape() : src_tensor.shape();
-  const Shape& out_shape = backward ? src_tensor.shape() : dst_tensor.shape();
-  const PoolGeometry g = pool_geometry(in_shape, out_shape, ctx.attrs);
-  FLOW_DISPATCH_FLOATING(src_tensor.dtype(), "avg_pool2d", [&]<typename T>() {
-    const T scale = T(1) / static_cast<T>(g.kh * g.kw);
-    const T* src = static_cast<const T*>(src_tensor.data_ptr());
-    T* dst = static_cast<T*>(dst_tensor.data_ptr());
-    if (backward) std::memset(dst, 0, static_cast<size_t>(dst_tensor.numel()) * sizeof(T));
-    parallel_for(0, g.planes, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.h * g.w, 1)), [&](int64_t begin, int64_t end) {
-      for (int64_t plane = begin; plane < end; ++plane) {
-        const int64_t base = plane * g.h * g.w;
-        for (int64_t y = 0; y < g.oh; ++y) {
-          const WindowRange rows = window(y, g.sh, g.ph, g.kh, g.h);
-          for (int64_t x0 = 0; x0 < g.ow; ++x0) {
-            const WindowRange cols = window(x0, g.sw, g.pw, g.kw, g.w);
-            const int64_t o = (plane * g.oh + y) * g.ow + x0;
-            if constexpr (backward) {
-              const T share = src[o] * scale;
-              for (int64_t iy = rows.begin; iy < rows.end; ++iy) {
-                for (int64_t ix = cols.begin; ix < cols.end; ++ix) dst[base + iy * g.w + ix] += share;
-              }
-            } else {
-              T total = 0;
-              for (int64_t iy = rows.begin; iy < rows.end; ++iy) {
-                for (int64_t ix = cols.begin; ix < cols.end; ++ix) total += src[base + iy * g.w + ix];
-              }
-              dst[o] = total * scale;
-            }
-          }
-        }
-      }
-    });
-  });
-}
-
 FLOW_REGISTER_KERNEL("conv2d", DeviceType::kCPU, {kFloat64}, conv_kernel);
 FLOW_REGISTER_KERNEL("conv2d_grad_input", DeviceType::kCPU, {kFloat64}, conv_grad_input_kernel);
 FLOW_REGISTER_KERNEL("conv2d_grad_weight", DeviceType::kCPU, {kFloat64}, conv_grad_weight_kernel);
-FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCPU, floating_dtypes(), max_pool_kernel);
-FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCPU, floating_dtypes(), max_pool_grad_kernel);
-FLOW_REGISTER_KERNEL("avg_pool2d", DeviceType::kCPU, floating_dtypes(), avg_pool_kernel<false>);
-FLOW_REGISTER_KERNEL("avg_pool2d_grad", DeviceType::kCPU, floating_dtypes(), avg_pool_kernel<true>);
 
 }  // namespace
 }  // namespace flow::cpu

@@ -2,26 +2,17 @@
 // and backward-weights primitives over plain NCHW/OIHW buffers, with the layouts oneDNN prefers
 // ("any") and reorders around them. Primitives are cached per (shape, parameters), since
 // creating one JIT-compiles code. float64 stays on im2col + GEMM (conv.cpp): oneDNN has no f64.
-#include <omp.h>
-
-#include <dnnl.hpp>
 #include <map>
 #include <mutex>
 
+#include "core/kernels/cpu/dnnl_util.h"
 #include "core/op.h"
-#include "core/thread_pool.h"
 
 namespace flow::cpu {
 namespace {
 
-using dnnl::memory;
-using Dims = memory::dims;
+using namespace dnnl_util;
 using Pair = std::vector<int64_t>;
-
-dnnl::engine& engine() {
-  static dnnl::engine instance(dnnl::engine::kind::cpu, 0);
-  return instance;
-}
 
 struct ConvKey {
   Dims src, weights, dst, strides, dilates, padding;
@@ -36,12 +27,6 @@ ConvKey make_key(const Shape& x, const Shape& w, const Shape& y, const Attrs& at
   Dims weights = groups == 1 ? Dims{w[0], w[1], w[2], w[3]} : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
   return {Dims(x.begin(), x.end()), weights, Dims(y.begin(), y.end()), {s[0], s[1]}, {d[0] - 1, d[1] - 1}, {p[0], p[1]}, bias};
 }
-
-memory::desc plain(const Dims& dims) {
-  const auto tag = dims.size() == 5 ? memory::format_tag::goihw : (dims.size() == 4 ? memory::format_tag::nchw : memory::format_tag::x);
-  return memory::desc(dims, memory::data_type::f32, tag);
-}
-memory::desc any(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::any); }
 
 // The three primitive descriptors of one convolution configuration.
 struct ConvPrimitives {
@@ -74,28 +59,6 @@ ConvPrimitives& primitives(const ConvKey& key) {
                                                          dnnl::convolution_backward_data(data_pd),
                                                          dnnl::convolution_backward_weights(weights_pd)});
   return *slot;
-}
-
-// A oneDNN memory in the layout `wanted`, filled from (or later written back to) a plain buffer.
-struct Bound {
-  memory user, inner;
-  bool reordered;
-};
-Bound bind_memory(const Dims& dims, void* data, const memory::desc& wanted, dnnl::stream& stream, bool read) {
-  memory user(plain(dims), engine(), data);
-  if (wanted == user.get_desc()) return {user, user, false};
-  memory inner(wanted, engine());
-  if (read) dnnl::reorder(user, inner).execute(stream, user, inner);
-  return {user, inner, true};
-}
-void write_back(Bound& bound, dnnl::stream& stream) {
-  if (bound.reordered) dnnl::reorder(bound.inner, bound.user).execute(stream, bound.inner, bound.user);
-}
-
-// oneDNN runs on its OpenMP pool: match it to flow's thread count.
-dnnl::stream stream_for_call() {
-  omp_set_num_threads(get_num_threads());
-  return dnnl::stream(engine());
 }
 
 void forward_kernel(KernelContext& ctx) {

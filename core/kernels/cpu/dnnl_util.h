@@ -1,0 +1,54 @@
+#pragma once
+// Plumbing shared by the oneDNN kernels (conv, pooling, batch norm): one CPU engine, plain
+// row-major memory descriptors, reorders between flow's plain buffers and the layouts a primitive
+// picks, and a stream whose OpenMP pool matches flow's thread count.
+#include <omp.h>
+
+#include <dnnl.hpp>
+
+#include "core/thread_pool.h"
+
+namespace flow::cpu::dnnl_util {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+inline dnnl::engine& engine() {
+  static dnnl::engine instance(dnnl::engine::kind::cpu, 0);
+  return instance;
+}
+
+// Dense row-major layout of up to 5 dims (x, nc, ncw, nchw / oihw, goihw).
+inline memory::desc plain(const Dims& dims, memory::data_type type = memory::data_type::f32) {
+  using tag = memory::format_tag;
+  static const tag tags[] = {tag::a, tag::ab, tag::abc, tag::abcd, tag::abcde};
+  return memory::desc(dims, type, tags[dims.size() - 1]);
+}
+inline memory::desc any(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::any); }
+
+// A oneDNN memory in the layout `wanted`, filled from (or later written back to) a plain buffer.
+struct Bound {
+  memory user, inner;
+  bool reordered;
+};
+inline Bound bind_memory(const memory::desc& user_desc, void* data, const memory::desc& wanted, dnnl::stream& stream, bool read) {
+  memory user(user_desc, engine(), data);
+  if (wanted == user_desc) return {user, user, false};
+  memory inner(wanted, engine());
+  if (read) dnnl::reorder(user, inner).execute(stream, user, inner);
+  return {user, inner, true};
+}
+inline Bound bind_memory(const Dims& dims, void* data, const memory::desc& wanted, dnnl::stream& stream, bool read) {
+  return bind_memory(plain(dims), data, wanted, stream, read);
+}
+inline void write_back(Bound& bound, dnnl::stream& stream) {
+  if (bound.reordered) dnnl::reorder(bound.inner, bound.user).execute(stream, bound.inner, bound.user);
+}
+
+// oneDNN runs on its OpenMP pool: match it to flow's thread count.
+inline dnnl::stream stream_for_call() {
+  omp_set_num_threads(get_num_threads());
+  return dnnl::stream(engine());
+}
+
+}  // namespace flow::cpu::dnnl_util

@@ -1,0 +1,92 @@
+// float64 pooling as window loops over each (H, W) plane, planes split over the thread pool.
+// float32 runs oneDNN (pool_dnnl.cpp); these loops are its reference in the tests.
+#include <cstring>
+
+#include "core/kernels/cpu/pool_loop.h"
+#include "core/thread_pool.h"
+
+namespace flow::cpu {
+namespace {
+
+int64_t plane_grain(const PoolGeometry& g) { return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in(), 1)); }
+
+void max_pool_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.inputs[0];
+  const PoolGeometry g = pool_geometry(x.shape(), ctx.outputs[0].shape(), ctx.attrs);
+  FLOW_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&]<typename T>() {
+    const T* in = static_cast<const T*>(x.data_ptr());
+    T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
+    int64_t* indices = static_cast<int64_t*>(ctx.outputs[1].data_ptr());
+    parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        max_pool_plane(g, in + plane * g.plane_in(), out + plane * g.plane_out(), indices + plane * g.plane_out());
+      }
+    });
+  });
+}
+
+void max_pool_grad_kernel(KernelContext& ctx) {
+  const Tensor &grad = ctx.inputs[0], &indices = ctx.inputs[1];
+  Tensor& gx = ctx.outputs[0];
+  const int64_t plane_in = gx.size(2) * gx.size(3), plane_out = grad.size(2) * grad.size(3);
+  FLOW_DISPATCH_FLOATING(grad.dtype(), "max_pool2d", [&]<typename T>() {
+    const T* dy = static_cast<const T*>(grad.data_ptr());
+    const int64_t* idx = static_cast<const int64_t*>(indices.data_ptr());
+    T* dx = static_cast<T*>(gx.data_ptr());
+    std::memset(dx, 0, static_cast<size_t>(gx.numel()) * sizeof(T));
+    parallel_for(0, gx.size(0) * gx.size(1), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        for (int64_t o = 0; o < plane_out; ++o) dx[plane * plane_in + idx[plane * plane_out + o]] += dy[plane * plane_out + o];
+      }
+    });
+  });
+}
+
+// Forward: out = mean of the window (padding counted); backward: each window's gradient spread
+// evenly over it.
+template <bool backward>
+void avg_pool_kernel(KernelContext& ctx) {
+  const Tensor& src_tensor = ctx.inputs[0];
+  Tensor& dst_tensor = ctx.outputs[0];
+  const Shape& in_shape = backward ? dst_tensor.shape() : src_tensor.shape();
+  const Shape& out_shape = backward ? src_tensor.shape() : dst_tensor.shape();
+  const PoolGeometry g = pool_geometry(in_shape, out_shape, ctx.attrs);
+  FLOW_DISPATCH_FLOATING(src_tensor.dtype(), "avg_pool2d", [&]<typename T>() {
+    const T scale = T(1) / static_cast<T>(g.kh * g.kw);
+    const T* src = static_cast<const T*>(src_tensor.data_ptr());
+    T* dst = static_cast<T*>(dst_tensor.data_ptr());
+    if (backward) std::memset(dst, 0, static_cast<size_t>(dst_tensor.numel()) * sizeof(T));
+    parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+      for (int64_t plane = begin; plane < end; ++plane) {
+        const int64_t base = plane * g.plane_in();
+        for (int64_t y = 0; y < g.oh; ++y) {
+          const WindowRange rows = window(y, g.sh, g.ph, g.kh, g.h);
+          for (int64_t x0 = 0; x0 < g.ow; ++x0) {
+            const WindowRange cols = window(x0, g.sw, g.pw, g.kw, g.w);
+            const int64_t o = (plane * g.oh + y) * g.ow + x0;
+            if constexpr (backward) {
+              const T share = src[o] * scale;
+              for (int64_t iy = rows.begin; iy < rows.end; ++iy) {
+                for (int64_t ix = cols.begin; ix < cols.end; ++ix) dst[base + iy * g.w + ix] += share;
+              }
+            } else {
+              T total = 0;
+              for (int64_t iy = rows.begin; iy < rows.end; ++iy) {
+                for (int64_t ix = cols.begin; ix < cols.end; ++ix) total += src[base + iy * g.w + ix];
+              }
+              dst[o] = total * scale;
+            }
+          }
+        }
+      }
+    });
+  });
+}
+
+FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCPU, {kFloat64}, max_pool_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCPU, {kFloat64}, max_pool_grad_kernel);
+FLOW_REGISTER_KERNEL("avg_pool2d", DeviceType::kCPU, {kFloat64}, avg_pool_kernel<false>);
+FLOW_REGISTER_KERNEL("avg_pool2d_grad", DeviceType::kCPU, {kFloat64}, avg_pool_kernel<true>);
+
+}  // namespace
+}  // namespace flow::cpu

@@ -1,0 +1,163 @@
+// Batch normalization as primitives: batch_norm_eval (given statistics; its vjp is written in
+// functional ops) and batch_norm_train (batch statistics) with the closed-form gradient primitive
+// batch_norm_train_grad. Graph passes (conv + batch norm folding) match these op names and input
+// orders, so keep them stable.
+#include "core/ops/norm.h"
+
+#include "core/interpreter.h"
+#include "core/ops/binary.h"
+#include "core/ops/creation.h"
+#include "core/ops/reduce.h"
+#include "core/ops/unary.h"
+
+namespace flow {
+namespace {
+
+constexpr const char* kOp = "batch_norm";
+
+void check_input(const TensorMeta& input) {
+  if (input.shape.ndim() < 2) fail(kOp, "expected input with a channel dim (N,C,...), got ", input.shape);
+  if (!is_floating(input.dtype)) fail(kOp, "expected a floating input, got ", dtype_name(input.dtype));
+}
+
+// Per-channel tensors (statistics, weight, bias) are (C) and of the input's dtype.
+void check_channel_inputs(const std::vector<TensorMeta>& in, const std::vector<const char*>& names) {
+  const TensorMeta& input = in[0];
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (!(in[i].shape == Shape{input.shape[1]})) {
+      fail(kOp, names[i - 1], " should have shape (", input.shape[1], ",), one value per channel of input ", input.shape, ", got ",
+           in[i].shape);
+    }
+    if (in[i].dtype != input.dtype) {
+      fail(kOp, names[i - 1], " has dtype ", dtype_name(in[i].dtype), " but input has ", dtype_name(input.dtype));
+    }
+  }
+}
+
+// Values each channel's statistics are taken over: N * d2 * d3 * ...
+int64_t values_per_channel(const Shape& shape) {
+  int64_t count = shape[0];
+  for (int64_t d = 2; d < shape.ndim(); ++d) count *= shape[d];
+  return count;
+}
+
+// Shape (1, C, 1, ...) broadcasting per-channel values over an input of `rank` dims, and the dims
+// a per-channel reduction sums.
+Shape channel_shape(int64_t channels, int64_t rank) {
+  Shape shape(std::vector<int64_t>(static_cast<size_t>(rank), 1));
+  shape[1] = channels;
+  return shape;
+}
+std::vector<int64_t> non_channel_dims(int64_t rank) {
+  std::vector<int64_t> dims{0};
+  for (int64_t d = 2; d < rank; ++d) dims.push_back(d);
+  return dims;
+}
+
+std::vector<SbpSignature> all_broadcast(const std::vector<TensorMeta>& in, size_t outputs) {
+  return {{std::vector<Sbp>(in.size(), Sbp::broadcast()), std::vector<Sbp>(outputs, Sbp::broadcast())}};
+}
+
+const OpDef& kEval = OpBuilder("batch_norm_eval")
+                         .inputs({"input", "running_mean", "running_var", "weight", "bias"}, /*variadic=*/true)
+                         .outputs({"out"})
+                         .attrs({"eps"})
+                         .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+                           if (in.size() != 3 && in.size() != 5)
+                             fail(kOp, "expected input, running_mean, running_var and optional weight and bias");
+                           check_input(in[0]);
+                           check_channel_inputs(in, {"running_mean", "running_var", "weight", "bias"});
+                           return std::vector<TensorMeta>{in[0]};
+                         })
+                         .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
+                           // The statistics are fixed, so samples normalise independently.
+                           std::vector<SbpSignature> signatures = all_broadcast(in, 1);
+                           std::vector<Sbp> split(in.size(), Sbp::broadcast());
+                           split[0] = Sbp::split(0);
+                           signatures.push_back({split, {Sbp::split(0)}});
+                           return signatures;
+                         })
+                         .vjp([](const VjpContext& ctx) {
+                           const int64_t rank = static_cast<int64_t>(ctx.input_meta(0).shape.ndim());
+                           const Shape shape = channel_shape(ctx.input_meta(0).shape[1], rank);
+                           const std::vector<int64_t> dims = non_channel_dims(rank);
+                           const bool affine = ctx.num_inputs() == 5;
+                           const Tensor invstd = rsqrt(ctx.input(2) + ctx.attrs.get<double>("eps"));
+                           TensorList grads(ctx.num_inputs());
+                           if (ctx.needs_input_grad[0]) grads[0] = ctx.grad() * (affine ? ctx.input(3) * invstd : invstd).reshape(shape);
+                           if (affine && ctx.needs_input_grad[3]) {
+                             grads[3] = sum(ctx.grad() * ((ctx.input(0) - ctx.input(1).reshape(shape)) * invstd.reshape(shape)), dims);
+                           }
+                           if (affine && ctx.needs_input_grad[4]) grads[4] = sum(ctx.grad(), dims);
+                           return grads;
+                         })
+                         .def();
+
+// Gradients w.r.t. input, weight and bias from those w.r.t. the three outputs of
+// batch_norm_train. It has no vjp: double backward through training batch norm is unsupported
+// and the autograd engine reports it.
+const OpDef& kTrainGrad = OpBuilder("batch_norm_train_grad")
+                              .inputs({"grad_out", "grad_mean", "grad_invstd", "input", "mean", "invstd", "weight"}, /*variadic=*/true)
+                              .outputs({"grad_input", "grad_weight", "grad_bias"})
+                              .attrs({"eps"})
+                              .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+                                const TensorMeta& input = in[3];
+                                const TensorMeta channel{Shape{input.shape[1]}, input.dtype, input.device};
+                                return std::vector<TensorMeta>{input, channel, channel};
+                              })
+                              .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return all_broadcast(in, 3); })
+                              .def();
+
+const OpDef& kTrain = OpBuilder("batch_norm_train")
+                          .inputs({"input", "weight", "bias"}, /*variadic=*/true)
+                          .outputs({"out", "mean", "invstd"})
+                          .attrs({"eps"})
+                          .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+                            if (in.size() != 1 && in.size() != 3) fail(kOp, "expected input and optional weight and bias");
+                            check_input(in[0]);
+                            check_channel_inputs(in, {"weight", "bias"});
+                            if (values_per_channel(in[0].shape) <= 1) {
+                              fail(kOp, "expected more than 1 value per channel when training, got input ", in[0].shape);
+                            }
+                            const TensorMeta channel{Shape{in[0].shape[1]}, in[0].dtype, in[0].device};
+                            return std::vector<TensorMeta>{in[0], channel, channel};
+                          })
+                          // Batch statistics need the whole batch: no split signature.
+                          .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return all_broadcast(in, 3); })
+                          .vjp([](const VjpContext& ctx) {
+                            TensorList inputs{ctx.grad(0), ctx.grad(1), ctx.grad(2), ctx.input(0), ctx.output(1), ctx.output(2)};
+                            if (ctx.num_inputs() == 3) inputs.push_back(ctx.input(1));
+                            const TensorList grads = apply(kTrainGrad, inputs, ctx.attrs);
+                            if (ctx.num_inputs() == 1) return TensorList{grads[0]};
+                            return TensorList{grads[0], grads[1], grads[2]};
+                          })
+                          .def();
+
+// The ops take weight and bias together or not at all; a missing half is the identity.
+void append_affine(TensorList& inputs, const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  if (!weight.defined() && !bias.defined()) return;
+  FLOW_ARG_CHECK(input.dim() >= 2, kOp, "expected input with a channel dim (N,C,...), got ", input.shape());
+  const Tensor& given = weight.defined() ? weight : bias;
+  const TensorOptions options = TensorOptions(given.dtype()).device(given.device());
+  inputs.push_back(weight.defined() ? weight : ones({input.size(1)}, options));
+  inputs.push_back(bias.defined() ? bias : zeros({input.size(1)}, options));
+}
+
+}  // namespace
+
+Tensor batch_norm_eval(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                       double eps) {
+  FLOW_ARG_CHECK(running_mean.defined() && running_var.defined(), kOp, "running_mean and running_var are needed outside training");
+  TensorList inputs{input, running_mean, running_var};
+  append_affine(inputs, input, weight, bias);
+  return apply_one(kEval, inputs, Attrs().set("eps", eps));
+}
+
+BatchNormTrainResult batch_norm_train(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps) {
+  TensorList inputs{input};
+  append_affine(inputs, input, weight, bias);
+  TensorList outputs = apply(kTrain, inputs, Attrs().set("eps", eps));
+  return {outputs[0], outputs[1], outputs[2]};
+}
+
+}  // namespace flow

@@ -1,0 +1,81 @@
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "autograd/engine.h"
+#include "common/reference.h"
+#include "common/test_util.h"
+
+using flow::Shape;
+using flow::Tensor;
+using flow::TensorList;
+
+namespace {
+
+struct PoolCase {
+  Shape input;
+  std::vector<int64_t> kernel, stride, padding;
+};
+
+std::vector<PoolCase> pool_cases() {
+  return {{{2, 3, 7, 7}, {3, 3}, {2, 2}, {1, 1}},   {{1, 2, 9, 6}, {2, 3}, {1, 2}, {1, 1}},  {{3, 4, 5, 8}, {2, 2}, {2, 2}, {0, 0}},
+          {{1, 1, 11, 13}, {5, 3}, {3, 2}, {2, 1}}, {{2, 16, 6, 6}, {3, 3}, {1, 1}, {1, 1}}, {{1, 1, 1, 1}, {1, 1}, {1, 1}, {0, 0}},
+          {{2, 1, 4, 5}, {4, 5}, {1, 1}, {2, 2}}};
+}
+
+// max_pool2d's outputs (values, argmax indices) straight from the op.
+TensorList max_pool_with_indices(const Tensor& x, const PoolCase& c) {
+  flow::Attrs attrs;
+  attrs.set("kernel_size", c.kernel).set("stride", c.stride).set("padding", c.padding);
+  return flow::apply(flow::find_op("max_pool2d"), {x}, attrs);
+}
+
+// Output and input gradient (for output gradient `grad`) of one pooling call in `dtype`.
+std::pair<Tensor, Tensor> pool_and_grad(bool max, const Tensor& x64, const Tensor& grad64, const PoolCase& c, flow::DType dtype) {
+  Tensor x = x64.to(dtype).detach().requires_grad_();
+  Tensor y = max ? flow::max_pool2d(x, c.kernel, c.stride, c.padding) : flow::avg_pool2d(x, c.kernel, c.stride, c.padding);
+  Tensor grad = flow::autograd::grad({flow::sum(y * grad64.to(dtype))}, {x})[0];
+  return {y.detach(), grad};
+}
+
+}  // namespace
+
+TEST(Pooling, Float32OneDnnMatchesFloat64Loops) {
+  // float32 pools in oneDNN, float64 in the window loops: same inputs, same results.
+  flow::manual_seed(30);
+  for (const PoolCase& c : pool_cases()) {
+    SCOPED_TRACE(::testing::Message() << "input " << c.input << " kernel " << Shape(c.kernel) << " stride " << Shape(c.stride)
+                                      << " padding " << Shape(c.padding));
+    // Values exact in float32, and integer-valued inputs so that ties (first maximum wins) occur.
+    for (const Tensor& x64 : {flow::randn(c.input).to(flow::kFloat64), (flow::randn(c.input) * 2).to(flow::kInt64).to(flow::kFloat64)}) {
+      const TensorList single = max_pool_with_indices(x64.to(flow::kFloat32), c), reference = max_pool_with_indices(x64, c);
+      EXPECT_EQ(flow::testing::values(single[0]), flow::testing::values(reference[0]));
+      EXPECT_EQ(single[1].tolist<int64_t>(), reference[1].tolist<int64_t>());
+      const Tensor grad = flow::randn(reference[0].shape(), flow::kFloat64);
+      for (bool max : {true, false}) {
+        auto [y32, g32] = pool_and_grad(max, x64, grad, c, flow::kFloat32);
+        auto [y64, g64] = pool_and_grad(max, x64, grad, c, flow::kFloat64);
+        flow::testing::expect_close(y32, y64, 1e-6, 1e-6);
+        flow::testing::expect_close(g32, g64, 1e-6, 1e-6);
+      }
+    }
+  }
+}
+
+TEST(Pooling, MaxPoolKeepsNanAndInfinity) {
+  // oneDNN skips NaN and starts windows from the lowest finite value; flow propagates NaN and
+  // keeps -inf, in float32 as in float64.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = flow::tensor<float>({-inf, -inf, 1, 2, -inf, -inf, 3, 4, 5, nan, 6, 7, 8, 9, 10, 11}, Shape{1, 1, 4, 4});
+  const PoolCase c{{1, 1, 4, 4}, {2, 2}, {2, 2}, {0, 0}};
+  const TensorList single = max_pool_with_indices(x, c), reference = max_pool_with_indices(x.to(flow::kFloat64), c);
+  flow::testing::expect_close(single[0], reference[0]);
+  EXPECT_EQ(single[1].tolist<int64_t>(), reference[1].tolist<int64_t>());
+  EXPECT_EQ(single[1].tolist<int64_t>(), (std::vector<int64_t>{0, 7, 9, 15}));
+  const auto out = single[0].tolist<float>();
+  EXPECT_EQ(out[0], -inf);
+  EXPECT_TRUE(std::isnan(out[2]));
+  // A clean plane beside it pools as usual.
+  Tensor batch = flow::cat({x, flow::arange(16, flow::kFloat32).reshape({1, 1, 4, 4})}, 1);
+  EXPECT_EQ(max_pool_with_indices(batch, c)[0].tolist<float>()[5], 7.0f);
+}
