@@ -76,6 +76,7 @@ PassManager default_passes() {
   PassManager passes;
   passes.add("constant_folding", constant_folding)
       .add("common_subexpression_elimination", common_subexpression_elimination)
+      .add("copy_elimination", copy_elimination)
       .add("dead_code_elimination", dead_code_elimination)
       .add("elementwise_fusion", elementwise_fusion);
   return passes;
@@ -142,6 +143,32 @@ void constant_folding(proto::Job& job, PassContext& context) {
     node.clear_input_sbp();
     node.clear_attrs();
     (*node.mutable_attrs())["key"].set_s(node.name());
+  }
+}
+
+void copy_elimination(proto::Job& job, PassContext&) {
+  const std::set<std::string> written = written_in_place(job);
+  const JobIndex index(job);
+  std::map<std::string, std::string> renamed;
+  for (const auto& node : job.nodes()) {
+    if (node.op() != "copy" || node.inputs_size() != 1) continue;
+    const std::string& source = node.inputs(0);
+    const auto [producer, output] = parse_value_name(source);
+    const proto::TensorDesc& from = index.node(producer).outputs(output);
+    const proto::TensorDesc& to = node.outputs(0);
+    const std::string value = value_name(node.name(), 0);
+    if (from.dtype() != to.dtype() || from.device() != to.device() || written.count(source) || written.count(value)) continue;
+    bool feeds_output = false;
+    for (int consumer : index.consumers(value)) feeds_output = feeds_output || job.nodes(consumer).op() == kOutputOp;
+    if (feeds_output) continue;  // a graph output stays a tensor of its own
+    auto chained = renamed.find(source);
+    renamed[value] = chained == renamed.end() ? source : chained->second;
+  }
+  for (auto& node : *job.mutable_nodes()) {
+    for (auto& input : *node.mutable_inputs()) {
+      auto it = renamed.find(input);
+      if (it != renamed.end()) input = it->second;
+    }
   }
 }
 

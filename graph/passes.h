@@ -31,7 +31,7 @@ class PassManager {
   std::vector<std::pair<std::string, PassFn>> passes_;
 };
 
-// The default pipeline: constant folding, CSE, DCE, element-wise fusion.
+// The default pipeline: constant folding, CSE, copy elimination, DCE, element-wise fusion.
 PassManager default_passes();
 
 // Removes nodes whose values no output or side effect (in-place write) needs. Graph inputs stay.
@@ -42,6 +42,10 @@ void common_subexpression_elimination(proto::Job& job, PassContext& context);
 // Evaluates nodes whose inputs are all constants (or that have no inputs) once, at compile time,
 // replacing them by constants. Never random ops, allocations, or values written in place.
 void constant_folding(proto::Job& job, PassContext& context);
+// Lets the readers of a same-dtype, same-device copy read its source instead, when neither is
+// ever written in place and the copy is not a graph output (e.g. the clone autograd makes of a
+// leaf's first gradient); DCE then drops the copy.
+void copy_elimination(proto::Job& job, PassContext& context);
 // Replaces chains of element-wise nodes with one output shape by fused_elementwise nodes that
 // evaluate the chain tile by tile; only values read outside the chain are written to memory.
 void elementwise_fusion(proto::Job& job, PassContext& context);

@@ -167,8 +167,14 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
     const T* data = static_cast<const T*>(ctx.inputs[k].data_ptr());
     operand_data.push_back(data);
     layouts.push_back(*fused::operand_layout(ctx.inputs[k].shape(), shape));
-    const bool written = std::find(step_output.begin(), step_output.end(), data) != step_output.end();
-    copy_tile.push_back(written || !(layouts.back().inner == 1 && layouts.back().size == numel));
+    // An operand that is also an output buffer must be copied if a step after the one writing it
+    // reads it (the writing step itself reads each element before writing it).
+    const auto writer = std::find(step_output.begin(), step_output.end(), data);
+    bool read_after_write = false;
+    for (size_t j = writer - step_output.begin() + 1; j < num_steps; ++j) {
+      for (int arg : steps[j].args) read_after_write = read_after_write || arg == static_cast<int>(k - first_operand);
+    }
+    copy_tile.push_back(read_after_write || !(layouts.back().inner == 1 && layouts.back().size == numel));
   }
 
   parallel_for(0, numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {
