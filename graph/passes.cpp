@@ -74,7 +74,8 @@ void PassManager::run(proto::Job& job, PassContext& context, int debug_level, st
 
 PassManager default_passes() {
   PassManager passes;
-  passes.add("constant_folding", constant_folding)
+  passes.add("conv_batch_norm_folding", conv_batch_norm_folding)
+      .add("constant_folding", constant_folding)
       .add("common_subexpression_elimination", common_subexpression_elimination)
       .add("copy_elimination", copy_elimination)
       .add("dead_code_elimination", dead_code_elimination)

@@ -31,7 +31,8 @@ class PassManager {
   std::vector<std::pair<std::string, PassFn>> passes_;
 };
 
-// The default pipeline: constant folding, CSE, copy elimination, DCE, element-wise fusion.
+// The default pipeline: conv + batch-norm folding, constant folding, CSE, copy elimination, DCE,
+// element-wise fusion.
 PassManager default_passes();
 
 // Removes nodes whose values no output or side effect (in-place write) needs. Graph inputs stay.
@@ -42,6 +43,10 @@ void common_subexpression_elimination(proto::Job& job, PassContext& context);
 // Evaluates nodes whose inputs are all constants (or that have no inputs) once, at compile time,
 // replacing them by constants. Never random ops, allocations, or values written in place.
 void constant_folding(proto::Job& job, PassContext& context);
+// Folds batch_norm_eval into the conv2d feeding it (when that conv has no other reader and all
+// weights and statistics are variables or constants): the conv gets scaled weights and a bias
+// computed by ops on the variables, and the batch norm disappears.
+void conv_batch_norm_folding(proto::Job& job, PassContext& context);
 // Lets the readers of a same-dtype, same-device copy read its source instead, when neither is
 // ever written in place and the copy is not a graph output (e.g. the clone autograd makes of a
 // leaf's first gradient); DCE then drops the copy.

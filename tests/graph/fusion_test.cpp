@@ -1,0 +1,220 @@
+// Element-wise fusion, the fused_elementwise op, optimizer updates fused in place, and eval-mode
+// conv + batch-norm folding: each pass on small graphs, results against eager.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "autograd/grad_mode.h"
+#include "core/functional.h"
+#include "core/ops/fused.h"
+#include "graph/graph.h"
+#include "nn/conv_norm.h"
+#include "nn/modules.h"
+
+namespace nn = flow::nn;
+namespace optim = flow::optim;
+namespace fused = flow::fused;
+using flow::Tensor;
+using flow::TensorList;
+
+namespace {
+
+// A graph whose build() is any function of its inputs.
+struct FunctionGraph : nn::Graph {
+  explicit FunctionGraph(std::function<TensorList(const TensorList&)> fn) : fn_(std::move(fn)) {}
+  TensorList build(const TensorList& in) override { return fn_(in); }
+  std::function<TensorList(const TensorList&)> fn_;
+};
+
+struct EvalGraph : nn::Graph {
+  explicit EvalGraph(std::shared_ptr<nn::Module> net) { model = register_module("model", std::move(net)); }
+  TensorList build(const TensorList& in) override { return {(*model)(in[0])}; }
+  std::shared_ptr<nn::Module> model;
+};
+
+struct TrainGraph : nn::Graph {
+  TrainGraph(std::shared_ptr<nn::Module> net, std::shared_ptr<optim::Optimizer> opt) {
+    model = register_module("model", std::move(net));
+    add_optimizer(std::move(opt));
+  }
+  TensorList build(const TensorList& in) override {
+    Tensor loss = loss_fn(model->forward(in[0]), in[1]);
+    loss.backward();
+    return {loss};
+  }
+  std::shared_ptr<nn::Module> model;
+  nn::CrossEntropyLoss loss_fn;
+};
+
+int count_op(const flow::graph::proto::Job& job, const std::string& op) {
+  return static_cast<int>(std::count_if(job.nodes().begin(), job.nodes().end(), [&](const auto& n) { return n.op() == op; }));
+}
+
+void expect_identical(const Tensor& a, const Tensor& b) {
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_EQ(a.tolist<double>(), b.tolist<double>());
+}
+
+// Largest difference relative to b's largest magnitude: folding reassociates float32 sums, so
+// elements near zero carry the rounding of the whole sum.
+double max_relative_difference(const Tensor& a, const Tensor& b) {
+  const auto x = a.tolist<double>(), y = b.tolist<double>();
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    worst = std::max(worst, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return worst / scale;
+}
+
+}  // namespace
+
+TEST(ElementwiseFusion, ChainWithEveryBroadcastIsOneOpAndBitIdentical) {
+  flow::manual_seed(3);
+  const Tensor x = flow::randn({4, 3, 5, 6});
+  const Tensor per_sample = flow::randn({4, 1, 1, 1}), per_channel = flow::randn({3, 1, 1}), per_column = flow::randn({6});
+  const Tensor scale = flow::full({}, 0.75);
+  auto chain = [&](const TensorList& in) {
+    const Tensor h = (in[0] * per_channel + per_column) * scale - per_sample;
+    return TensorList{flow::gelu(h, "tanh") * 0.5 + flow::clamp(flow::sigmoid(h).exp(), std::nullopt, 2.0)};
+  };
+  FunctionGraph graph(chain);
+  const Tensor out = graph(x).at(0);
+  expect_identical(out, chain({x}).at(0));
+  EXPECT_EQ(count_op(graph.job(), "fused_elementwise"), 1);
+  for (const char* op : {"mul", "add", "sub", "gelu", "sigmoid", "exp", "clamp", "mul_scalar"}) EXPECT_EQ(count_op(graph.job(), op), 0) << op;
+}
+
+TEST(ElementwiseFusion, ValuesReadOutsideTheChainAreOutputsAndOrderIsKept) {
+  flow::manual_seed(4);
+  const Tensor x = flow::randn({8, 16}), w = flow::randn({16, 16});
+  auto fn = [&](const TensorList& in) {
+    const Tensor a = flow::relu(in[0] * 2.0 + 1.0);  // read by the matmul below and by the last add
+    const Tensor b = flow::matmul(a, w);
+    return TensorList{flow::tanh(b) + a, a};
+  };
+  FunctionGraph graph(fn);
+  const TensorList out = graph(x);
+  const TensorList expected = fn({x});
+  expect_identical(out.at(0), expected[0]);
+  expect_identical(out.at(1), expected[1]);
+  // relu(x*2+1) fuses into one node with one output; tanh(b)+a into another.
+  EXPECT_EQ(count_op(graph.job(), "fused_elementwise"), 2);
+  EXPECT_EQ(count_op(graph.job(), "matmul"), 1);
+}
+
+TEST(ElementwiseFusion, OptimizerUpdatesFuseInPlaceAndTrainingStaysBitIdentical) {
+  for (const double momentum : {0.0, 0.9}) {
+    auto make = [] {
+      flow::manual_seed(5);
+      return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(12, 16), std::make_shared<nn::ReLU>(),
+                                              std::make_shared<nn::Linear>(16, 4));
+    };
+    auto eager_net = make(), graph_net = make();
+    optim::SGD eager_opt(eager_net->parameters(), optim::SGDOptions(0.1).momentum(momentum));
+    TrainGraph graph(graph_net, std::make_shared<optim::SGD>(graph_net->parameters(), optim::SGDOptions(0.1).momentum(momentum)));
+    nn::CrossEntropyLoss loss_fn;
+    for (int step = 0; step < 4; ++step) {
+      flow::manual_seed(100 + step);
+      const Tensor x = flow::randn({6, 12}), y = flow::randint(0, 4, {6});
+      eager_opt.zero_grad();
+      loss_fn(eager_net->forward(x), y).backward();
+      eager_opt.step();
+      graph(x, y);
+    }
+    const auto eager_params = eager_net->parameters(), graph_params = graph_net->parameters();
+    for (size_t i = 0; i < eager_params.size(); ++i) expect_identical(graph_params[i], eager_params[i]);
+    // Each parameter (and momentum buffer) is written by one fused in-place op; no assign is left.
+    EXPECT_EQ(count_op(graph.job(), "assign"), 0) << "momentum " << momentum;
+    EXPECT_EQ(count_op(graph.job(), "fused_elementwise_inplace"), momentum == 0 ? 4 : 8);
+  }
+}
+
+TEST(FusedElementwise, RunsProgramsDirectlyAndRejectsBadOnes) {
+  const Tensor a = flow::tensor(std::vector<float>{1, -2, 3, -4}).reshape({2, 2}), b = flow::tensor(std::vector<float>{10, 20});
+  fused::Program program;
+  program.steps = {{"add", {0, 1}, {}}, {"relu", {fused::step_arg(0)}, {}}, {"mul_scalar", {fused::step_arg(1)}, flow::Attrs().set("scalar", flow::Scalar(2))}};
+  program.outputs = {1, 2};
+  const TensorList out = fused::fused_elementwise({a, b}, program, {2, 2});
+  EXPECT_EQ(out.at(0).tolist<float>(), (std::vector<float>{11, 18, 13, 16}));
+  EXPECT_EQ(out.at(1).tolist<float>(), (std::vector<float>{22, 36, 26, 32}));
+
+  Tensor destination = a.clone();
+  fused::Program update{{{"sub", {0, 1}, {}}}, {0}};
+  fused::fused_elementwise_(TensorList{destination}, TensorList{destination, b}, update);
+  EXPECT_EQ(destination.tolist<float>(), (std::vector<float>{-9, -22, -7, -24}));
+
+  auto expect_error = [](const std::function<void()>& call, const std::string& message) {
+    try {
+      call();
+      ADD_FAILURE() << "no error, expected " << message;
+    } catch (const flow::Error& error) {
+      EXPECT_NE(std::string(error.what()).find("[fused_elementwise]"), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << error.what();
+    }
+  };
+  expect_error([&] { fused::fused_elementwise({a}, {{{"matmul", {0, 0}, {}}}, {0}}, {2, 2}); }, "cannot be fused");
+  expect_error([&] { fused::fused_elementwise({a}, {{{"add", {0}, {}}}, {0}}, {2, 2}); }, "takes 2 arguments");
+  expect_error([&] { fused::fused_elementwise({a}, {{{"relu", {fused::step_arg(3)}, {}}}, {0}}, {2, 2}); }, "undefined value");
+  expect_error([&] { fused::fused_elementwise({a, flow::randn({3})}, {{{"add", {0, 1}, {}}}, {0}}, {2, 2}); }, "does not broadcast");
+  expect_error([&] { fused::fused_elementwise({flow::ones({2, 2}, flow::kInt64)}, {{{"relu", {0}, {}}}, {0}}, {2, 2}); }, "float32 or float64");
+}
+
+TEST(FusedElementwise, OperandLayoutsCoverTheFusableBroadcasts) {
+  const flow::Shape out{4, 3, 5, 6};
+  auto layout = [&](const flow::Shape& operand) { return fused::operand_layout(operand, out); };
+  EXPECT_EQ(layout({4, 3, 5, 6})->size, 360);
+  EXPECT_EQ(layout({})->size, 1);
+  EXPECT_EQ(layout({6})->inner, 1);
+  EXPECT_EQ(layout({3, 1, 1})->inner, 30);
+  EXPECT_EQ(layout({3, 1, 1})->size, 3);
+  EXPECT_EQ(layout({4, 1, 1, 1})->inner, 90);
+  EXPECT_FALSE(layout({4, 1, 1, 6}).has_value());  // two separate broadcast blocks
+  EXPECT_FALSE(layout({7}).has_value());
+}
+
+TEST(ConvBatchNormFolding, EvalOutputMatchesUnfoldedAndFollowsEagerChanges) {
+  for (const bool conv_bias : {true, false}) {
+    for (const bool affine : {true, false}) {
+      flow::manual_seed(6);
+      auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 8, 3).bias(conv_bias)),
+                                                  std::make_shared<nn::BatchNorm2d>(8, 1e-3, 0.5, affine), std::make_shared<nn::ReLU>());
+      {
+        // Statistics and affine weights away from their initial 0/1.
+        flow::autograd::NoGradGuard no_grad;
+        for (int i = 0; i < 3; ++i) net->forward(flow::randn({4, 3, 9, 9}) * 2.0 + 1.0);
+        for (auto& [name, p] : net->named_parameters()) p.copy_(flow::randn(p.shape()));
+      }
+      net->eval();
+      const Tensor x = flow::randn({2, 3, 9, 9});
+      EvalGraph graph(net);
+      const Tensor folded = graph(x).at(0);
+      flow::autograd::NoGradGuard no_grad;
+      EXPECT_LE(max_relative_difference(folded, net->forward(x)), 1e-5) << "bias " << conv_bias << " affine " << affine;
+      EXPECT_EQ(count_op(graph.job(), "batch_norm_eval"), 0);
+      EXPECT_EQ(count_op(graph.job(), "conv2d"), 1);
+      // Folded weights are computed from the variables on every call.
+      Tensor running_mean = net->state_dict().at("1.running_mean");
+      running_mean.copy_(running_mean + 0.25);
+      EXPECT_LE(max_relative_difference(graph(x).at(0), net->forward(x)), 1e-5);
+    }
+  }
+}
+
+TEST(ConvBatchNormFolding, ConvReadElsewhereIsNotFolded) {
+  flow::manual_seed(7);
+  auto conv = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(2, 4, 3));
+  auto bn = std::make_shared<nn::BatchNorm2d>(4);
+  bn->eval();
+  FunctionGraph graph([&](const TensorList& in) {
+    const Tensor y = (*conv)(in[0]);
+    return TensorList{(*bn)(y) + y};
+  });
+  const Tensor x = flow::randn({1, 2, 6, 6});
+  const Tensor out = graph(x).at(0);
+  EXPECT_EQ(count_op(graph.job(), "batch_norm_eval"), 1);
+  flow::autograd::NoGradGuard no_grad;
+  const Tensor y = (*conv)(x);
+  EXPECT_LE(max_relative_difference(out, (*bn)(y) + y), 1e-6);
+}
