@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Prints a flow-vs-libtorch table from Google Benchmark JSON files: best rate of each case
-over the given runs. Usage: compare_bench.py FLOW.json... -- TORCH.json..."""
+over the given runs. Usage: compare_bench.py [--graph] FLOW.json... -- TORCH.json...
+--graph: the eager / Graph / libtorch table of bench/graph_bench.cpp (cases <model>/<mode>/<threads>)."""
 import json
 import sys
 
@@ -17,7 +18,46 @@ def best_rates(paths):
     return rates
 
 
+def best_compile_ms(paths):
+    compile_ms = {}
+    for path in paths:
+        with open(path) as f:
+            for b in json.load(f)["benchmarks"]:
+                if "compile_ms" in b:
+                    key = b["name"].split("/real_time")[0]
+                    compile_ms[key] = min(compile_ms.get(key, float("inf")), b["compile_ms"])
+    return compile_ms
+
+
+def graph_table(flow_paths, torch_paths):
+    rates = best_rates(flow_paths)
+    rates.update(best_rates(torch_paths))
+    compile_ms = best_compile_ms(flow_paths)
+    models = sorted({key.split("/")[0] for key in rates}, key=lambda m: list(rates).index(next(k for k in rates if k.startswith(m + "/"))))
+    print("| model | threads | flow eager | flow Graph | libtorch eager | Graph / eager | Graph / libtorch | first-call compile |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for model in models:
+        threads = sorted({key.split("/")[2] for key in rates if key.startswith(model + "/")})
+        best = {}
+        for t in threads + ["best"]:
+            if t == "best":
+                row = best
+            else:
+                row = {mode: rates.get(f"{model}/{mode}/{t}", (0, ""))[0] for mode in ("eager", "graph", "torch")}
+                for mode, rate in row.items():
+                    best[mode] = max(best.get(mode, 0), rate)
+            eager, graph, torch = row["eager"], row["graph"], row["torch"]
+            ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
+            ms = compile_ms.get(f"{model}/graph/{t}") if t != "best" else None
+            print(f"| {model} | {t} | {eager:.1f} steps/s | {graph:.1f} steps/s | {torch:.1f} steps/s | {ratio(graph, eager)} | "
+                  f"{ratio(graph, torch)} | {f'{ms:.1f} ms' if ms is not None else ''} |")
+
+
 def main():
+    if sys.argv[1] == "--graph":
+        split = sys.argv.index("--")
+        graph_table(sys.argv[2:split], sys.argv[split + 1:])
+        return
     split = sys.argv.index("--")
     ours, theirs = best_rates(sys.argv[1:split]), best_rates(sys.argv[split + 1:])
     # The copy reference at the frameworks' thread count (the single-thread memcpy is shown too).
