@@ -19,7 +19,7 @@ torch::nn::Sequential cnn() {
 }
 
 torch::nn::Sequential layer_norm_mlp() {
-  torch::nn::Sequential net(torch::nn::Flatten());
+  torch::nn::Sequential net{torch::nn::Flatten()};
   int64_t in = 784;
   for (int layer = 0; layer < 5; ++layer, in = 256) {
     net->push_back(torch::nn::Linear(in, 256));
