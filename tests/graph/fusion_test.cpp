@@ -9,6 +9,7 @@
 #include "core/functional.h"
 #include "core/ops/fused.h"
 #include "graph/graph.h"
+#include "graph_helpers.h"
 #include "nn/conv_norm.h"
 #include "nn/modules.h"
 
@@ -18,6 +19,10 @@ namespace fused = flow::fused;
 using flow::Tensor;
 using flow::TensorList;
 
+using graph_test::count_op;
+using graph_test::EvalGraph;
+using graph_test::TrainGraph;
+
 namespace {
 
 // A graph whose build() is any function of its inputs.
@@ -26,30 +31,6 @@ struct FunctionGraph : nn::Graph {
   TensorList build(const TensorList& in) override { return fn_(in); }
   std::function<TensorList(const TensorList&)> fn_;
 };
-
-struct EvalGraph : nn::Graph {
-  explicit EvalGraph(std::shared_ptr<nn::Module> net) { model = register_module("model", std::move(net)); }
-  TensorList build(const TensorList& in) override { return {(*model)(in[0])}; }
-  std::shared_ptr<nn::Module> model;
-};
-
-struct TrainGraph : nn::Graph {
-  TrainGraph(std::shared_ptr<nn::Module> net, std::shared_ptr<optim::Optimizer> opt) {
-    model = register_module("model", std::move(net));
-    add_optimizer(std::move(opt));
-  }
-  TensorList build(const TensorList& in) override {
-    Tensor loss = loss_fn(model->forward(in[0]), in[1]);
-    loss.backward();
-    return {loss};
-  }
-  std::shared_ptr<nn::Module> model;
-  nn::CrossEntropyLoss loss_fn;
-};
-
-int count_op(const flow::graph::proto::Job& job, const std::string& op) {
-  return static_cast<int>(std::count_if(job.nodes().begin(), job.nodes().end(), [&](const auto& n) { return n.op() == op; }));
-}
 
 void expect_identical(const Tensor& a, const Tensor& b) {
   ASSERT_EQ(a.shape(), b.shape());

@@ -8,6 +8,7 @@
 #include "common/test_util.h"
 #include "core/functional.h"
 #include "graph/graph.h"
+#include "graph_helpers.h"
 #include "nn/conv_norm.h"
 #include "nn/modules.h"
 
@@ -15,6 +16,9 @@ namespace nn = flow::nn;
 namespace optim = flow::optim;
 using flow::Tensor;
 using flow::TensorList;
+
+using graph_test::EvalGraph;
+using graph_test::TrainGraph;
 
 namespace {
 
@@ -43,27 +47,6 @@ std::shared_ptr<nn::Sequential> make_cnn() {
   net->push_back(std::make_shared<nn::Linear>(32, 10));
   return net;
 }
-
-struct EvalGraph : nn::Graph {
-  explicit EvalGraph(std::shared_ptr<nn::Module> net) { model = register_module("model", std::move(net)); }
-  TensorList build(const TensorList& in) override { return {(*model)(in[0])}; }
-  std::shared_ptr<nn::Module> model;
-};
-
-struct TrainGraph : nn::Graph {
-  TrainGraph(std::shared_ptr<nn::Module> net, std::shared_ptr<optim::Optimizer> opt,
-             std::shared_ptr<optim::LRScheduler> scheduler = nullptr) {
-    model = register_module("model", std::move(net));
-    add_optimizer(std::move(opt), std::move(scheduler));
-  }
-  TensorList build(const TensorList& in) override {
-    Tensor loss = loss_fn(model->forward(in[0]), in[1]);
-    loss.backward();
-    return {loss};
-  }
-  std::shared_ptr<nn::Module> model;
-  nn::CrossEntropyLoss loss_fn;
-};
 
 // Deterministic batches: step k gets its own inputs and labels.
 std::pair<Tensor, Tensor> batch(int64_t step, const flow::Shape& shape) {

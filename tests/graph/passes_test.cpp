@@ -9,9 +9,11 @@
 #include "graph/passes.h"
 #include "graph/plan.h"
 #include "graph/tracer.h"
+#include "graph_helpers.h"
 
 namespace graph = flow::graph;
 using flow::Tensor;
+using graph_test::count_op;
 
 namespace {
 
@@ -36,10 +38,6 @@ Traced trace(const std::vector<Tensor>& examples, const std::function<flow::Tens
   traced.job.Swap(&tracer.job());
   traced.fixed = tracer.captured();
   return traced;
-}
-
-int count_op(const graph::proto::Job& job, const std::string& op) {
-  return static_cast<int>(std::count_if(job.nodes().begin(), job.nodes().end(), [&](const auto& n) { return n.op() == op; }));
 }
 
 }  // namespace
