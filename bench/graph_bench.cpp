@@ -7,6 +7,7 @@
 //   ln_b32:   6 Linear layers of width 256 with LayerNorm and GELU between them, batch 32
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_models.h"
 #include "core/flow.h"
 #include "graph/graph.h"
 #include "nn/conv_norm.h"
@@ -16,20 +17,6 @@
 namespace {
 namespace nn = flow::nn;
 using ModulePtr = std::shared_ptr<nn::Module>;
-
-ModulePtr mlp() {
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 512),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(512, 512),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(512, 10));
-}
-
-ModulePtr cnn() {
-  return std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Conv2d>(1, 32, 3), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Conv2d>(32, 64, 3), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(1600, 128), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(128, 10));
-}
 
 ModulePtr layer_norm_mlp() {
   auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>());
@@ -85,7 +72,7 @@ void register_cases() {
     ModulePtr (*make)();
     int64_t batch;
   };
-  for (const Model& model : {Model{"mlp_b64", mlp, 64}, Model{"mlp_b8", mlp, 8}, Model{"cnn_b64", cnn, 64},
+  for (const Model& model : {Model{"mlp_b64", bench::mlp, 64}, Model{"mlp_b8", bench::mlp, 8}, Model{"cnn_b64", bench::cnn, 64},
                              Model{"ln_b32", layer_norm_mlp, 32}}) {
     for (const bool graph : {false, true}) {
       const std::string name = std::string(model.name) + (graph ? "/graph" : "/eager");

@@ -5,18 +5,9 @@
 
 #include <string>
 
+#include "bench/torch_models.h"
+
 namespace {
-
-torch::nn::Sequential mlp() {
-  return torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 512), torch::nn::ReLU(), torch::nn::Linear(512, 512),
-                               torch::nn::ReLU(), torch::nn::Linear(512, 10));
-}
-
-torch::nn::Sequential cnn() {
-  return torch::nn::Sequential(torch::nn::Conv2d(1, 32, 3), torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Conv2d(32, 64, 3),
-                               torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Flatten(), torch::nn::Linear(1600, 128),
-                               torch::nn::ReLU(), torch::nn::Linear(128, 10));
-}
 
 torch::nn::Sequential layer_norm_mlp() {
   torch::nn::Sequential net{torch::nn::Flatten()};
@@ -51,7 +42,7 @@ void register_cases() {
     torch::nn::Sequential (*make)();
     int64_t batch;
   };
-  for (const Model& model : {Model{"mlp_b64", mlp, 64}, Model{"mlp_b8", mlp, 8}, Model{"cnn_b64", cnn, 64},
+  for (const Model& model : {Model{"mlp_b64", bench::torch_mlp, 64}, Model{"mlp_b8", bench::torch_mlp, 8}, Model{"cnn_b64", bench::torch_cnn, 64},
                              Model{"ln_b32", layer_norm_mlp, 32}}) {
     const std::string name = std::string(model.name) + "/torch";
     benchmark::RegisterBenchmark(name.c_str(), [model](benchmark::State& state) { train_steps(state, model.make, model.batch); })

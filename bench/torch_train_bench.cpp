@@ -2,18 +2,9 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include "bench/torch_models.h"
+
 namespace {
-
-torch::nn::Sequential mlp() {
-  return torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 512), torch::nn::ReLU(), torch::nn::Linear(512, 512),
-                               torch::nn::ReLU(), torch::nn::Linear(512, 10));
-}
-
-torch::nn::Sequential cnn() {
-  return torch::nn::Sequential(torch::nn::Conv2d(1, 32, 3), torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Conv2d(32, 64, 3),
-                               torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Flatten(), torch::nn::Linear(1600, 128),
-                               torch::nn::ReLU(), torch::nn::Linear(128, 10));
-}
 
 void train_steps(benchmark::State& state, torch::nn::Sequential model) {
   torch::set_num_threads(static_cast<int>(state.range(0)));
@@ -29,8 +20,8 @@ void train_steps(benchmark::State& state, torch::nn::Sequential model) {
   state.counters["steps/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_train_mlp(benchmark::State& state) { train_steps(state, mlp()); }
-void BM_train_cnn(benchmark::State& state) { train_steps(state, cnn()); }
+void BM_train_mlp(benchmark::State& state) { train_steps(state, bench::torch_mlp()); }
+void BM_train_cnn(benchmark::State& state) { train_steps(state, bench::torch_cnn()); }
 
 }  // namespace
 

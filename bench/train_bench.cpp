@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/bench_cases.h"
+#include "bench/bench_models.h"
 #include "core/flow.h"
 #include "nn/conv_norm.h"
 #include "nn/modules.h"
@@ -10,20 +11,6 @@
 
 namespace {
 namespace nn = flow::nn;
-
-std::shared_ptr<nn::Module> mlp() {
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 512),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(512, 512),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(512, 10));
-}
-
-std::shared_ptr<nn::Module> cnn() {
-  return std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Conv2d>(1, 32, 3), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Conv2d>(32, 64, 3), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(1600, 128), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(128, 10));
-}
 
 void train_steps(benchmark::State& state, const std::shared_ptr<nn::Module>& model) {
   flow::set_num_threads(static_cast<int>(state.range(0)));
@@ -40,8 +27,8 @@ void train_steps(benchmark::State& state, const std::shared_ptr<nn::Module>& mod
   state.counters["steps/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_train_mlp(benchmark::State& state) { train_steps(state, mlp()); }
-void BM_train_cnn(benchmark::State& state) { train_steps(state, cnn()); }
+void BM_train_mlp(benchmark::State& state) { train_steps(state, bench::mlp()); }
+void BM_train_cnn(benchmark::State& state) { train_steps(state, bench::cnn()); }
 
 }  // namespace
 
