@@ -1,0 +1,50 @@
+#pragma once
+// Deploy export of an nn::Graph: the inference Job after passes, with every weight frozen into a
+// constant, written with its weights to a directory that oneflow_lite loads without the model's
+// code.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/export.pb.h"
+#include "graph/graph.h"
+
+namespace flow {
+
+struct ExportOptions {
+  // Names of the graph's inputs and outputs ("input_0", "output_0", ... when not given).
+  ExportOptions& input_names(std::vector<std::string> names) {
+    input_names_ = std::move(names);
+    return *this;
+  }
+  ExportOptions& output_names(std::vector<std::string> names) {
+    output_names_ = std::move(names);
+    return *this;
+  }
+  std::vector<std::string> input_names_;
+  std::vector<std::string> output_names_;
+};
+
+namespace graph {
+
+inline constexpr int kExportFormatVersion = 1;
+
+struct InferenceExport {
+  proto::ExportedModel model;
+  std::map<std::string, Tensor> constants;  // by constant node name
+};
+
+// Traces the graph's build() again for inference (modules in eval mode, no optimizer; gradient
+// ops a training build() emits are dead and removed), with the input metas of its first call,
+// freezes variables into constants, and runs the passes. The batch dimension is marked dynamic
+// when a second trace at another batch size differs only in where the batch size appears.
+// Throws flow::Error before the graph's first call.
+InferenceExport export_inference(nn::Graph& graph, const ExportOptions& options = {});
+
+}  // namespace graph
+
+// Writes <dir>/model.pb (binary), <dir>/model.pbtxt (text, for people) and
+// <dir>/weights.safetensors; creates dir if needed.
+void save(nn::Graph& graph, const std::string& dir, const ExportOptions& options = {});
+
+}  // namespace flow

@@ -1,0 +1,53 @@
+#pragma once
+// oneflow_lite: the inference-only runtime for deploy exports (flow::save(graph, dir)). It loads
+// and validates an export directory, plans memory once per batch size (static offsets from a
+// liveness analysis), and runs the Job with the core kernels. It links neither autograd, nn,
+// optim, data nor the graph compiler.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace flow::lite {
+
+// A model input or output. shape[0] is -1 when the model takes any batch size.
+struct TensorSpec {
+  std::string name;
+  DType dtype = kFloat32;
+  std::vector<int64_t> shape;
+};
+
+class Model {
+ public:
+  // Loads an export directory. Throws flow::Error("[oneflow_lite] <dir>: <what is wrong>") for a
+  // missing or corrupt file, a format version this build does not read, an unknown op, an op
+  // without a kernel for the device, or a missing or mis-sized weight.
+  static std::shared_ptr<const Model> load(const std::string& dir);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const std::string& name() const;
+  const std::vector<TensorSpec>& inputs() const;
+  const std::vector<TensorSpec>& outputs() const;
+  // Whether dim 0 of every input and output may be any batch size (else only the exported one).
+  bool dynamic_batch() const;
+  // The batch size the model was exported with.
+  int64_t exported_batch() const;
+
+  // One inference: inputs in the order of inputs(), outputs in the order of outputs(). Checks
+  // count, dtype, shape and device of every input (flow::Error naming the input). Thread-safe:
+  // concurrent calls run in separate planned memory.
+  TensorList run(const TensorList& inputs) const;
+  // The planned intermediate memory of one run at `batch` (planned once, then reused).
+  int64_t planned_bytes(int64_t batch) const;
+
+ private:
+  struct Impl;
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flow::lite
