@@ -1,0 +1,89 @@
+#include "serving/datatype.h"
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+
+namespace flow::serving {
+namespace {
+
+constexpr std::array<std::pair<DType, std::string_view>, 9> kNames{{
+    {kBool, "BOOL"},
+    {kUInt8, "UINT8"},
+    {kInt8, "INT8"},
+    {kInt32, "INT32"},
+    {kInt64, "INT64"},
+    {kFloat16, "FP16"},
+    {kBFloat16, "BF16"},
+    {kFloat32, "FP32"},
+    {kFloat64, "FP64"},
+}};
+
+// Casts every element of a repeated field to T and appends its bytes.
+template <typename T, typename Field>
+std::string cast_elements(const Field& field) {
+  std::string raw(field.size() * sizeof(T), '\0');
+  char* out = raw.data();
+  for (const auto& value : field) {
+    const T element = static_cast<T>(value);
+    std::memcpy(out, &element, sizeof(T));
+    out += sizeof(T);
+  }
+  return raw;
+}
+
+}  // namespace
+
+std::string kserve_datatype(DType dtype) {
+  for (const auto& [flow_dtype, name] : kNames) {
+    if (flow_dtype == dtype) return std::string(name);
+  }
+  fail("serving", "dtype ", dtype_name(dtype), " has no KServe datatype");
+}
+
+std::optional<DType> dtype_from_kserve(std::string_view datatype) {
+  for (const auto& [flow_dtype, name] : kNames) {
+    if (name == datatype) return flow_dtype;
+  }
+  return std::nullopt;
+}
+
+std::string typed_contents_to_raw(const inference::InferTensorContents& contents, DType dtype, int64_t count,
+                                  const std::string& what) {
+  auto checked = [&](int field_size, const char* field) {
+    if (field_size != count) {
+      fail("serving", what, ": expected ", count, " values in contents.", field, ", got ", field_size);
+    }
+  };
+  switch (dtype) {
+    case kBool:
+      checked(contents.bool_contents_size(), "bool_contents");
+      return cast_elements<uint8_t>(contents.bool_contents());
+    case kUInt8:
+      checked(contents.uint_contents_size(), "uint_contents");
+      return cast_elements<uint8_t>(contents.uint_contents());
+    case kInt8:
+      checked(contents.int_contents_size(), "int_contents");
+      return cast_elements<int8_t>(contents.int_contents());
+    case kInt32:
+      checked(contents.int_contents_size(), "int_contents");
+      return cast_elements<int32_t>(contents.int_contents());
+    case kInt64:
+      checked(contents.int64_contents_size(), "int64_contents");
+      return cast_elements<int64_t>(contents.int64_contents());
+    case kFloat32:
+      checked(contents.fp32_contents_size(), "fp32_contents");
+      return cast_elements<float>(contents.fp32_contents());
+    case kFloat64:
+      checked(contents.fp64_contents_size(), "fp64_contents");
+      return cast_elements<double>(contents.fp64_contents());
+    case kFloat16:
+    case kBFloat16:
+      break;
+  }
+  fail("serving", what, ": datatype ", kserve_datatype(dtype), " has no typed contents field; send it in raw_input_contents");
+}
+
+}  // namespace flow::serving

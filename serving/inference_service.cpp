@@ -1,0 +1,137 @@
+#include "serving/inference_service.h"
+
+#include "serving/datatype.h"
+#include "serving/infer_codec.h"
+#include "serving/status.h"
+
+namespace flow::serving {
+namespace {
+
+inline constexpr const char* kServerName = "flow";
+inline constexpr const char* kServerVersion = "0.1.0";
+inline constexpr const char* kPlatform = "oneflow_lite";
+
+grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* context, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+void add_tensor_metadata(const lite::TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
+  out->set_name(spec.name);
+  out->set_datatype(kserve_datatype(spec.dtype));
+  for (int64_t dim : spec.shape) out->add_shape(dim);
+}
+
+uint64_t microseconds(Clock::duration duration) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(duration).count());
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
+                                                       const inference::ServerLiveRequest*,
+                                                       inference::ServerLiveResponse* response) {
+  response->set_live(true);
+  return finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* context,
+                                                        const inference::ServerReadyRequest*,
+                                                        inference::ServerReadyResponse* response) {
+  response->set_ready(!tracker_.draining());
+  return finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
+                                                       const inference::ModelReadyRequest* request,
+                                                       inference::ModelReadyResponse* response) {
+  bool ready = !tracker_.draining();
+  try {
+    repository_.get(request->name(), request->version());
+  } catch (const ServingError&) {
+    ready = false;  // a readiness probe answers "not ready", not an error
+  }
+  response->set_ready(ready);
+  return finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerContext* context,
+                                                           const inference::ServerMetadataRequest*,
+                                                           inference::ServerMetadataResponse* response) {
+  response->set_name(kServerName);
+  response->set_version(kServerVersion);
+  return finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* context,
+                                                          const inference::ModelMetadataRequest* request,
+                                                          inference::ModelMetadataResponse* response) {
+  try {
+    const std::shared_ptr<ServedModel> served = repository_.get(request->name(), request->version());
+    response->set_name(served->name());
+    response->add_versions(served->version_string());
+    response->set_platform(kPlatform);
+    for (const auto& spec : served->model().inputs()) add_tensor_metadata(spec, response->add_inputs());
+    for (const auto& spec : served->model().outputs()) add_tensor_metadata(spec, response->add_outputs());
+    return finish(context, grpc::Status::OK);
+  } catch (const std::exception& error) {
+    return finish(context, status_of(error));
+  }
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
+                                                       const inference::ModelInferRequest* request,
+                                                       inference::ModelInferResponse* response) {
+  if (!tracker_.begin()) {
+    return finish(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, "[serving] the server is shutting down"));
+  }
+  const Clock::time_point start = Clock::now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::shared_ptr<ServedModel> served;
+  try {
+    served = repository_.get(request->model_name(), request->model_version());
+    DecodedRequest decoded =
+        decode_infer_request(*request, served->model(), served->label(), served->config().max_batch_size());
+    auto job = std::make_unique<InferJob>();
+    job->inputs = std::move(decoded.inputs);
+    job->batch = decoded.batch;
+    job->cancelled = [context] { return context->IsCancelled(); };
+    // The served model outlives the job: its scheduler finishes every job before it goes.
+    job->done = [this, reactor, request, response, model = served.get(), selected = std::move(decoded.outputs),
+                 rows = std::max<int64_t>(1, decoded.batch),
+                 start](const grpc::Status& status, const TensorList& outputs, const JobTimes& times) {
+      grpc::Status answer = status;
+      if (answer.ok()) {
+        try {
+          response->set_model_name(model->name());
+          response->set_model_version(model->version_string());
+          response->set_id(request->id());
+          encode_infer_outputs(model->model(), outputs, selected, *response);
+        } catch (const std::exception& error) {
+          answer = grpc::Status(grpc::StatusCode::INTERNAL, model->label() + ": " + error.what());
+        }
+      }
+      const ModelMetrics& metrics = model->metrics();
+      if (answer.ok()) {
+        metrics.request_success->Increment();
+        metrics.inference_count->Increment(static_cast<double>(rows));
+        metrics.queue_duration_us->Increment(static_cast<double>(microseconds(times.queue)));
+        metrics.compute_infer_duration_us->Increment(static_cast<double>(microseconds(times.compute)));
+        metrics.request_duration_us->Increment(static_cast<double>(microseconds(Clock::now() - start)));
+      } else {
+        metrics.request_failure->Increment();
+      }
+      reactor->Finish(answer);
+      tracker_.end();
+    };
+    served->scheduler().submit(std::move(job));
+  } catch (const std::exception& error) {
+    if (served) served->metrics().request_failure->Increment();
+    reactor->Finish(status_of(error));
+    tracker_.end();
+  }
+  return reactor;
+}
+
+}  // namespace flow::serving

@@ -1,0 +1,38 @@
+#pragma once
+// inference.GRPCInferenceService (KServe v2) on the callback API: metadata and health answer on
+// gRPC's threads; ModelInfer validates there and hands the request to the model's scheduler,
+// whose thread finishes the call.
+#include <string>
+
+#include "serving/model_repository.h"
+#include "serving/grpc_predict_v2.grpc.pb.h"
+#include "serving/request_tracker.h"
+
+namespace flow::serving {
+
+class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  InferenceService(ModelRepository& repository, RequestTracker& tracker) : repository_(repository), tracker_(tracker) {}
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context, const inference::ServerLiveRequest* request,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest* request,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context, const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest* request,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context, const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+
+ private:
+  ModelRepository& repository_;
+  RequestTracker& tracker_;
+};
+
+}  // namespace flow::serving

@@ -1,0 +1,47 @@
+#pragma once
+// Readiness and in-flight inference requests, for graceful shutdown: once draining starts,
+// new requests are refused and drain() waits for the admitted ones to finish.
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+namespace flow::serving {
+
+class RequestTracker {
+ public:
+  // Admits a request unless draining; every admitted request calls end() once.
+  bool begin() {
+    std::lock_guard lock(mutex_);
+    if (draining_) return false;
+    ++in_flight_;
+    return true;
+  }
+  void end() {
+    std::lock_guard lock(mutex_);
+    if (--in_flight_ == 0) idle_.notify_all();
+  }
+  // Refuses new requests from now on and waits until the admitted ones ended or the timeout
+  // passed. Returns whether all ended.
+  bool drain(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    draining_ = true;
+    return idle_.wait_for(lock, timeout, [this] { return in_flight_ == 0; });
+  }
+  bool draining() const {
+    std::lock_guard lock(mutex_);
+    return draining_;
+  }
+  int64_t in_flight() const {
+    std::lock_guard lock(mutex_);
+    return in_flight_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable idle_;
+  int64_t in_flight_ = 0;
+  bool draining_ = false;
+};
+
+}  // namespace flow::serving

@@ -1,0 +1,132 @@
+#include "serving/scheduler.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "serving/status.h"
+
+namespace flow::serving {
+namespace {
+
+// Input `index` of every job stacked along dim 0 into one tensor.
+Tensor concat_rows(const std::vector<std::unique_ptr<InferJob>>& jobs, size_t index) {
+  const Tensor& first = jobs.front()->inputs[index];
+  Shape shape = first.shape();
+  shape[0] = 0;
+  for (const auto& job : jobs) shape[0] += job->inputs[index].size(0);
+  Tensor batch = make_tensor(shape, first.dtype(), kCPU);
+  auto* out = static_cast<char*>(batch.data_ptr());
+  for (const auto& job : jobs) {
+    const Tensor& part = job->inputs[index];
+    const size_t nbytes = static_cast<size_t>(part.numel()) * itemsize(part.dtype());
+    std::memcpy(out, part.data_ptr(), nbytes);
+    out += nbytes;
+  }
+  return batch;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(std::shared_ptr<const lite::Model> model, SchedulerOptions options, std::string model_label)
+    : model_(std::move(model)), options_(std::move(options)), model_label_(std::move(model_label)) {
+  for (int i = 0; i < std::max(1, options_.instances); ++i) instances_.emplace_back([this] { instance_loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  for (auto& thread : instances_) thread.join();
+}
+
+void Scheduler::submit(std::unique_ptr<InferJob> job) {
+  job->enqueued = Clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    if (options_.max_queue_size > 0 && static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
+      fail_status(grpc::StatusCode::RESOURCE_EXHAUSTED, model_label_, ": queue full (max_queue_size ",
+                  options_.max_queue_size, ")");
+    }
+    queue_.push_back(std::move(job));
+  }
+  changed_.notify_all();
+}
+
+void Scheduler::instance_loop() {
+  for (Batch batch = next_batch(); !batch.empty(); batch = next_batch()) run(std::move(batch));
+}
+
+size_t Scheduler::due_jobs(Clock::time_point now) const {
+  if (!options_.dynamic_batching) return 1;
+  // The longest queue prefix that fits, and the longest one whose rows are a preferred size.
+  int64_t rows = 0;
+  size_t fitting = 0, preferred = 0;
+  for (const auto& job : queue_) {
+    if (rows + job->batch > options_.max_batch_size) break;
+    rows += job->batch;
+    ++fitting;
+    const auto& sizes = options_.preferred_batch_sizes;
+    if (std::find(sizes.begin(), sizes.end(), rows) != sizes.end()) preferred = fitting;
+  }
+  const bool full = rows == options_.max_batch_size || fitting < queue_.size();
+  if (full || stopping_ || now >= queue_.front()->enqueued + options_.max_queue_delay) return fitting;
+  return preferred;
+}
+
+Scheduler::Batch Scheduler::next_batch() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return {};
+    if (const size_t count = due_jobs(Clock::now()); count > 0) {
+      Batch batch;
+      for (size_t i = 0; i < count; ++i) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      return batch;
+    }
+    changed_.wait_until(lock, queue_.front()->enqueued + options_.max_queue_delay);
+  }
+}
+
+void Scheduler::run(Batch batch) {
+  const Clock::time_point start = Clock::now();
+  std::erase_if(batch, [](const std::unique_ptr<InferJob>& job) {
+    if (!job->cancelled()) return false;
+    job->done(grpc::Status(grpc::StatusCode::CANCELLED, "[serving] cancelled by the client before it ran"), {}, {});
+    return true;
+  });
+  if (batch.empty()) return;
+
+  TensorList inputs = batch.front()->inputs;
+  if (batch.size() > 1) {
+    for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = concat_rows(batch, i);
+  }
+  TensorList outputs;
+  grpc::Status status;
+  try {
+    outputs = model_->run(inputs);
+  } catch (const std::exception& error) {
+    status = grpc::Status(grpc::StatusCode::INTERNAL, model_label_ + ": the model failed: " + error.what());
+  }
+  const Clock::duration compute = Clock::now() - start;
+  if (status.ok() && options_.on_execution) options_.on_execution();
+
+  int64_t offset = 0;
+  for (auto& job : batch) {
+    const JobTimes times{start - job->enqueued, compute};
+    if (!status.ok() || batch.size() == 1) {
+      job->done(status, outputs, times);
+      continue;
+    }
+    TensorList own(outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) own[i] = outputs[i].narrow(0, offset, job->batch);
+    offset += job->batch;
+    job->done(status, own, times);
+  }
+}
+
+}  // namespace flow::serving

@@ -1,0 +1,92 @@
+#include "serving/server.h"
+
+#include <glog/logging.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+
+#include "serving/inference_service.h"
+
+namespace flow::serving {
+
+Server::Server(ServerOptions options)
+    : options_(std::move(options)), repository_(options_.model_repository, metrics_) {
+  const int failures = repository_.poll();
+  LOG(INFO) << "[serving] " << repository_.models().size() << " model(s) loaded from " << options_.model_repository
+            << (failures ? ", " + std::to_string(failures) + " version(s) failed to load" : "");
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  service_ = std::make_unique<InferenceService>(repository_, tracker_);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.address + ":" + std::to_string(options_.grpc_port),
+                           grpc::InsecureServerCredentials(), &grpc_port_);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  builder.RegisterService(service_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (!grpc_server_ || grpc_port_ == 0) {
+    fail("serving", "cannot listen for gRPC on ", options_.address, ":", options_.grpc_port);
+  }
+  grpc_server_->GetHealthCheckService()->SetServingStatus(true);
+
+  if (options_.metrics_port >= 0) {
+    try {
+      exposer_ = std::make_unique<prometheus::Exposer>(options_.address + ":" + std::to_string(options_.metrics_port));
+    } catch (const std::exception& error) {
+      grpc_server_->Shutdown();
+      fail("serving", "cannot listen for metrics on ", options_.address, ":", options_.metrics_port, ": ",
+           error.what());
+    }
+    exposer_->RegisterCollectable(metrics_.registry());
+    metrics_port_ = exposer_->GetListeningPorts().front();
+  }
+  if (options_.repository_poll_interval.count() > 0) poller_ = std::thread([this] { poll_loop(); });
+  LOG(INFO) << "[serving] gRPC on " << options_.address << ":" << grpc_port_ << ", metrics on port " << metrics_port_;
+}
+
+Server::~Server() { shutdown(); }
+
+void Server::poll_loop() {
+  std::unique_lock lock(mutex_);
+  while (!changed_.wait_for(lock, options_.repository_poll_interval, [this] { return stopping_; })) {
+    lock.unlock();
+    repository_.poll();
+    lock.lock();
+  }
+}
+
+void Server::shutdown() {
+  {
+    std::unique_lock lock(mutex_);
+    if (stopping_) {
+      changed_.wait(lock, [this] { return stopped_; });
+      return;
+    }
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  LOG(INFO) << "[serving] shutting down: " << tracker_.in_flight() << " request(s) in flight";
+  grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  const auto deadline = std::chrono::system_clock::now() + options_.shutdown_timeout;
+  if (!tracker_.drain(options_.shutdown_timeout)) {
+    LOG(WARNING) << "[serving] " << tracker_.in_flight() << " request(s) still in flight after the shutdown timeout";
+  }
+  if (poller_.joinable()) poller_.join();
+  grpc_server_->Shutdown(deadline);
+  repository_.clear();
+  exposer_.reset();
+  {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+  }
+  changed_.notify_all();
+}
+
+void Server::wait() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return stopped_; });
+}
+
+}  // namespace flow::serving
