@@ -1,0 +1,133 @@
+#include "serving/loadgen.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace flow::serving {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* code_name(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    default: return "OTHER";
+  }
+}
+
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t index = static_cast<size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
+  return sorted[std::min(index, sorted.size() - 1)];
+}
+
+// What the answers have in common: counts, latencies, and the wait for the last one.
+class Tally {
+ public:
+  void started() {
+    std::lock_guard lock(mutex_);
+    ++outstanding_;
+  }
+  void finished(double latency_us, const std::string& failure, const std::string& kind) {
+    std::lock_guard lock(mutex_);
+    --outstanding_;
+    if (failure.empty()) {
+      latencies_.push_back(latency_us);
+    } else {
+      ++failures_[kind];
+      if (first_failure_.empty()) first_failure_ = failure;
+    }
+    changed_.notify_all();
+  }
+  void wait_below(int64_t limit) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return outstanding_ < limit; });
+  }
+  LoadReport report(int64_t sent, double seconds) {
+    std::lock_guard lock(mutex_);
+    LoadReport report;
+    report.sent = sent;
+    report.succeeded = static_cast<int64_t>(latencies_.size());
+    report.failures = failures_;
+    for (const auto& [kind, count] : failures_) report.failed += count;
+    report.first_failure = first_failure_;
+    report.seconds = seconds;
+    report.throughput = seconds > 0 ? static_cast<double>(report.succeeded) / seconds : 0;
+    std::sort(latencies_.begin(), latencies_.end());
+    for (double latency : latencies_) report.mean_us += latency;
+    if (!latencies_.empty()) report.mean_us /= static_cast<double>(latencies_.size());
+    report.p50_us = percentile(latencies_, 0.50);
+    report.p90_us = percentile(latencies_, 0.90);
+    report.p99_us = percentile(latencies_, 0.99);
+    return report;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int64_t outstanding_ = 0;
+  std::vector<double> latencies_;
+  std::map<std::string, int64_t> failures_;
+  std::string first_failure_;
+};
+
+}  // namespace
+
+LoadReport run_load(Client& client, const LoadOptions& options, const RequestMaker& make, const ResponseCheck& check) {
+  Tally tally;
+  const Clock::time_point begin = Clock::now();
+  const bool fixed_rate = options.rate > 0;
+  const auto interval = fixed_rate ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / options.rate))
+                                   : Clock::duration{};
+  int64_t sent = 0;
+  for (;; ++sent) {
+    if (options.requests > 0 ? sent >= options.requests : Clock::now() - begin >= options.duration) break;
+    if (fixed_rate) {
+      std::this_thread::sleep_until(begin + sent * interval);
+    } else {
+      tally.wait_below(std::max(1, options.concurrency));
+    }
+    auto request = std::make_shared<inference::ModelInferRequest>(make(sent));
+    tally.started();
+    const Clock::time_point start = Clock::now();
+    client.infer_async(*request, [&tally, &check, request, start, seq = sent](const grpc::Status& status,
+                                                                             const inference::ModelInferResponse& response) {
+      const double latency_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      if (!status.ok()) {
+        tally.finished(latency_us, "request " + std::to_string(seq) + ": " + status.error_message(),
+                       code_name(status.error_code()));
+        return;
+      }
+      const std::string wrong = check ? check(seq, response) : "";
+      tally.finished(latency_us, wrong.empty() ? "" : "request " + std::to_string(seq) + ": " + wrong, "MISMATCH");
+    });
+  }
+  tally.wait_below(1);
+  return tally.report(sent, std::chrono::duration<double>(Clock::now() - begin).count());
+}
+
+std::string format_report(const LoadReport& report) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(1);
+  out << "requests: " << report.sent << " sent, " << report.succeeded << " succeeded, " << report.failed << " failed";
+  for (const auto& [kind, count] : report.failures) out << " (" << kind << ": " << count << ")";
+  out << "\nthroughput: " << report.throughput << " infer/s over " << report.seconds << " s"
+      << "\nlatency (us): mean " << report.mean_us << ", p50 " << report.p50_us << ", p90 " << report.p90_us << ", p99 "
+      << report.p99_us << "\n";
+  if (!report.first_failure.empty()) out << "first failure: " << report.first_failure << "\n";
+  return out.str();
+}
+
+}  // namespace flow::serving

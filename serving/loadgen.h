@@ -1,0 +1,45 @@
+#pragma once
+// Load generation against a KServe v2 server: fixed concurrency (closed loop, N requests always
+// outstanding) or fixed rate (open loop, requests started on a schedule whatever the latency).
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "serving/client.h"
+
+namespace flow::serving {
+
+struct LoadOptions {
+  int concurrency = 1;  // fixed-concurrency mode: requests kept outstanding
+  double rate = 0;      // > 0: fixed-rate mode, requests started per second (concurrency unused)
+  // When to stop sending: after `requests` requests, or after `duration` when requests is 0.
+  int64_t requests = 0;
+  std::chrono::milliseconds duration{0};
+};
+
+struct LoadReport {
+  int64_t sent = 0;
+  int64_t succeeded = 0;
+  int64_t failed = 0;
+  std::map<std::string, int64_t> failures;  // by status code name (or "MISMATCH" from the check)
+  std::string first_failure;
+  double seconds = 0;
+  double throughput = 0;  // succeeded per second
+  double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0;  // of the successful requests
+};
+
+// Builds request number `seq` (0, 1, ...).
+using RequestMaker = std::function<inference::ModelInferRequest(int64_t seq)>;
+// Checks the response to request `seq`: "" when right, else what is wrong (counted a failure).
+using ResponseCheck = std::function<std::string(int64_t seq, const inference::ModelInferResponse& response)>;
+
+// Sends requests until the stop condition, waits for every answer, and reports.
+LoadReport run_load(Client& client, const LoadOptions& options, const RequestMaker& make,
+                    const ResponseCheck& check = nullptr);
+
+// A few lines for people.
+std::string format_report(const LoadReport& report);
+
+}  // namespace flow::serving
