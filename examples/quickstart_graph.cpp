@@ -1,7 +1,9 @@
 // The quickstart of the seed tutorial in Graph mode: the same FashionMNIST MLP and SGD as
 // quickstart_eager, but each training step is one call of a compiled nn::Graph (forward, loss,
-// backward and the SGD update in one Job) and evaluation runs an inference Graph.
-// Usage: quickstart_graph [--epochs N] [--data DIR] [--out FILE]
+// backward and the SGD update in one Job) and evaluation runs an inference Graph. At the end the
+// prediction graph is exported for deployment (graph + weights, no model code needed) into a
+// model repository that oneflow_lite_run and flow_serve read.
+// Usage: quickstart_graph [--epochs N] [--data DIR] [--out FILE] [--export DIR]
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -11,6 +13,7 @@
 #include "core/flow.h"
 #include "data/dataloader.h"
 #include "data/vision.h"
+#include "graph/export.h"
 #include "graph/graph.h"
 #include "nn/modules.h"
 #include "optim/optimizer.h"
@@ -59,13 +62,25 @@ struct GraphNeuralNetworkEval : nn::Graph {
   nn::CrossEntropyLoss loss_fn;
 };
 
+// What a deployed model answers: the logits of a batch of images.
+struct GraphNeuralNetworkPredict : nn::Graph {
+  explicit GraphNeuralNetworkPredict(std::shared_ptr<NeuralNetwork> net) {
+    model = register_module("model", net);
+    eval();
+  }
+  flow::TensorList build(const flow::TensorList& in) override { return {(*model)(in[0])}; }
+  std::shared_ptr<NeuralNetwork> model;
+};
+
 int main(int argc, char** argv) {
   int epochs = 5;
   std::string root = flow::data::FashionMNIST::kDefaultRoot, out = "model_graph.safetensors";
+  std::string export_dir = "model_repository/fashion_mnist/1";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--data")) root = argv[i + 1];
     else if (!std::strcmp(argv[i], "--out")) out = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--export")) export_dir = argv[i + 1];
   }
   try {
     flow::manual_seed(0);
@@ -114,6 +129,10 @@ int main(int argc, char** argv) {
     std::printf("Done!\n");
     flow::save(train_graph.state_dict(), out);
     std::printf("Saved flow Graph state (model, optimizer, train step) to %s\n", out.c_str());
+    GraphNeuralNetworkPredict predict(model);
+    predict(test_dataloader.begin()->data);
+    flow::save(predict, export_dir, flow::ExportOptions().input_names({"image"}).output_names({"logits"}));
+    std::printf("Exported the prediction graph for deployment to %s\n", export_dir.c_str());
   } catch (const flow::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -8,21 +8,6 @@
 #include "core/random.h"
 
 namespace flow::graph {
-namespace {
-
-// A contiguous tensor of `meta` at byte `offset` in `block`.
-Tensor in_block(const Tensor& block, int64_t offset, const TensorMeta& meta) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = meta.shape;
-  impl->strides = contiguous_strides(meta.shape);
-  impl->offset = offset / static_cast<int64_t>(itemsize(meta.dtype));
-  impl->dtype = meta.dtype;
-  impl->device = meta.device;
-  impl->storage = block.storage();
-  return Tensor(std::move(impl));
-}
-
-}  // namespace
 
 Executor::Executor(const proto::Job& job, const Plan& plan, std::map<std::string, Tensor> fixed)
     : job_(job), plan_(plan), fixed_(std::move(fixed)) {
@@ -63,7 +48,7 @@ Executor::Executor(const proto::Job& job, const Plan& plan, std::map<std::string
           for (size_t j = 0; j < compiled.out_metas.size(); ++j) {
             auto planned = plan.buffers.find(value_name(node.name(), static_cast<int>(j)));
             compiled.planned_outputs.push_back(
-                planned == plan.buffers.end() ? Tensor() : in_block(blocks_.at(planned->second.device), planned->second.offset, compiled.out_metas[j]));
+                planned == plan.buffers.end() ? Tensor() : planned_tensor(blocks_.at(planned->second.device), planned->second, compiled.out_metas[j]));
           }
         }
       }

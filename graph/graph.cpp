@@ -124,9 +124,8 @@ const graph::Plan& Graph::plan() const {
   return *plan_;
 }
 
-void Graph::compile(const TensorList& inputs) {
-  const auto start = std::chrono::steady_clock::now();
-  if (name_.empty()) name_ = type_name() + "_" + std::to_string(g_graph_count++);
+std::vector<TensorMeta> Graph::trace(const std::vector<TensorMeta>& input_metas, bool with_optimizers, int debug_level,
+                                     graph::proto::Job& job, std::map<std::string, Tensor>& fixed) {
   std::map<TensorImpl*, std::string> variable_names;
   std::map<const Module*, std::string> module_names;
   TensorList module_params;
@@ -138,9 +137,11 @@ void Graph::compile(const TensorList& inputs) {
     }
     for (auto& [key, b] : module->named_buffers()) variable_names[b.impl()] = prefix + "." + key;
   }
-  for (size_t i = 0; i < optimizers_.size(); ++i) {
-    for (auto& group : optimizers_[i]->param_groups()) optimizers_[i]->init_state(group.params);
-    for (const auto& [key, t] : optimizers_[i]->state_dict()) variable_names[t.impl()] = optimizer_prefix(i) + key;
+  if (with_optimizers) {
+    for (size_t i = 0; i < optimizers_.size(); ++i) {
+      for (auto& group : optimizers_[i]->param_groups()) optimizers_[i]->init_state(group.params);
+      for (const auto& [key, t] : optimizers_[i]->state_dict()) variable_names[t.impl()] = optimizer_prefix(i) + key;
+    }
   }
   // Gradients made while tracing are lazy: keep the eager ones aside and put them back after.
   TensorList eager_grads;
@@ -156,46 +157,80 @@ void Graph::compile(const TensorList& inputs) {
     }
   } restore{module_params, eager_grads};
 
-  graph::Tracer tracer(name_, variable_names, debug_level_, *log_);
-  job_.Clear();
+  graph::Tracer tracer(name_, variable_names, debug_level, *log_);
+  std::vector<TensorMeta> output_metas;
   {
     InterpreterGuard guard(&tracer);
     Observer observer(*this, tracer, module_names);
     TensorList lazy_inputs;
-    for (size_t i = 0; i < inputs.size(); ++i) lazy_inputs.push_back(tracer.add_input(static_cast<int>(i), inputs[i]));
-    if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") building graph\n";
-    const TensorList outputs = build(lazy_inputs);
-    trained_params_.assign(optimizers_.size(), {});
-    for (size_t i = 0; i < optimizers_.size(); ++i) {
-      for (auto& group : optimizers_[i]->param_groups()) {
-        for (auto& p : group.params) {
-          if (p.grad().defined() && p.grad().is_lazy()) trained_params_[i].push_back(p);
-        }
-      }
-      const TensorList& params = trained_params_[i];
-      optimizers_[i]->trace_step(params, [&](size_t k, const std::string& scalar) {
-        return tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, params[k].dtype(), params[k].device());
-      });
+    for (size_t i = 0; i < input_metas.size(); ++i) {
+      const TensorMeta& meta = input_metas[i];
+      lazy_inputs.push_back(tracer.add_input(static_cast<int>(i), make_tensor(meta.shape, meta.dtype, meta.device)));
     }
-    output_metas_.clear();
+    if (debug_level >= 1) *log_ << "(GRAPH:" << name_ << ") building graph\n";
+    const TensorList outputs = build(lazy_inputs);
+    if (with_optimizers) {
+      trained_params_.assign(optimizers_.size(), {});
+      for (size_t i = 0; i < optimizers_.size(); ++i) {
+        for (auto& group : optimizers_[i]->param_groups()) {
+          for (auto& p : group.params) {
+            if (p.grad().defined() && p.grad().is_lazy()) trained_params_[i].push_back(p);
+          }
+        }
+        const TensorList& params = trained_params_[i];
+        optimizers_[i]->trace_step(params, [&](size_t k, const std::string& scalar) {
+          return tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, params[k].dtype(), params[k].device());
+        });
+      }
+    }
     for (size_t i = 0; i < outputs.size(); ++i) {
       tracer.add_output(static_cast<int>(i), outputs[i]);
-      output_metas_.push_back(meta_of_tensor(outputs[i]));
+      output_metas.push_back(meta_of_tensor(outputs[i]));
     }
   }
   tracer.release();
-  job_.Swap(&tracer.job());
+  job.Clear();
+  job.Swap(&tracer.job());
+  fixed = tracer.captured();
+  return output_metas;
+}
+
+void Graph::compile(const TensorList& inputs) {
+  const auto start = std::chrono::steady_clock::now();
+  if (name_.empty()) name_ = type_name() + "_" + std::to_string(g_graph_count++);
+  std::vector<TensorMeta> input_metas;
+  for (const auto& t : inputs) input_metas.push_back(meta_of_tensor(t));
+  output_metas_ = trace(input_metas, true, debug_level_, job_, fixed_);
   job_.set_training(config_.training);
-  fixed_ = tracer.captured();
   graph::PassContext context{fixed_};
   graph::default_passes().run(job_, context, debug_level_, log_);
   plan_ = std::make_unique<graph::Plan>(graph::make_plan(job_));
   if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") plan: " << plan_->summary() << "\n";
   executor_ = std::make_unique<graph::Executor>(job_, *plan_, fixed_);
-  input_metas_.clear();
-  for (const auto& t : inputs) input_metas_.push_back(meta_of_tensor(t));
+  input_metas_ = std::move(input_metas);
   compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") compiled in " << compile_seconds_ << " s\n";
+}
+
+graph::proto::Job Graph::trace_inference(const std::vector<TensorMeta>& input_metas, std::map<std::string, Tensor>& fixed) {
+  if (!is_compiled()) fail("export", name(), " has not run yet: call the graph once so that its inputs are known");
+  // Eval mode while tracing, then every module back to its own mode (parents first, since
+  // train() also sets the children).
+  std::vector<std::pair<Module*, bool>> modes;
+  for (auto& [prefix, module] : modules_) {
+    for (auto& [path, m] : module->named_modules(prefix)) modes.emplace_back(m.get(), m->is_training());
+  }
+  struct RestoreModes {
+    std::vector<std::pair<Module*, bool>>& modes;
+    ~RestoreModes() {
+      for (auto& [module, training] : modes) module->train(training);
+    }
+  } restore{modes};
+  for (auto& [prefix, module] : modules_) module->eval();
+  graph::proto::Job job;
+  trace(input_metas, false, 0, job, fixed);
+  job.set_training(false);
+  return job;
 }
 
 void Graph::check_inputs(const TensorList& inputs) const {

@@ -35,7 +35,8 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
-  // The computation: called once, on lazy tensors, to trace the Job.
+  // The computation, called on lazy tensors to trace the Job: once by the first call (and again
+  // by deploy export, which traces it for inference).
   virtual TensorList build(const TensorList& inputs) = 0;
 
   // The first call traces and compiles; later calls run the compiled plan. Inputs must have the
@@ -79,6 +80,13 @@ class Graph {
   const graph::proto::Job& job() const;
   const graph::Plan& plan() const;
   double compile_seconds() const { return compile_seconds_; }
+  // The metas of the inputs the graph was traced with (empty before the first call).
+  const std::vector<TensorMeta>& input_metas() const { return input_metas_; }
+  // Traces build() again for inference on inputs of the given metas, into a new Job (no passes):
+  // modules in eval mode, no optimizer update; gradient ops a training build() emits are dead.
+  // fixed receives the eager tensors behind variable and constant nodes. Used by deploy export;
+  // an error before the first call.
+  graph::proto::Job trace_inference(const std::vector<TensorMeta>& input_metas, std::map<std::string, Tensor>& fixed);
   // "<Type>_<n>", numbered per process like OneFlow's graph names.
   const std::string& name() const { return name_; }
   std::string type_name() const;
@@ -91,6 +99,9 @@ class Graph {
 
   void add_module(const std::string& name, std::shared_ptr<Module> module);
   void compile(const TensorList& inputs);
+  // Traces build() on lazy inputs of these metas into job; returns the output metas.
+  std::vector<TensorMeta> trace(const std::vector<TensorMeta>& input_metas, bool with_optimizers, int debug_level,
+                                graph::proto::Job& job, std::map<std::string, Tensor>& fixed);
   void check_inputs(const TensorList& inputs) const;
   std::map<std::string, Tensor> next_feeds();
   std::vector<TensorList> execute(int64_t steps, const std::function<TensorList(int64_t)>& next_inputs);

@@ -138,6 +138,17 @@ Plan make_plan(const proto::Job& job) {
   return plan;
 }
 
+Tensor planned_tensor(const Tensor& block, const PlannedBuffer& buffer, const TensorMeta& meta) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = meta.shape;
+  impl->strides = contiguous_strides(meta.shape);
+  impl->offset = buffer.offset / static_cast<int64_t>(itemsize(meta.dtype));
+  impl->dtype = meta.dtype;
+  impl->device = meta.device;
+  impl->storage = block.storage();
+  return Tensor(std::move(impl));
+}
+
 std::string Plan::summary() const {
   std::ostringstream out;
   int64_t peak = 0;

@@ -47,4 +47,7 @@ struct Plan {
 // to the caller), nor are inputs, variables, constants and feeds.
 Plan make_plan(const proto::Job& job);
 
+// The contiguous tensor of `meta` that a planned buffer occupies in its device's memory block.
+Tensor planned_tensor(const Tensor& block, const PlannedBuffer& buffer, const TensorMeta& meta);
+
 }  // namespace flow::graph

@@ -1,0 +1,362 @@
+#include "oneflow_lite/model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "core/interpreter.h"
+#include "core/serialization.h"
+#include "graph/export.pb.h"
+#include "graph/job.h"
+#include "graph/plan.h"
+
+namespace flow::lite {
+namespace {
+
+namespace proto = graph::proto;
+using graph::kConstantOp;
+using graph::kInputOp;
+using graph::kOutputOp;
+
+// Matches graph::kExportFormatVersion (graph/export.h, not linked here).
+constexpr int kExportFormatVersion = 1;
+
+std::string shape_str(const std::vector<int64_t>& dims) {
+  std::ostringstream out;
+  out << "(";
+  for (size_t d = 0; d < dims.size(); ++d) out << (d ? ", " : "") << dims[d];
+  out << (dims.size() == 1 ? ",)" : ")");
+  return out.str();
+}
+
+std::string meta_str(const TensorMeta& meta) { return shape_str(meta.shape.vec()) + " " + dtype_name(meta.dtype) + " on " + meta.device.str(); }
+
+// The Job made concrete for one batch size: every meta inferred, intermediate memory planned,
+// values numbered so that a run is a walk over a vector.
+struct Program {
+  struct Step {
+    const OpDef* op = nullptr;
+    Attrs attrs;
+    std::vector<int> inputs;
+    std::vector<int> outputs;
+    std::vector<TensorMeta> out_metas;
+    std::vector<const graph::PlannedBuffer*> planned;  // null: allocated per run
+  };
+  graph::Plan plan;
+  std::vector<Step> steps;
+  std::vector<std::pair<int, Tensor>> constants;  // value id, weight
+  std::vector<int> input_values;
+  std::vector<int> output_values;
+  std::vector<bool> copy_output;  // the output is (a view of) an input or a weight: hand out a copy
+  int num_values = 0;
+  int64_t planned_bytes = 0;
+};
+
+// The memory of one run in flight: each device's block and the planned output tensors in it.
+struct Arena {
+  std::map<std::string, Tensor> blocks;
+  std::vector<TensorList> planned_outputs;  // per step
+};
+
+}  // namespace
+
+struct Model::Impl {
+  std::string dir;
+  proto::ExportedModel exported;
+  std::vector<TensorSpec> inputs, outputs;
+  std::vector<Device> input_devices;
+  std::map<std::string, Tensor> weights;  // by constant node name
+
+  mutable std::mutex mutex;
+  mutable std::map<int64_t, std::shared_ptr<const Program>> programs;  // by batch size
+  mutable std::map<int64_t, std::vector<std::unique_ptr<Arena>>> free_arenas;
+
+  template <typename... Args>
+  [[noreturn]] void invalid(const Args&... args) const {
+    fail("oneflow_lite", dir, ": ", args...);
+  }
+  std::shared_ptr<const Program> program(int64_t batch) const;
+  std::shared_ptr<const Program> make_program(int64_t batch) const;
+  std::unique_ptr<Arena> take_arena(int64_t batch, const Program& program) const;
+  void give_back(int64_t batch, std::unique_ptr<Arena> arena) const;
+};
+
+namespace {
+
+proto::ExportedModel read_exported(const std::string& dir) {
+  const std::filesystem::path path = std::filesystem::path(dir) / "model.pb";
+  std::ifstream file(path, std::ios::binary);
+  if (!file) fail("oneflow_lite", dir, ": missing ", path.filename().string(), " (not an export directory?)");
+  proto::ExportedModel exported;
+  if (!exported.ParseFromIstream(&file)) fail("oneflow_lite", dir, ": ", path.filename().string(), " is corrupt (cannot parse)");
+  if (exported.format_version() != kExportFormatVersion) {
+    fail("oneflow_lite", dir, ": export format version ", exported.format_version(), ", this build reads version ", kExportFormatVersion);
+  }
+  if (exported.job().version() != graph::kJobVersion) {
+    fail("oneflow_lite", dir, ": Job schema version ", exported.job().version(), ", this build reads version ", graph::kJobVersion);
+  }
+  return exported;
+}
+
+std::vector<TensorSpec> specs_of(const google::protobuf::RepeatedPtrField<proto::IoSpec>& specs) {
+  std::vector<TensorSpec> out;
+  for (const auto& spec : specs) out.push_back({spec.name(), dtype_from_name(spec.dtype()), {spec.shape().begin(), spec.shape().end()}});
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
+  proto::Job job = exported.job();
+  const bool rebatch = batch != exported.batch_size();
+  std::map<std::string, proto::Node*> by_name;
+  for (auto& node : *job.mutable_nodes()) by_name[node.name()] = &node;
+  if (rebatch) {
+    for (const auto& slot : exported.batch_slots()) {
+      auto node = by_name.find(slot.node());
+      if (node == by_name.end() || !node->second->attrs().count(slot.attr())) invalid("batch slot names an unknown node or attribute");
+      auto& ints = *(*node->second->mutable_attrs())[slot.attr()].mutable_ints();
+      if (slot.index() < 0 || slot.index() >= ints.values_size()) invalid("batch slot index out of range");
+      ints.set_values(slot.index(), batch);
+    }
+  }
+  auto program = std::make_shared<Program>();
+  std::map<std::string, int> value_ids;
+  std::map<std::string, TensorMeta> metas;
+  std::map<int64_t, int> input_of_index, output_of_index;
+  for (auto& node : *job.mutable_nodes()) {
+    const std::string& name = node.name();
+    if (node.op() == kOutputOp) {
+      if (node.inputs_size() != 1 || !value_ids.count(node.inputs(0))) invalid("output node '", name, "' reads an unknown value");
+      output_of_index[node.attrs().at("index").i()] = value_ids.at(node.inputs(0));
+      continue;
+    }
+    if (node.op() == kInputOp || node.op() == kConstantOp) {
+      if (node.outputs_size() != 1) invalid("node '", name, "' must have one output");
+      if (node.op() == kInputOp && rebatch) node.mutable_outputs(0)->set_shape(0, batch);
+      const std::string value = graph::value_name(name, 0);
+      metas[value] = graph::meta_of(node.outputs(0));
+      value_ids[value] = program->num_values++;
+      if (node.op() == kInputOp) {
+        input_of_index[node.attrs().at("index").i()] = value_ids[value];
+      } else {
+        auto weight = weights.find(name);
+        if (weight == weights.end()) invalid("missing weight '", name, "' in weights.safetensors");
+        program->constants.emplace_back(value_ids[value], weight->second);
+      }
+      continue;
+    }
+    const OpDef* op = nullptr;
+    try {
+      op = &find_op(node.op());
+    } catch (const Error&) {
+      invalid("unknown op '", node.op(), "' (node '", name, "'): this build of oneflow_lite does not have it");
+    }
+    Program::Step step;
+    step.op = op;
+    step.attrs = graph::attrs_of(node);
+    std::vector<TensorMeta> in_metas;
+    for (const auto& input : node.inputs()) {
+      if (!value_ids.count(input)) invalid("node '", name, "' reads an unknown value '", input, "'");
+      step.inputs.push_back(value_ids.at(input));
+      in_metas.push_back(metas.at(input));
+    }
+    try {
+      step.out_metas = op->infer(in_metas, step.attrs);
+    } catch (const Error& e) {
+      invalid("node '", name, "' does not accept its inputs at batch ", batch, ": ", e.what());
+    }
+    if (static_cast<int>(step.out_metas.size()) != node.outputs_size()) invalid("node '", name, "' has a wrong output count");
+    if (!op->view) {
+      const DType dtype = op->dispatch_dtype(in_metas, step.out_metas);
+      const Device device = step.out_metas.empty() ? in_metas.at(0).device : step.out_metas[0].device;
+      if (!op->kernels.count({device.type, dtype})) {
+        invalid("op '", node.op(), "' has no kernel for ", dtype_name(dtype), " on ", device.str(), " in this build");
+      }
+    }
+    for (int j = 0; j < node.outputs_size(); ++j) {
+      const TensorMeta& meta = step.out_metas[j];
+      const TensorMeta recorded = graph::meta_of(node.outputs(j));
+      if (!rebatch && !(recorded.shape == meta.shape && recorded.dtype == meta.dtype && recorded.device == meta.device)) {
+        invalid("node '", name, "' records output ", meta_str(recorded), " but its op infers ", meta_str(meta));
+      }
+      *node.mutable_outputs(j) = graph::describe(meta);
+      const std::string value = graph::value_name(name, j);
+      metas[value] = meta;
+      value_ids[value] = program->num_values++;
+      step.outputs.push_back(value_ids[value]);
+    }
+    program->steps.push_back(std::move(step));
+  }
+  for (int64_t i = 0; i < static_cast<int64_t>(inputs.size()); ++i) {
+    if (!input_of_index.count(i)) invalid("the Job has no node for input ", i);
+    program->input_values.push_back(input_of_index.at(i));
+  }
+  for (int64_t i = 0; i < static_cast<int64_t>(outputs.size()); ++i) {
+    if (!output_of_index.count(i)) invalid("the Job has no node for output ", i);
+    program->output_values.push_back(output_of_index.at(i));
+  }
+
+  program->plan = graph::make_plan(job);
+  for (const auto& [device, bytes] : program->plan.block_bytes) program->planned_bytes += bytes;
+  size_t step_index = 0;
+  for (const auto& node : job.nodes()) {
+    if (graph::is_source_kind(node.op())) continue;
+    if (node.op() == kOutputOp) {
+      program->copy_output.push_back(program->plan.root_of.at(node.inputs(0)).empty());
+      continue;
+    }
+    Program::Step& step = program->steps.at(step_index++);
+    if (step.op->view || step.op->inplace) continue;
+    for (int j = 0; j < node.outputs_size(); ++j) {
+      auto planned = program->plan.buffers.find(graph::value_name(node.name(), j));
+      step.planned.push_back(planned == program->plan.buffers.end() ? nullptr : &planned->second);
+    }
+  }
+  return program;
+}
+
+std::shared_ptr<const Program> Model::Impl::program(int64_t batch) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& cached = programs[batch];
+  if (!cached) cached = make_program(batch);
+  return cached;
+}
+
+std::unique_ptr<Arena> Model::Impl::take_arena(int64_t batch, const Program& program) const {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& free = free_arenas[batch];
+    if (!free.empty()) {
+      auto arena = std::move(free.back());
+      free.pop_back();
+      return arena;
+    }
+  }
+  auto arena = std::make_unique<Arena>();
+  for (const auto& [device, bytes] : program.plan.block_bytes) arena->blocks[device] = make_tensor({bytes}, kUInt8, Device(device));
+  for (const auto& step : program.steps) {
+    TensorList outputs;
+    for (size_t j = 0; j < step.planned.size(); ++j) {
+      const graph::PlannedBuffer* buffer = step.planned[j];
+      outputs.push_back(buffer ? graph::planned_tensor(arena->blocks.at(buffer->device), *buffer, step.out_metas[j]) : Tensor());
+    }
+    arena->planned_outputs.push_back(std::move(outputs));
+  }
+  return arena;
+}
+
+void Model::Impl::give_back(int64_t batch, std::unique_ptr<Arena> arena) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  free_arenas[batch].push_back(std::move(arena));
+}
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+
+std::shared_ptr<const Model> Model::load(const std::string& dir) {
+  auto impl = std::make_unique<Impl>();
+  impl->dir = dir;
+  impl->exported = read_exported(dir);
+  impl->inputs = specs_of(impl->exported.inputs());
+  impl->outputs = specs_of(impl->exported.outputs());
+  std::map<int64_t, Device> input_devices;
+  for (const auto& node : impl->exported.job().nodes()) {
+    if (node.op() == kInputOp && node.outputs_size() == 1) input_devices[node.attrs().at("index").i()] = Device(node.outputs(0).device());
+  }
+  for (const auto& [index, device] : input_devices) impl->input_devices.push_back(device);
+  if (impl->input_devices.size() != impl->inputs.size()) impl->invalid("the Job's input nodes do not match its ", impl->inputs.size(), " inputs");
+  const std::string weights_path = (std::filesystem::path(dir) / "weights.safetensors").string();
+  if (!std::filesystem::exists(weights_path)) impl->invalid("missing weights.safetensors");
+  StateDict weights;
+  try {
+    weights = flow::load(weights_path);
+  } catch (const Error& e) {
+    impl->invalid("weights.safetensors: ", e.what());
+  }
+  for (const auto& node : impl->exported.job().nodes()) {
+    if (node.op() != kConstantOp) continue;
+    if (!weights.contains(node.name())) impl->invalid("missing weight '", node.name(), "' in weights.safetensors");
+    const TensorMeta expected = graph::meta_of(node.outputs(0));
+    const Tensor& weight = weights.at(node.name());
+    if (!(weight.shape() == expected.shape) || weight.dtype() != expected.dtype) {
+      impl->invalid("weight '", node.name(), "' is ", shape_str(weight.shape().vec()), " ", dtype_name(weight.dtype()), " but the model expects ",
+                    shape_str(expected.shape.vec()), " ", dtype_name(expected.dtype));
+    }
+    impl->weights[node.name()] = weight.device() == expected.device ? weight : weight.to(expected.device);
+  }
+  // Checks every op, kernel and meta now, and plans the exported batch size once.
+  impl->program(impl->exported.batch_size());
+  return std::shared_ptr<const Model>(new Model(std::move(impl)));
+}
+
+const std::string& Model::name() const { return impl_->exported.name(); }
+const std::vector<TensorSpec>& Model::inputs() const { return impl_->inputs; }
+const std::vector<TensorSpec>& Model::outputs() const { return impl_->outputs; }
+bool Model::dynamic_batch() const { return impl_->exported.dynamic_batch(); }
+int64_t Model::exported_batch() const { return impl_->exported.batch_size(); }
+int64_t Model::planned_bytes(int64_t batch) const { return impl_->program(batch)->planned_bytes; }
+
+TensorList Model::run(const TensorList& given) const {
+  const auto& specs = impl_->inputs;
+  if (given.size() != specs.size()) fail("oneflow_lite", "model '", name(), "' takes ", specs.size(), " inputs, got ", given.size());
+  int64_t batch = exported_batch();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    const Tensor& t = given[i];
+    if (!t.defined()) fail("oneflow_lite", "model '", name(), "': input '", spec.name, "' is undefined");
+    if (t.dtype() != spec.dtype) {
+      fail("oneflow_lite", "model '", name(), "': input '", spec.name, "' must be ", dtype_name(spec.dtype), ", got ", dtype_name(t.dtype()));
+    }
+    if (t.device() != impl_->input_devices.at(i)) {
+      fail("oneflow_lite", "model '", name(), "': input '", spec.name, "' must be on ", impl_->input_devices[i].str(), ", got ", t.device().str());
+    }
+    bool matches = t.dim() == static_cast<int64_t>(spec.shape.size());
+    for (int64_t d = 0; matches && d < t.dim(); ++d) matches = spec.shape[d] == -1 ? t.size(d) > 0 : spec.shape[d] == t.size(d);
+    if (matches && dynamic_batch()) {
+      if (i == 0) batch = t.size(0);
+      matches = t.size(0) == batch;
+    }
+    if (!matches) {
+      fail("oneflow_lite", "model '", name(), "': input '", spec.name, "' has shape ", shape_str(t.shape().vec()), ", expected ",
+           shape_str(spec.shape), dynamic_batch() ? " with one batch size for every input" : "");
+    }
+  }
+  const std::shared_ptr<const Program> program = impl_->program(batch);
+  std::unique_ptr<Arena> arena = impl_->take_arena(batch, *program);
+  struct GiveBack {
+    const Impl& impl;
+    int64_t batch;
+    std::unique_ptr<Arena>& arena;
+    ~GiveBack() { impl.give_back(batch, std::move(arena)); }
+  } give_back{*impl_, batch, arena};
+
+  TensorList values(program->num_values);
+  for (const auto& [id, weight] : program->constants) values[id] = weight;
+  for (size_t i = 0; i < given.size(); ++i) values[program->input_values[i]] = given[i].is_contiguous() ? given[i] : given[i].contiguous();
+  for (size_t s = 0; s < program->steps.size(); ++s) {
+    const Program::Step& step = program->steps[s];
+    TensorList inputs;
+    inputs.reserve(step.inputs.size());
+    for (int id : step.inputs) inputs.push_back(values[id]);
+    TensorList outputs;
+    if (!step.planned.empty()) {
+      const TensorList& planned = arena->planned_outputs[s];
+      for (size_t j = 0; j < planned.size(); ++j) {
+        outputs.push_back(planned[j].defined() ? planned[j] : make_tensor(step.out_metas[j].shape, step.out_metas[j].dtype, step.out_metas[j].device));
+      }
+    }
+    TensorList results = execute_op(*step.op, inputs, step.attrs, step.out_metas, std::move(outputs));
+    for (size_t j = 0; j < results.size(); ++j) values[step.outputs[j]] = std::move(results[j]);
+  }
+  TensorList results;
+  for (size_t i = 0; i < program->output_values.size(); ++i) {
+    const Tensor& value = values[program->output_values[i]];
+    results.push_back(program->copy_output[i] ? value.clone() : value);
+  }
+  return results;
+}
+
+}  // namespace flow::lite
