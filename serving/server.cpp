@@ -4,12 +4,11 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <prometheus/exposer.h>
 
 #include "serving/inference_service.h"
+#include "serving/metrics_endpoint.h"
 
 namespace flow::serving {
-
 Server::Server(ServerOptions options)
     : options_(std::move(options)), repository_(options_.model_repository, metrics_) {
   const int failures = repository_.poll();
@@ -32,15 +31,8 @@ Server::Server(ServerOptions options)
   grpc_server_->GetHealthCheckService()->SetServingStatus(true);
 
   if (options_.metrics_port >= 0) {
-    try {
-      exposer_ = std::make_unique<prometheus::Exposer>(options_.address + ":" + std::to_string(options_.metrics_port));
-    } catch (const std::exception& error) {
-      grpc_server_->Shutdown();
-      fail("serving", "cannot listen for metrics on ", options_.address, ":", options_.metrics_port, ": ",
-           error.what());
-    }
-    exposer_->RegisterCollectable(metrics_.registry());
-    metrics_port_ = exposer_->GetListeningPorts().front();
+    metrics_endpoint_ = std::make_unique<MetricsEndpoint>(options_.address, options_.metrics_port, metrics_.registry());
+    metrics_port_ = metrics_endpoint_->port();
   }
   if (options_.repository_poll_interval.count() > 0) poller_ = std::thread([this] { poll_loop(); });
   LOG(INFO) << "[serving] gRPC on " << options_.address << ":" << grpc_port_ << ", metrics on port " << metrics_port_;
@@ -76,7 +68,7 @@ void Server::shutdown() {
   if (poller_.joinable()) poller_.join();
   grpc_server_->Shutdown(deadline);
   repository_.clear();
-  exposer_.reset();
+  metrics_endpoint_.reset();
   {
     std::lock_guard lock(mutex_);
     stopped_ = true;

@@ -16,13 +16,11 @@
 namespace grpc {
 class Server;
 }
-namespace prometheus {
-class Exposer;
-}
 
 namespace flow::serving {
 
 class InferenceService;
+class MetricsEndpoint;
 
 struct ServerOptions {
   std::string model_repository;
@@ -68,7 +66,7 @@ class Server {
   RequestTracker tracker_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   int grpc_port_ = 0;
   int metrics_port_ = -1;
 

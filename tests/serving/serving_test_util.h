@@ -1,0 +1,142 @@
+#pragma once
+// Shared by the serving tests: tiny Graphs exported with flow::save into a temporary model
+// repository, a server on 127.0.0.1 with free ports, and request helpers.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/functional.h"
+#include "graph/export.h"
+#include "serving/client.h"
+#include "serving/metrics_text.h"
+#include "serving/server.h"
+
+namespace serving_test {
+
+namespace fs = std::filesystem;
+using flow::Tensor;
+using flow::TensorList;
+using flow::serving::WireTensor;
+
+// Returns its inputs, each through a copy: the identity-like model.
+struct IdentityGraph : flow::nn::Graph {
+  TensorList build(const TensorList& in) override {
+    TensorList out;
+    for (const Tensor& x : in) out.push_back(flow::clone(x));
+    return out;
+  }
+};
+
+// y = x * scale + shift.
+struct AffineGraph : flow::nn::Graph {
+  AffineGraph(float scale, float shift) : scale(scale), shift(shift) {}
+  TensorList build(const TensorList& in) override { return {flow::add(flow::mul(in[0], scale), shift)}; }
+  float scale, shift;
+};
+
+// Two inputs a, b -> outputs sum = a + b, product = a * b.
+struct SumProductGraph : flow::nn::Graph {
+  TensorList build(const TensorList& in) override { return {flow::add(in[0], in[1]), flow::mul(in[0], in[1])}; }
+};
+
+// Exports graph, called once on `example`, into dir with the given input and output names.
+inline void export_graph(flow::nn::Graph& graph, const TensorList& example, const fs::path& dir,
+                         std::vector<std::string> inputs, std::vector<std::string> outputs) {
+  graph(example);
+  flow::save(graph, dir.string(), flow::ExportOptions().input_names(std::move(inputs)).output_names(std::move(outputs)));
+}
+
+// Identity on one input "x" -> "y" of dtype, shape (-1, 3).
+inline void export_identity(const fs::path& dir, flow::DType dtype) {
+  IdentityGraph graph;
+  export_graph(graph, {flow::zeros({2, 3}, dtype)}, dir, {"x"}, {"y"});
+}
+
+// "x" (-1, 4) float32 -> "y" = x * scale + shift.
+inline void export_affine(const fs::path& dir, float scale, float shift = 0) {
+  AffineGraph graph(scale, shift);
+  export_graph(graph, {flow::zeros({2, 4})}, dir, {"x"}, {"y"});
+}
+
+inline void export_sum_product(const fs::path& dir) {
+  SumProductGraph graph;
+  export_graph(graph, {flow::zeros({2, 4}), flow::zeros({2, 4})}, dir, {"a", "b"}, {"sum", "product"});
+}
+
+inline void write_file(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << text;
+}
+
+// A model repository in a fresh temporary directory, removed at the end.
+class Repository {
+ public:
+  Repository() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() /
+            ("flow_serving_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  ~Repository() { fs::remove_all(root_); }
+  const fs::path& root() const { return root_; }
+  fs::path version_dir(const std::string& model, int version) const { return root_ / model / std::to_string(version); }
+  void write_config(const std::string& model, const std::string& text) const {
+    write_file(root_ / model / "config.pbtxt", text);
+  }
+
+ private:
+  fs::path root_;
+};
+
+inline std::unique_ptr<flow::serving::Server> start_server(const fs::path& repository,
+                                                           flow::serving::ServerOptions options = {}) {
+  options.model_repository = repository.string();
+  options.address = "127.0.0.1";
+  options.grpc_port = 0;
+  options.metrics_port = 0;
+  return std::make_unique<flow::serving::Server>(options);
+}
+
+inline std::unique_ptr<flow::serving::Client> connect(const flow::serving::Server& server) {
+  return std::make_unique<flow::serving::Client>("127.0.0.1:" + std::to_string(server.grpc_port()));
+}
+
+inline WireTensor fp32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values) {
+  std::string data(values.size() * sizeof(float), '\0');
+  std::memcpy(data.data(), values.data(), data.size());
+  return {name, "FP32", std::move(shape), std::move(data)};
+}
+
+inline std::vector<float> fp32_values(const std::string& data) {
+  std::vector<float> values(data.size() / sizeof(float));
+  std::memcpy(values.data(), data.data(), data.size());
+  return values;
+}
+
+// Waits (bounded) until cond() holds; returns whether it did.
+template <typename Cond>
+bool eventually(Cond cond, std::chrono::seconds limit = std::chrono::seconds(30)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+// The value of a metric of model m (version v) scraped from the server's metrics endpoint.
+inline double metric(const flow::serving::Server& server, const std::string& name, const std::string& model,
+                     const std::string& version = "1") {
+  return flow::serving::metric_value(flow::serving::fetch_metrics("127.0.0.1", server.metrics_port()), name,
+                                     {{"model", model}, {"version", version}});
+}
+
+}  // namespace serving_test
