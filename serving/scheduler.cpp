@@ -8,6 +8,9 @@
 namespace flow::serving {
 namespace {
 
+// How often a thread waiting for a batch to fill looks for cancelled requests.
+constexpr auto kCancelCheckInterval = std::chrono::milliseconds(10);
+
 // Input `index` of every job stacked along dim 0 into one tensor.
 Tensor concat_rows(const std::vector<std::unique_ptr<InferJob>>& jobs, size_t index) {
   const Tensor& first = jobs.front()->inputs[index];
@@ -54,6 +57,14 @@ void Scheduler::submit(std::unique_ptr<InferJob> job) {
   changed_.notify_all();
 }
 
+void Scheduler::flush() {
+  {
+    std::lock_guard lock(mutex_);
+    flushing_ = true;
+  }
+  changed_.notify_all();
+}
+
 void Scheduler::instance_loop() {
   for (Batch batch = next_batch(); !batch.empty(); batch = next_batch()) run(std::move(batch));
 }
@@ -71,7 +82,7 @@ size_t Scheduler::due_jobs(Clock::time_point now) const {
     if (std::find(sizes.begin(), sizes.end(), rows) != sizes.end()) preferred = fitting;
   }
   const bool full = rows == options_.max_batch_size || fitting < queue_.size();
-  if (full || stopping_ || now >= queue_.front()->enqueued + options_.max_queue_delay) return fitting;
+  if (full || stopping_ || flushing_ || now >= queue_.front()->enqueued + options_.max_queue_delay) return fitting;
   return preferred;
 }
 
@@ -80,6 +91,16 @@ Scheduler::Batch Scheduler::next_batch() {
   for (;;) {
     changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return {};
+    Batch cancelled;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->cancelled()) {
+        cancelled.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!cancelled.empty()) return cancelled;
     if (const size_t count = due_jobs(Clock::now()); count > 0) {
       Batch batch;
       for (size_t i = 0; i < count; ++i) {
@@ -88,7 +109,8 @@ Scheduler::Batch Scheduler::next_batch() {
       }
       return batch;
     }
-    changed_.wait_until(lock, queue_.front()->enqueued + options_.max_queue_delay);
+    changed_.wait_until(lock, std::min(queue_.front()->enqueued + options_.max_queue_delay,
+                                       Clock::now() + kCancelCheckInterval));
   }
 }
 

@@ -59,11 +59,14 @@ class Scheduler {
 
   // Queues a job. Throws ServingError(RESOURCE_EXHAUSTED) when the queue is full.
   void submit(std::unique_ptr<InferJob> job);
+  // From now on, queued jobs run without waiting for their batch to fill (for shutdown).
+  void flush();
 
  private:
   using Batch = std::vector<std::unique_ptr<InferJob>>;
   void instance_loop();
-  // Blocks until a batch is due; empty once stopping with nothing queued.
+  // Blocks until a batch is due, or returns the cancelled jobs it took out of the queue (run()
+  // finishes them as cancelled); empty once stopping with nothing queued.
   Batch next_batch();
   // How many jobs from the queue's front form the next batch, or 0 to keep waiting.
   size_t due_jobs(Clock::time_point now) const;
@@ -76,6 +79,7 @@ class Scheduler {
   std::condition_variable changed_;
   std::deque<std::unique_ptr<InferJob>> queue_;
   bool stopping_ = false;
+  bool flushing_ = false;
   std::vector<std::thread> instances_;
 };
 

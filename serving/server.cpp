@@ -61,6 +61,7 @@ void Server::shutdown() {
   changed_.notify_all();
   LOG(INFO) << "[serving] shutting down: " << tracker_.in_flight() << " request(s) in flight";
   grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  for (const auto& model : repository_.models()) model->scheduler().flush();
   const auto deadline = std::chrono::system_clock::now() + options_.shutdown_timeout;
   if (!tracker_.drain(options_.shutdown_timeout)) {
     LOG(WARNING) << "[serving] " << tracker_.in_flight() << " request(s) still in flight after the shutdown timeout";
