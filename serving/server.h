@@ -49,6 +49,8 @@ class Server {
   ModelRepository& repository() { return repository_; }
   // Inference requests admitted and not yet answered.
   int64_t in_flight() const { return tracker_.in_flight(); }
+  // Whether shutdown() has begun (new inference requests are refused).
+  bool shutting_down() const { return tracker_.draining(); }
 
   // Graceful shutdown: readiness and health turn false, new inference requests get UNAVAILABLE,
   // in-flight ones finish (up to shutdown_timeout), then the endpoints close. Thread-safe; later

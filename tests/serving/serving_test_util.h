@@ -15,6 +15,7 @@
 
 #include "core/functional.h"
 #include "graph/export.h"
+#include "nn/modules.h"
 #include "serving/client.h"
 #include "serving/metrics_text.h"
 #include "serving/server.h"
@@ -47,6 +48,21 @@ struct SumProductGraph : flow::nn::Graph {
   TensorList build(const TensorList& in) override { return {flow::add(in[0], in[1]), flow::mul(in[0], in[1])}; }
 };
 
+// Many 512x512 linear layers: a request of a large batch takes a while to compute.
+struct SlowGraph : flow::nn::Graph {
+  SlowGraph() {
+    for (int i = 0; i < 48; ++i) {
+      layers.push_back(register_module("layer" + std::to_string(i), std::make_shared<flow::nn::Linear>(512, 512)));
+    }
+  }
+  TensorList build(const TensorList& in) override {
+    Tensor x = in[0];
+    for (const auto& layer : layers) x = flow::relu(layer->forward(x));
+    return {x};
+  }
+  std::vector<std::shared_ptr<flow::nn::Linear>> layers;
+};
+
 // Exports graph, called once on `example`, into dir with the given input and output names.
 inline void export_graph(flow::nn::Graph& graph, const TensorList& example, const fs::path& dir,
                          std::vector<std::string> inputs, std::vector<std::string> outputs) {
@@ -69,6 +85,12 @@ inline void export_affine(const fs::path& dir, float scale, float shift = 0) {
 inline void export_sum_product(const fs::path& dir) {
   SumProductGraph graph;
   export_graph(graph, {flow::zeros({2, 4}), flow::zeros({2, 4})}, dir, {"a", "b"}, {"sum", "product"});
+}
+
+// "x" (-1, 512) float32 -> "y" (-1, 512) through SlowGraph.
+inline void export_slow(const fs::path& dir) {
+  SlowGraph graph;
+  export_graph(graph, {flow::zeros({2, 512})}, dir, {"x"}, {"y"});
 }
 
 inline void write_file(const fs::path& path, const std::string& text) {

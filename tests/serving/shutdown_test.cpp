@@ -1,0 +1,86 @@
+// Graceful shutdown: readiness goes false, new calls get UNAVAILABLE, the slow request already
+// in flight completes; and flow_serve does the same on SIGTERM.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "serving_test_util.h"
+
+namespace st = serving_test;
+
+namespace {
+
+TEST(ShutdownTest, SlowInFlightRequestCompletesAndNewCallsAreRefused) {
+  st::Repository repo;
+  st::export_slow(repo.version_dir("slow", 1));
+  auto server = st::start_server(repo.root());
+  auto client = st::connect(*server);
+
+  const int64_t rows = 256;
+  const auto slow_request = flow::serving::make_infer_request(
+      "slow", {st::fp32_tensor("x", {rows, 512}, std::vector<float>(rows * 512, 0.5f))});
+  std::promise<std::pair<grpc::Status, inference::ModelInferResponse>> slow_result;
+  client->infer_async(slow_request, [&](const grpc::Status& status, const inference::ModelInferResponse& response) {
+    slow_result.set_value({status, response});
+  });
+  ASSERT_TRUE(st::eventually([&] { return server->in_flight() == 1; }));
+
+  std::thread stopper([&] { server->shutdown(); });
+  ASSERT_TRUE(st::eventually([&] { return server->shutting_down(); }));
+  // Whether the endpoint is still draining or already closed, a new call is refused ...
+  inference::ModelInferResponse response;
+  EXPECT_EQ(client->infer(slow_request, response).error_code(), grpc::StatusCode::UNAVAILABLE);
+  // ... and readiness is false (or the server is gone).
+  try {
+    EXPECT_FALSE(client->server_ready());
+    EXPECT_EQ(client->health(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  } catch (const flow::serving::RpcError& error) {
+    EXPECT_EQ(error.code(), grpc::StatusCode::UNAVAILABLE);
+  }
+
+  auto [status, slow_response] = slow_result.get_future().get();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(slow_response.raw_output_contents_size(), 1);
+  EXPECT_EQ(slow_response.raw_output_contents(0).size(), rows * 512 * sizeof(float));
+  stopper.join();
+  EXPECT_EQ(server->in_flight(), 0);
+  EXPECT_THROW(client->server_live(), flow::serving::RpcError);
+}
+
+// Runs flow_serve, reads the ports it prints, serves one request, then SIGTERM: exit status 0.
+TEST(ShutdownTest, FlowServeExitsCleanlyOnSigterm) {
+  st::Repository repo;
+  st::export_affine(repo.version_dir("affine", 1), 3.0f);
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    const std::string root = repo.root().string();
+    execl(FLOW_SERVE_PATH, FLOW_SERVE_PATH, "--model-repository", root.c_str(), "--address", "127.0.0.1",
+          "--grpc-port", "0", "--metrics-port", "0", "--shutdown-timeout-secs", "20", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  std::string line;
+  for (char c; line.find('\n') == std::string::npos && read(out[0], &c, 1) == 1;) line += c;
+  close(out[0]);
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_EQ(sscanf(line.c_str(), "flow_serve: gRPC port %d, metrics port %d", &grpc_port, &metrics_port), 2) << line;
+
+  flow::serving::Client client("127.0.0.1:" + std::to_string(grpc_port));
+  const auto outputs = client.infer("affine", {st::fp32_tensor("x", {1, 4}, {1, 2, 3, 4})});
+  EXPECT_EQ(st::fp32_values(outputs.at(0).data), (std::vector<float>{3, 6, 9, 12}));
+  EXPECT_EQ(flow::serving::metric_value(flow::serving::fetch_metrics("127.0.0.1", metrics_port),
+                                        "nv_inference_request_success", {{"model", "affine"}}),
+            1);
+
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(pid, &wait_status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(wait_status));
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+}
+
+}  // namespace
