@@ -62,12 +62,13 @@ void Server::shutdown() {
   LOG(INFO) << "[serving] shutting down: " << tracker_.in_flight() << " request(s) in flight";
   grpc_server_->GetHealthCheckService()->SetServingStatus(false);
   for (const auto& model : repository_.models()) model->scheduler().flush();
-  const auto deadline = std::chrono::system_clock::now() + options_.shutdown_timeout;
   if (!tracker_.drain(options_.shutdown_timeout)) {
     LOG(WARNING) << "[serving] " << tracker_.in_flight() << " request(s) still in flight after the shutdown timeout";
   }
   if (poller_.joinable()) poller_.join();
-  grpc_server_->Shutdown(deadline);
+  // Every inference request has ended (or the timeout passed): cancel whatever else is open now
+  // rather than wait for clients to close their connections.
+  grpc_server_->Shutdown(std::chrono::system_clock::now());
   repository_.clear();
   metrics_endpoint_.reset();
   {
