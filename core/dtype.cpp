@@ -11,7 +11,8 @@ struct DTypeInfo {
   const char* name;
   size_t size;
 };
-constexpr std::array<DTypeInfo, 9> kInfos = {{
+// Indexed by the enum value.
+constexpr std::array<DTypeInfo, 13> kInfos = {{
     {kBool, "bool", 1},
     {kUInt8, "uint8", 1},
     {kInt8, "int8", 1},
@@ -21,7 +22,21 @@ constexpr std::array<DTypeInfo, 9> kInfos = {{
     {kBFloat16, "bfloat16", 2},
     {kFloat32, "float32", 4},
     {kFloat64, "float64", 8},
+    {kInt16, "int16", 2},
+    {kUInt16, "uint16", 2},
+    {kUInt32, "uint32", 4},
+    {kUInt64, "uint64", 8},
 }};
+
+// The order in which two integer dtypes promote: the wider wins, signed before unsigned of a
+// width (bool lowest).
+int integer_rank(DType dtype) {
+  constexpr std::array<DType, 9> kOrder = {kBool, kUInt8, kInt8, kInt16, kUInt16, kInt32, kUInt32, kInt64, kUInt64};
+  for (size_t i = 0; i < kOrder.size(); ++i) {
+    if (kOrder[i] == dtype) return static_cast<int>(i);
+  }
+  return -1;
+}
 }  // namespace
 
 size_t itemsize(DType dtype) { return kInfos[static_cast<size_t>(dtype)].size; }
@@ -39,8 +54,8 @@ bool is_floating(DType dtype) {
 }
 
 bool is_integral(DType dtype, bool include_bool) {
-  return dtype == kUInt8 || dtype == kInt8 || dtype == kInt32 || dtype == kInt64 ||
-         (include_bool && dtype == kBool);
+  return dtype == kUInt8 || dtype == kInt8 || dtype == kInt16 || dtype == kInt32 || dtype == kInt64 ||
+         dtype == kUInt16 || dtype == kUInt32 || dtype == kUInt64 || (include_bool && dtype == kBool);
 }
 
 DType promote_types(DType a, DType b) {
@@ -56,11 +71,17 @@ DType promote_types(DType a, DType b) {
   if (a == kBool) return b;
   if (b == kBool) return a;
   // Signed/unsigned 8-bit mix needs a wider signed type; without int16 that is int32.
+  // (int16 is storage-only, so it is not the result of arithmetic promotion.)
   if ((a == kUInt8 && b == kInt8) || (a == kInt8 && b == kUInt8)) return kInt32;
-  return static_cast<uint8_t>(a) > static_cast<uint8_t>(b) ? a : b;
+  return integer_rank(a) > integer_rank(b) ? a : b;
 }
 
 std::vector<DType> all_dtypes() { return {kBool, kUInt8, kInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64}; }
+std::vector<DType> storage_dtypes() {
+  std::vector<DType> dtypes = all_dtypes();
+  dtypes.insert(dtypes.end(), {kInt16, kUInt16, kUInt32, kUInt64});
+  return dtypes;
+}
 std::vector<DType> numeric_dtypes() { return {kUInt8, kInt8, kInt32, kInt64, kFloat32, kFloat64}; }
 std::vector<DType> floating_dtypes() { return {kFloat32, kFloat64}; }
 

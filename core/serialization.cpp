@@ -17,7 +17,8 @@ constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 const std::map<DType, std::string>& dtype_codes() {
   static const std::map<DType, std::string> codes = {
       {kBool, "BOOL"}, {kUInt8, "U8"},   {kInt8, "I8"},      {kInt32, "I32"},    {kInt64, "I64"},
-      {kFloat16, "F16"}, {kBFloat16, "BF16"}, {kFloat32, "F32"}, {kFloat64, "F64"}};
+      {kFloat16, "F16"}, {kBFloat16, "BF16"}, {kFloat32, "F32"}, {kFloat64, "F64"},
+      {kInt16, "I16"},   {kUInt16, "U16"},    {kUInt32, "U32"},   {kUInt64, "U64"}};
   return codes;
 }
 

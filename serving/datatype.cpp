@@ -9,10 +9,14 @@
 namespace flow::serving {
 namespace {
 
-constexpr std::array<std::pair<DType, std::string_view>, 9> kNames{{
+constexpr std::array<std::pair<DType, std::string_view>, 13> kNames{{
     {kBool, "BOOL"},
     {kUInt8, "UINT8"},
+    {kUInt16, "UINT16"},
+    {kUInt32, "UINT32"},
+    {kUInt64, "UINT64"},
     {kInt8, "INT8"},
+    {kInt16, "INT16"},
     {kInt32, "INT32"},
     {kInt64, "INT64"},
     {kFloat16, "FP16"},
@@ -64,9 +68,21 @@ std::string typed_contents_to_raw(const inference::InferTensorContents& contents
     case kUInt8:
       checked(contents.uint_contents_size(), "uint_contents");
       return cast_elements<uint8_t>(contents.uint_contents());
+    case kUInt16:
+      checked(contents.uint_contents_size(), "uint_contents");
+      return cast_elements<uint16_t>(contents.uint_contents());
+    case kUInt32:
+      checked(contents.uint_contents_size(), "uint_contents");
+      return cast_elements<uint32_t>(contents.uint_contents());
+    case kUInt64:
+      checked(contents.uint64_contents_size(), "uint64_contents");
+      return cast_elements<uint64_t>(contents.uint64_contents());
     case kInt8:
       checked(contents.int_contents_size(), "int_contents");
       return cast_elements<int8_t>(contents.int_contents());
+    case kInt16:
+      checked(contents.int_contents_size(), "int_contents");
+      return cast_elements<int16_t>(contents.int_contents());
     case kInt32:
       checked(contents.int_contents_size(), "int_contents");
       return cast_elements<int32_t>(contents.int_contents());

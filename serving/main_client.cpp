@@ -126,10 +126,13 @@ int main(int argc, char** argv) {
   try {
     fs::Client client(args.url);
     if (args.command == "live") {
-      std::cout << "live: " << client.server_live() << "\n";
+      const bool live = client.server_live();
+      std::cout << "live: " << (live ? "true" : "false") << "\n";
+      return live ? 0 : 1;
     } else if (args.command == "ready") {
-      std::cout << "ready: " << (args.model.empty() ? client.server_ready() : client.model_ready(args.model, args.version))
-                << "\n";
+      const bool ready = args.model.empty() ? client.server_ready() : client.model_ready(args.model, args.version);
+      std::cout << "ready: " << (ready ? "true" : "false") << "\n";
+      return ready ? 0 : 1;
     } else if (args.command == "health") {
       std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(client.health(args.service)) << "\n";
     } else if (args.command == "metadata") {

@@ -1,5 +1,5 @@
-// Every KServe datatype flow has a dtype for, through an identity-like model, in raw and in
-// typed contents (FP16 and BF16 travel raw only).
+// Every KServe datatype but BYTES, through an identity-like model, in raw and in typed contents
+// (FP16 and BF16 travel raw only).
 #include "serving_test_util.h"
 
 namespace st = serving_test;
@@ -16,7 +16,11 @@ std::vector<DatatypeCase> cases() {
   return {
       {flow::kBool, "BOOL", {1, 0, 0, 1, 1, 0}},
       {flow::kUInt8, "UINT8", {0, 1, 2, 127, 200, 255}},
+      {flow::kUInt16, "UINT16", {0, 1, 255, 256, 40000, 65535}},
+      {flow::kUInt32, "UINT32", {0, 1, 65536, 2147483648.0, 3000000000.0, 4294967295.0}},
+      {flow::kUInt64, "UINT64", {0, 1, 4294967296.0, 1e15, 9007199254740992.0, 18446744073709549568.0}},
       {flow::kInt8, "INT8", {-128, -1, 0, 1, 7, 127}},
+      {flow::kInt16, "INT16", {-32768, -1, 0, 1, 300, 32767}},
       {flow::kInt32, "INT32", {-2147483648.0, -5, 0, 5, 65536, 2147483647}},
       {flow::kInt64, "INT64", {-9007199254740992.0, -3, 0, 3, 1e12, 9007199254740992.0}},
       {flow::kFloat16, "FP16", {-2.5, -0.125, 0, 1, 1024, 65504}},
@@ -32,8 +36,11 @@ std::string model_name(const std::string& datatype) { return "identity_" + datat
 bool fill_typed(const std::string& datatype, const std::vector<double>& values, inference::InferTensorContents& contents) {
   for (double v : values) {
     if (datatype == "BOOL") contents.add_bool_contents(v != 0);
-    else if (datatype == "UINT8") contents.add_uint_contents(static_cast<uint32_t>(v));
-    else if (datatype == "INT8" || datatype == "INT32") contents.add_int_contents(static_cast<int32_t>(v));
+    else if (datatype == "UINT8" || datatype == "UINT16" || datatype == "UINT32")
+      contents.add_uint_contents(static_cast<uint32_t>(v));
+    else if (datatype == "UINT64") contents.add_uint64_contents(static_cast<uint64_t>(v));
+    else if (datatype == "INT8" || datatype == "INT16" || datatype == "INT32")
+      contents.add_int_contents(static_cast<int32_t>(v));
     else if (datatype == "INT64") contents.add_int64_contents(static_cast<int64_t>(v));
     else if (datatype == "FP32") contents.add_fp32_contents(static_cast<float>(v));
     else if (datatype == "FP64") contents.add_fp64_contents(v);

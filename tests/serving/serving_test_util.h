@@ -73,7 +73,7 @@ inline void export_graph(flow::nn::Graph& graph, const TensorList& example, cons
 // Identity on one input "x" -> "y" of dtype, shape (-1, 3).
 inline void export_identity(const fs::path& dir, flow::DType dtype) {
   IdentityGraph graph;
-  export_graph(graph, {flow::zeros({2, 3}, dtype)}, dir, {"x"}, {"y"});
+  export_graph(graph, {flow::zeros({2, 3}).to(dtype)}, dir, {"x"}, {"y"});
 }
 
 // "x" (-1, 4) float32 -> "y" = x * scale + shift.

@@ -12,8 +12,8 @@ namespace {
 
 void copy_kernel_into(Tensor out, const Tensor& in) {
   CHECK(in.device().is_cpu() && out.device().is_cpu());
-  FLOW_DISPATCH_ALL(in.dtype(), "copy", [&]<typename In>() {
-    FLOW_DISPATCH_ALL(out.dtype(), "copy", [&]<typename Out>() {
+  FLOW_DISPATCH_STORAGE(in.dtype(), "copy", [&]<typename In>() {
+    FLOW_DISPATCH_STORAGE(out.dtype(), "copy", [&]<typename Out>() {
       unary_loop<Out, In>(out, in, [](In v) { return convert<Out>(v); });
     });
   });
@@ -21,7 +21,7 @@ void copy_kernel_into(Tensor out, const Tensor& in) {
 
 void copy_kernel(KernelContext& ctx) { copy_kernel_into(ctx.outputs[0], ctx.inputs[0]); }
 
-FLOW_REGISTER_KERNEL("copy", DeviceType::kCPU, all_dtypes(), copy_kernel);
+FLOW_REGISTER_KERNEL("copy", DeviceType::kCPU, storage_dtypes(), copy_kernel);
 
 
 void slice_grad_kernel(KernelContext& ctx) {
