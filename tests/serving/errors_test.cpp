@@ -181,3 +181,40 @@ TEST_F(ErrorsTest, ClientCancellationIsHonoured) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(MessageSizeTest, MaxMessageSizeIsConfigurable) {
+  st::Repository repo;
+  st::export_identity(repo.version_dir("identity", 1), flow::kUInt8);
+  flow::serving::ServerOptions options;
+  options.max_message_bytes = 1 << 20;
+  auto server = st::start_server(repo.root(), options);
+  auto client = st::connect(*server);
+  auto request_of = [](int64_t rows) {
+    return flow::serving::make_infer_request("identity",
+                                             {{"x", "UINT8", {rows, 3}, std::string(static_cast<size_t>(rows * 3), '\7')}});
+  };
+  inference::ModelInferResponse response;
+  EXPECT_TRUE(client->infer(request_of(300000), response).ok());  // 900 kB
+  EXPECT_EQ(response.raw_output_contents(0), std::string(900000, '\7'));
+  EXPECT_EQ(client->infer(request_of(400000), response).error_code(), StatusCode::RESOURCE_EXHAUSTED);  // 1.2 MB
+  EXPECT_TRUE(client->infer(request_of(1), response).ok());
+}
+
+TEST(MessageSizeTest, DefaultCarriesA256MiBTensor) {
+  st::Repository repo;
+  st::export_identity(repo.version_dir("identity", 1), flow::kUInt8, 1024);
+  auto server = st::start_server(repo.root());
+  auto client = st::connect(*server);
+  const int64_t rows = 256 * 1024;  // 256 MiB
+  std::string data(static_cast<size_t>(rows * 1024), '\0');
+  for (size_t i = 0; i < data.size(); i += 4096) data[i] = static_cast<char>(i / 4096);
+  inference::ModelInferResponse response;
+  const grpc::Status status = client->infer(
+      flow::serving::make_infer_request("identity", {{"x", "UINT8", {rows, 1024}, data}}), response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(response.raw_output_contents(0) == data);
+}
+
+}  // namespace

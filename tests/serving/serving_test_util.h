@@ -70,10 +70,10 @@ inline void export_graph(flow::nn::Graph& graph, const TensorList& example, cons
   flow::save(graph, dir.string(), flow::ExportOptions().input_names(std::move(inputs)).output_names(std::move(outputs)));
 }
 
-// Identity on one input "x" -> "y" of dtype, shape (-1, 3).
-inline void export_identity(const fs::path& dir, flow::DType dtype) {
+// Identity on one input "x" -> "y" of dtype, shape (-1, width).
+inline void export_identity(const fs::path& dir, flow::DType dtype, int64_t width = 3) {
   IdentityGraph graph;
-  export_graph(graph, {flow::zeros({2, 3}).to(dtype)}, dir, {"x"}, {"y"});
+  export_graph(graph, {flow::zeros({2, width}).to(dtype)}, dir, {"x"}, {"y"});
 }
 
 // "x" (-1, 4) float32 -> "y" = x * scale + shift.
