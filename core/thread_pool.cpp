@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +19,7 @@ namespace flow {
 namespace {
 
 thread_local bool t_inside_parallel = false;
+thread_local int t_num_threads = 0;  // set_thread_local_num_threads; 0: no cap
 
 int default_num_threads() {
   if (const char* env = std::getenv("FLOW_NUM_THREADS")) {
@@ -97,11 +99,19 @@ void set_num_threads(int num_threads) {
   openblas_set_num_threads(num_threads);
 }
 
+void set_thread_local_num_threads(int num_threads) {
+  FLOW_ARG_CHECK(num_threads >= 0, "set_thread_local_num_threads", "expected 0 or more threads, got ", num_threads);
+  t_num_threads = num_threads;
+  // OpenMP's thread count is per thread: it bounds the parallel regions this thread starts.
+  omp_set_num_threads(num_threads > 0 ? num_threads : get_num_threads());
+}
+
 void parallel_for(int64_t begin, int64_t end, int64_t grain_size, const std::function<void(int64_t, int64_t)>& fn) {
   const int64_t total = end - begin;
   if (total <= 0) return;
   const int64_t max_chunks = std::max<int64_t>(1, total / std::max<int64_t>(grain_size, 1));
-  const int64_t chunks = std::min<int64_t>(get_num_threads(), max_chunks);
+  const int threads = t_num_threads > 0 ? std::min(t_num_threads, get_num_threads()) : get_num_threads();
+  const int64_t chunks = std::min<int64_t>(threads, max_chunks);
   if (chunks <= 1 || t_inside_parallel) {
     fn(begin, end);
     return;

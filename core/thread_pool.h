@@ -8,6 +8,10 @@ namespace flow {
 // number of cores.
 int get_num_threads();
 void set_num_threads(int num_threads);
+// Caps the threads used by work started from the calling thread: parallel_for chunks and the
+// OpenMP threads of oneDNN kernels (0: no cap beyond get_num_threads()). A server gives each
+// model instance its own share of the cores this way.
+void set_thread_local_num_threads(int num_threads);
 
 // Splits [begin, end) into at most get_num_threads() contiguous chunks of at least grain_size
 // elements and runs fn(chunk_begin, chunk_end) on the pool, the caller taking the first chunk.

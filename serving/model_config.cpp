@@ -25,6 +25,7 @@ config::ModelConfig read_model_config(const std::string& model_dir) {
   FLOW_ARG_CHECK(config.max_batch_size() >= 0, "serving", where, ": max_batch_size must be >= 0");
   FLOW_ARG_CHECK(config.max_queue_size() >= 0, "serving", where, ": max_queue_size must be >= 0");
   FLOW_ARG_CHECK(config.instance_group().count() >= 0, "serving", where, ": instance_group.count must be >= 0");
+  FLOW_ARG_CHECK(config.instance_group().threads() >= 0, "serving", where, ": instance_group.threads must be >= 0");
   if (config.instance_group().count() == 0) config.mutable_instance_group()->set_count(1);
   if (config.has_dynamic_batching()) {
     const auto& batching = config.dynamic_batching();

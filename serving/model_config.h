@@ -3,7 +3,7 @@
 // format, message flow.serving.config.ModelConfig in proto/model_config.proto), e.g.
 //   max_batch_size: 8
 //   dynamic_batching { max_queue_delay_microseconds: 2000 preferred_batch_size: [4, 8] }
-//   instance_group { count: 2 }
+//   instance_group { count: 2 threads: 4 }
 //   max_queue_size: 128
 #include <string>
 

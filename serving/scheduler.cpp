@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/thread_pool.h"
 #include "serving/status.h"
 
 namespace flow::serving {
@@ -66,6 +67,7 @@ void Scheduler::flush() {
 }
 
 void Scheduler::instance_loop() {
+  if (options_.threads_per_instance > 0) set_thread_local_num_threads(options_.threads_per_instance);
   for (Batch batch = next_batch(); !batch.empty(); batch = next_batch()) run(std::move(batch));
 }
 

@@ -40,6 +40,7 @@ struct InferJob {
 
 struct SchedulerOptions {
   int instances = 1;
+  int threads_per_instance = 0;  // kernel threads of each instance; 0: the process-wide count
   bool dynamic_batching = false;
   int64_t max_batch_size = 0;
   Clock::duration max_queue_delay{};

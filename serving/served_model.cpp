@@ -20,6 +20,7 @@ ServedModel::ServedModel(const std::string& name, int64_t version, std::shared_p
       metrics_(metrics.model(name_, version_string_)) {
   SchedulerOptions options;
   options.instances = config_.instance_group().count();
+  options.threads_per_instance = config_.instance_group().threads();
   options.dynamic_batching = config_.has_dynamic_batching();
   options.max_batch_size = config_.max_batch_size();
   options.max_queue_delay = std::chrono::microseconds(config_.dynamic_batching().max_queue_delay_microseconds());

@@ -1,6 +1,9 @@
 // The op registry and the one dispatch point that eager, lazy (Graph) and autograd share.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <algorithm>
 
 #include "common/test_util.h"
@@ -89,6 +92,26 @@ TEST(ThreadPool, ParallelForCoversRangeAndPropagatesErrors) {
                                       }),
                    "[worker] boom");
   EXPECT_THROW_MSG(flow::set_num_threads(0), "[set_num_threads] expected at least 1 thread");
+}
+
+TEST(ThreadPool, ThreadLocalCapLimitsOnlyTheCallingThread) {
+  flow::set_num_threads(4);
+  auto chunks = [] {
+    std::atomic<int> count{0};
+    flow::parallel_for(0, 100000, 1000, [&](int64_t, int64_t) { ++count; });
+    return count.load();
+  };
+  EXPECT_EQ(chunks(), 4);
+  std::thread capped([&] {
+    flow::set_thread_local_num_threads(1);
+    EXPECT_EQ(chunks(), 1);
+    flow::set_thread_local_num_threads(2);
+    EXPECT_EQ(chunks(), 2);
+  });
+  capped.join();
+  EXPECT_EQ(chunks(), 4);  // other threads keep the process-wide count
+  EXPECT_THROW_MSG(flow::set_thread_local_num_threads(-1), "expected 0 or more threads");
+  flow::set_num_threads(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 TEST(Dispatch, InPlaceOpsWriteTheirInputsAndBumpVersions) {

@@ -76,7 +76,7 @@ TEST_F(BatchingTest, PreferredBatchSizeRunsWithoutWaiting) {
 // Requests of 1 to 3 rows from 16 concurrent clients: merged (fewer runs than requests) and
 // split back with no cross-talk.
 TEST_F(BatchingTest, MixedBatchSizesSplitBackToTheirRequests) {
-  start("max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 2000 } instance_group { count: 2 }");
+  start("max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 2000 } instance_group { count: 2 threads: 1 }");
   flow::serving::LoadOptions options;
   options.concurrency = 16;
   options.requests = 300;
