@@ -156,10 +156,6 @@ std::vector<WireTensor> response_outputs(const inference::ModelInferResponse& re
   return outputs;
 }
 
-size_t datatype_size(const std::string& datatype) {
-  return visit_datatype(datatype, []<typename T>() { return sizeof(T); });
-}
-
 std::string encode_values(const std::string& datatype, const std::vector<double>& values) {
   return visit_datatype(datatype, [&]<typename T>() {
     std::string data(values.size() * sizeof(T), '\0');

@@ -85,7 +85,6 @@ std::vector<WireTensor> response_outputs(const inference::ModelInferResponse& re
 
 // Element conversions for the CLI and tests: values as doubles to a datatype's bytes and back.
 // Throws flow::Error for a datatype without a fixed element size (BYTES, unknown).
-size_t datatype_size(const std::string& datatype);
 std::string encode_values(const std::string& datatype, const std::vector<double>& values);
 std::vector<double> decode_values(const std::string& datatype, const std::string& data);
 

@@ -96,10 +96,12 @@ int main(int argc, char** argv) {
     ServerTotals before;
     if (!args.metrics_url.empty()) before = server_totals(args);
     const fs::LoadReport report = fs::run_load(client, args.load, [&](int64_t) { return request; });
-    std::cout << (args.load.rate > 0 ? "fixed rate " + std::to_string(args.load.rate) + "/s"
-                                     : "concurrency " + std::to_string(args.load.concurrency))
-              << ", batch " << args.batch << "\n"
-              << fs::format_report(report);
+    if (args.load.rate > 0) {
+      std::cout << "fixed rate " << args.load.rate << "/s";
+    } else {
+      std::cout << "concurrency " << args.load.concurrency;
+    }
+    std::cout << ", batch " << args.batch << "\n" << fs::format_report(report);
     if (!args.metrics_url.empty()) {
       const ServerTotals after = server_totals(args);
       const double requests = after.success - before.success;
