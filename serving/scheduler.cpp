@@ -125,14 +125,21 @@ void Scheduler::run(Batch batch) {
   });
   if (batch.empty()) return;
 
-  TensorList inputs = batch.front()->inputs;
-  if (batch.size() > 1) {
-    for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = concat_rows(batch, i);
-  }
   TensorList outputs;
   grpc::Status status;
   try {
-    outputs = model_->run(inputs);
+    TensorList inputs = batch.front()->inputs;
+    if (batch.size() > 1) {
+      int64_t rows = 0;
+      for (const auto& job : batch) rows += job->batch;
+      for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = concat_rows(batch, i);
+      outputs = model_->run(inputs);
+      for (const Tensor& output : outputs) {
+        if (output.dim() == 0 || output.size(0) != rows) fail("serving", "an output does not have the batch's ", rows, " rows");
+      }
+    } else {
+      outputs = model_->run(inputs);
+    }
   } catch (const std::exception& error) {
     status = grpc::Status(grpc::StatusCode::INTERNAL, model_label_ + ": the model failed: " + error.what());
   }

@@ -50,6 +50,8 @@ TEST(ShutdownTest, SlowInFlightRequestCompletesAndNewCallsAreRefused) {
 TEST(ShutdownTest, FlowServeExitsCleanlyOnSigterm) {
   st::Repository repo;
   st::export_affine(repo.version_dir("affine", 1), 3.0f);
+  // Everything the child needs is prepared before fork: it only calls dup2, close and execl.
+  const std::string root = repo.root().string();
   int out[2];
   ASSERT_EQ(pipe(out), 0);
   const pid_t pid = fork();
@@ -57,7 +59,6 @@ TEST(ShutdownTest, FlowServeExitsCleanlyOnSigterm) {
   if (pid == 0) {
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
-    const std::string root = repo.root().string();
     execl(FLOW_SERVE_PATH, FLOW_SERVE_PATH, "--model-repository", root.c_str(), "--address", "127.0.0.1",
           "--grpc-port", "0", "--metrics-port", "0", "--shutdown-timeout-secs", "20", static_cast<char*>(nullptr));
     _exit(127);
