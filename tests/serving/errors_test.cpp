@@ -13,10 +13,11 @@ class ErrorsTest : public ::testing::Test {
   void SetUp() override {
     st::export_sum_product(repo_.version_dir("sum_product", 1));
     repo_.write_config("sum_product", "max_batch_size: 4");
-    // Requests wait in the queue up to 5 s for a batch to fill: they stay in flight.
+    // Requests wait in the queue up to a minute for a batch to fill: they stay in flight until
+    // cancelled or until shutdown dispatches them.
     st::export_affine(repo_.version_dir("held", 1), 2.0f);
     repo_.write_config("held",
-                       "max_batch_size: 8 max_queue_size: 2 dynamic_batching { max_queue_delay_microseconds: 5000000 }");
+                       "max_batch_size: 8 max_queue_size: 2 dynamic_batching { max_queue_delay_microseconds: 60000000 }");
     server_ = st::start_server(repo_.root());
     client_ = st::connect(*server_);
   }
