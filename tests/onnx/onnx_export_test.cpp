@@ -216,6 +216,31 @@ TEST_F(OnnxExportTest, OpWithoutOnnxMappingIsAClearError) {
   EXPECT_FALSE(fs::exists(path("prod.onnx")));
 }
 
+TEST_F(OnnxExportTest, ReadingMaxPoolIndicesIsAClearError) {
+  flow::manual_seed(5);
+  EvalGraph graph(test_models::cnn());
+  graph(flow::randn({2, 1, 28, 28}));
+  flow::graph::InferenceExport exported = flow::graph::export_inference(graph);
+  // A second output that reads the first max-pool's indices.
+  auto& job = *exported.model.mutable_job();
+  std::string pool;
+  for (const auto& node : job.nodes()) {
+    if (node.op() == "max_pool2d" && pool.empty()) pool = node.name();
+  }
+  ASSERT_FALSE(pool.empty());
+  auto& output = *job.add_nodes();
+  output.set_name("indices_out");
+  output.set_op("output");
+  output.add_inputs(pool + ":1");
+  (*output.mutable_attrs())["index"].set_i(1);
+  auto& spec = *exported.model.add_outputs();
+  spec.set_name("indices");
+  spec.set_node("indices_out");
+  spec.set_dtype("int64");
+  EXPECT_THROW_MSG(flow::onnx::to_onnx(exported.model, exported.constants),
+                   "node 'indices_out' (op 'output') reads '" + pool + ":1', an output of op 'max_pool2d' that has no ONNX equivalent");
+}
+
 TEST_F(OnnxExportTest, ExportBeforeTheFirstCallIsAnError) {
   EvalGraph graph(test_models::mlp());
   EXPECT_THROW_MSG(flow::onnx::export_model(graph, path("mlp.onnx")), "has not run yet");
