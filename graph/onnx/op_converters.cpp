@@ -304,7 +304,7 @@ std::vector<std::string> convert_node(GraphBuilder& builder, const JobNode& node
   if (auto found = converters().find(op); found != converters().end()) return found->second(builder, node);
   if (!node.batch_slots.empty()) unsupported(node, "has a batch-dependent attribute; export with a fixed batch size");
   if (fused::can_fuse(op)) {
-    return {elementwise(builder, op, node.attrs, node.inputs, node.input_metas.empty() ? kFloat32 : node.input_metas[0].dtype, node)};
+    return {elementwise(builder, op, node.attrs, node.inputs, node.input_metas.at(0).dtype, node)};
   }
   unsupported(node, "has no ONNX mapping");
 }
