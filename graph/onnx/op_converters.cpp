@@ -176,9 +176,11 @@ std::vector<int64_t> broadcast(const std::vector<int64_t>& a, const std::vector<
   return out;
 }
 
-// fused_elementwise: its program expanded back into one ONNX node (or a few) per step. The
-// operands broadcast NumPy-style onto the output, as ONNX's element-wise ops do.
-std::vector<std::string> fused(GraphBuilder& b, const JobNode& n) {
+// A fused program expanded back into one ONNX node (or a few) per step, over operands with the
+// given ONNX names and shapes. The operands broadcast NumPy-style onto the output, as ONNX's
+// element-wise ops do.
+std::vector<std::string> expand_program(GraphBuilder& b, const JobNode& n, const std::vector<std::string>& operands,
+                                        const std::vector<std::vector<int64_t>>& operand_shapes) {
   const fused::Program program = fused::decode(n.attrs.get<std::string>("program"));
   const std::vector<int64_t> shape = n.attrs.get<std::vector<int64_t>>("shape");
   const DType dtype = n.output_metas.at(0).dtype;
@@ -189,8 +191,8 @@ std::vector<std::string> fused(GraphBuilder& b, const JobNode& n) {
     std::vector<int64_t> step_shape;
     for (int arg : step.args) {
       const bool operand = arg >= 0;
-      args.push_back(operand ? n.inputs.at(arg) : results.at(-arg - 1));
-      step_shape = broadcast(step_shape, operand ? n.input_metas.at(arg).shape.vec() : shapes.at(-arg - 1));
+      args.push_back(operand ? operands.at(arg) : results.at(-arg - 1));
+      step_shape = broadcast(step_shape, operand ? operand_shapes.at(arg) : shapes.at(-arg - 1));
     }
     results.push_back(elementwise(b, step.op, step.attrs, args, dtype, n));
     shapes.push_back(step_shape);
@@ -205,6 +207,38 @@ std::vector<std::string> fused(GraphBuilder& b, const JobNode& n) {
     outputs.push_back(b.add("Expand", {results.at(step), b.add_ints("shape", shape)}));
   }
   return outputs;
+}
+
+std::vector<std::vector<int64_t>> shapes_of(std::vector<TensorMeta>::const_iterator begin, std::vector<TensorMeta>::const_iterator end) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (auto meta = begin; meta != end; ++meta) shapes.push_back(meta->shape.vec());
+  return shapes;
+}
+
+std::vector<std::string> fused_elementwise(GraphBuilder& b, const JobNode& n) {
+  return expand_program(b, n, n.inputs, shapes_of(n.input_metas.begin(), n.input_metas.end()));
+}
+
+// x @ w^T (+ bias): Gemm for a 2-d x, else MatMul with the transposed weight.
+std::string linear_of(GraphBuilder& b, const std::vector<std::string>& inputs, int64_t input_rank) {
+  if (input_rank == 2) return b.add("Gemm", inputs, {int_attr("transB", 1)});
+  std::string out = b.add("MatMul", {inputs.at(0), b.add("Transpose", {inputs.at(1)}, {ints_attr("perm", {1, 0})})});
+  if (inputs.size() == 3) out = b.add("Add", {out, inputs.at(2)});
+  return out;
+}
+
+std::vector<std::string> linear(GraphBuilder& b, const JobNode& n) { return {linear_of(b, n.inputs, n.input_metas.at(0).shape.ndim())}; }
+
+// fused_linear: the linear (its first `linear_inputs` inputs), then the program with the linear's
+// result as operand 0 and the remaining inputs as operands 1..n.
+std::vector<std::string> fused_linear(GraphBuilder& b, const JobNode& n) {
+  const int64_t linear_inputs = n.attrs.get<int64_t>("linear_inputs");
+  if (linear_inputs != 2 && linear_inputs != 3) unsupported(n, "has linear_inputs " + std::to_string(linear_inputs) + ", expected 2 or 3");
+  std::vector<std::string> operands{linear_of(b, {n.inputs.begin(), n.inputs.begin() + linear_inputs}, n.input_metas.at(0).shape.ndim())};
+  operands.insert(operands.end(), n.inputs.begin() + linear_inputs, n.inputs.end());
+  std::vector<std::vector<int64_t>> shapes{n.attrs.get<std::vector<int64_t>>("shape")};
+  for (auto& shape : shapes_of(n.input_metas.begin() + linear_inputs, n.input_metas.end())) shapes.push_back(std::move(shape));
+  return expand_program(b, n, operands, shapes);
 }
 
 const std::vector<int64_t>& ints(const JobNode& n, const char* name) { return n.attrs.get<std::vector<int64_t>>(name); }
@@ -229,13 +263,6 @@ std::vector<std::string> pool(GraphBuilder& b, const JobNode& n) {
   }
   // flow's indices (flat positions per (n, c) plane) differ from ONNX MaxPool's: not exported.
   return {b.add("MaxPool", n.inputs, attributes), ""};
-}
-
-std::vector<std::string> linear(GraphBuilder& b, const JobNode& n) {
-  if (n.input_metas.at(0).shape.ndim() == 2) return {b.add("Gemm", n.inputs, {int_attr("transB", 1)})};
-  std::string out = b.add("MatMul", {n.inputs.at(0), b.add("Transpose", {n.inputs.at(1)}, {ints_attr("perm", {1, 0})})});
-  if (n.inputs.size() == 3) out = b.add("Add", {out, n.inputs.at(2)});
-  return {out};
 }
 
 std::vector<std::string> batch_norm(GraphBuilder& b, const JobNode& n) {
@@ -291,7 +318,8 @@ const std::map<std::string, Converter>& converters() {
       {"batch_norm_eval", batch_norm},
       {"matmul", [](GraphBuilder& b, const JobNode& n) { return std::vector<std::string>{b.add("MatMul", n.inputs)}; }},
       {"view", view},            {"permute", permute},    {"expand", expand},
-      {"softmax", softmax},      {"log_softmax", softmax}, {"copy", copy},       {"fused_elementwise", fused},
+      {"softmax", softmax},      {"log_softmax", softmax}, {"copy", copy},
+      {"fused_elementwise", fused_elementwise}, {"fused_linear", fused_linear},
   };
   return table;
 }
