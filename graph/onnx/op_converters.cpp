@@ -314,12 +314,20 @@ std::vector<std::string> copy(GraphBuilder& b, const JobNode& n) {
 
 const std::map<std::string, Converter>& converters() {
   static const std::map<std::string, Converter> table{
-      {"conv2d", conv2d},        {"max_pool2d", pool},  {"avg_pool2d", pool},    {"linear", linear},
-      {"batch_norm_eval", batch_norm},
+      {"linear", linear},
       {"matmul", [](GraphBuilder& b, const JobNode& n) { return std::vector<std::string>{b.add("MatMul", n.inputs)}; }},
-      {"view", view},            {"permute", permute},    {"expand", expand},
-      {"softmax", softmax},      {"log_softmax", softmax}, {"copy", copy},
-      {"fused_elementwise", fused_elementwise}, {"fused_linear", fused_linear},
+      {"conv2d", conv2d},
+      {"max_pool2d", pool},
+      {"avg_pool2d", pool},
+      {"batch_norm_eval", batch_norm},
+      {"view", view},
+      {"permute", permute},
+      {"expand", expand},
+      {"copy", copy},
+      {"softmax", softmax},
+      {"log_softmax", softmax},
+      {"fused_elementwise", fused_elementwise},
+      {"fused_linear", fused_linear},
   };
   return table;
 }
