@@ -216,6 +216,36 @@ TEST_F(OnnxExportTest, OpWithoutOnnxMappingIsAClearError) {
   EXPECT_FALSE(fs::exists(path("prod.onnx")));
 }
 
+// The fusion pass may absorb a linear into its element-wise epilogue (fused_linear). Here the
+// MLP's first linear and its relu are merged by hand into that form.
+TEST_F(OnnxExportTest, FusedLinearIsTheLinearThenItsProgram) {
+  flow::manual_seed(6);
+  auto net = test_models::mlp();
+  EvalGraph graph(net);
+  const Tensor x = flow::randn({4, 1, 28, 28});
+  const Tensor expected = graph(x).at(0);
+  flow::graph::InferenceExport exported = flow::graph::export_inference(graph);
+  auto& nodes = *exported.model.mutable_job()->mutable_nodes();
+  int linear = 0;
+  while (nodes[linear].op() != "linear") ++linear;
+  ASSERT_EQ(nodes[linear + 1].op(), "relu");
+  ASSERT_EQ(nodes[linear + 1].inputs(0), nodes[linear].name() + ":0");
+  flow::graph::proto::Node fused = nodes[linear + 1];
+  fused.set_op("fused_linear");
+  fused.clear_inputs();
+  for (const auto& input : nodes[linear].inputs()) fused.add_inputs(input);
+  const flow::Shape shape = flow::graph::meta_of(fused.outputs(0)).shape;
+  flow::graph::set_attrs(fused, flow::Attrs().set("program", "relu|0|;out|0").set("shape", shape).set("linear_inputs", int64_t{3}));
+  nodes[linear + 1] = fused;
+  nodes.DeleteSubrange(linear, 1);
+
+  std::ofstream(path("fused_linear.onnx"), std::ios::binary) << flow::onnx::to_onnx(exported.model, exported.constants).SerializeAsString();
+  const ::onnx::ModelProto model = read_model(path("fused_linear.onnx"));
+  EXPECT_EQ(count_nodes(model, "Gemm"), 3);
+  EXPECT_EQ(count_nodes(model, "Relu"), 2);
+  python_check(path("fused_linear.onnx"), x, expected);
+}
+
 TEST_F(OnnxExportTest, ReadingMaxPoolIndicesIsAClearError) {
   flow::manual_seed(5);
   EvalGraph graph(test_models::cnn());
