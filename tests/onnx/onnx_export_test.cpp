@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -216,8 +217,8 @@ TEST_F(OnnxExportTest, OpWithoutOnnxMappingIsAClearError) {
   EXPECT_FALSE(fs::exists(path("prod.onnx")));
 }
 
-// The fusion pass may absorb a linear into its element-wise epilogue (fused_linear). Here the
-// MLP's first linear and its relu are merged by hand into that form.
+// The fusion pass may absorb a linear into its element-wise epilogue (fused_linear). Where it
+// has not done so for the MLP, its first linear and relu are merged by hand into that form.
 TEST_F(OnnxExportTest, FusedLinearIsTheLinearThenItsProgram) {
   flow::manual_seed(6);
   auto net = test_models::mlp();
@@ -226,18 +227,22 @@ TEST_F(OnnxExportTest, FusedLinearIsTheLinearThenItsProgram) {
   const Tensor expected = graph(x).at(0);
   flow::graph::InferenceExport exported = flow::graph::export_inference(graph);
   auto& nodes = *exported.model.mutable_job()->mutable_nodes();
-  int linear = 0;
-  while (nodes[linear].op() != "linear") ++linear;
-  ASSERT_EQ(nodes[linear + 1].op(), "relu");
-  ASSERT_EQ(nodes[linear + 1].inputs(0), nodes[linear].name() + ":0");
-  flow::graph::proto::Node fused = nodes[linear + 1];
-  fused.set_op("fused_linear");
-  fused.clear_inputs();
-  for (const auto& input : nodes[linear].inputs()) fused.add_inputs(input);
-  const flow::Shape shape = flow::graph::meta_of(fused.outputs(0)).shape;
-  flow::graph::set_attrs(fused, flow::Attrs().set("program", "relu|0|;out|0").set("shape", shape).set("linear_inputs", int64_t{3}));
-  nodes[linear + 1] = fused;
-  nodes.DeleteSubrange(linear, 1);
+  auto is_fused_linear = [](const flow::graph::proto::Node& node) { return node.op() == "fused_linear"; };
+  if (std::none_of(nodes.begin(), nodes.end(), is_fused_linear)) {
+    int linear = 0;
+    while (nodes[linear].op() != "linear") ++linear;
+    ASSERT_EQ(nodes[linear + 1].op(), "relu");
+    ASSERT_EQ(nodes[linear + 1].inputs(0), nodes[linear].name() + ":0");
+    flow::graph::proto::Node fused = nodes[linear + 1];
+    fused.set_op("fused_linear");
+    fused.clear_inputs();
+    for (const auto& input : nodes[linear].inputs()) fused.add_inputs(input);
+    const flow::Shape shape = flow::graph::meta_of(fused.outputs(0)).shape;
+    flow::graph::set_attrs(fused, flow::Attrs().set("program", "relu|0|;out|0").set("shape", shape).set("linear_inputs", int64_t{3}));
+    nodes[linear + 1] = fused;
+    nodes.DeleteSubrange(linear, 1);
+  }
+  ASSERT_TRUE(std::any_of(nodes.begin(), nodes.end(), is_fused_linear));
 
   std::ofstream(path("fused_linear.onnx"), std::ios::binary) << flow::onnx::to_onnx(exported.model, exported.constants).SerializeAsString();
   const ::onnx::ModelProto model = read_model(path("fused_linear.onnx"));
