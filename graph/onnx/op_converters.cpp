@@ -277,6 +277,21 @@ std::vector<std::string> batch_norm(GraphBuilder& b, const JobNode& n) {
   return {b.add("BatchNormalization", {in[0], in[3], in[4], in[1], in[2]}, {float_attr("epsilon", n.attrs.get<double>("eps"))})};
 }
 
+// layer_norm: LayerNormalization over the last normalized_ndim axes. Its mean and rstd outputs
+// (per row here, with kept dims in ONNX) are left out: only gradients read them.
+std::vector<std::string> layer_norm(GraphBuilder& b, const JobNode& n) {
+  std::vector<std::string> in = n.inputs;
+  const int64_t normalized_ndim = n.attrs.get<int64_t>("normalized_ndim");
+  if (in.size() == 1) {
+    const TensorMeta& input = n.input_metas.at(0);
+    const Shape normalized(std::vector<int64_t>(input.shape.end() - normalized_ndim, input.shape.end()));
+    in.push_back(b.add_initializer(n.node.name() + "/scale", ones(normalized, input.dtype)));
+    in.push_back(b.add_initializer(n.node.name() + "/shift", zeros(normalized, input.dtype)));
+  }
+  const std::string y = b.add("LayerNormalization", in, {int_attr("axis", -normalized_ndim), float_attr("epsilon", n.attrs.get<double>("eps"))});
+  return {y, "", ""};
+}
+
 // view: a Reshape. With a dynamic batch, the element of the target shape that holds the batch
 // size becomes -1 (inferred).
 std::vector<std::string> view(GraphBuilder& b, const JobNode& n) {
@@ -320,6 +335,7 @@ const std::map<std::string, Converter>& converters() {
       {"max_pool2d", pool},
       {"avg_pool2d", pool},
       {"batch_norm_eval", batch_norm},
+      {"layer_norm", layer_norm},
       {"view", view},
       {"permute", permute},
       {"expand", expand},

@@ -70,6 +70,14 @@ def batch_norm(x, scale, bias, mean, var, epsilon=1e-5):
     return (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + epsilon) * scale.reshape(shape) + bias.reshape(shape)
 
 
+def layer_norm(x, scale, bias=None, axis=-1, epsilon=1e-5):
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(var + epsilon) * scale
+    return y if bias is None else y + bias
+
+
 def softmax(x, axis=-1):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
@@ -86,6 +94,7 @@ def reshape(x, shape):
 
 OPS = {
     "Conv": conv, "MaxPool": max_pool, "AveragePool": average_pool, "Gemm": gemm, "BatchNormalization": batch_norm,
+    "LayerNormalization": layer_norm,
     "MatMul": np.matmul, "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power,
     "Max": np.maximum, "Min": np.minimum, "Neg": np.negative, "Abs": np.abs, "Sign": np.sign, "Exp": np.exp, "Log": np.log,
     "Sqrt": np.sqrt, "Reciprocal": np.reciprocal, "Sin": np.sin, "Cos": np.cos, "Tanh": np.tanh,

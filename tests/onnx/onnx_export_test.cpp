@@ -183,6 +183,19 @@ TEST_F(OnnxExportTest, UnfoldedBatchNormIsExported) {
   python_check(path("bn.onnx"), x, expected);
 }
 
+TEST_F(OnnxExportTest, LayerNormIsExported) {
+  flow::manual_seed(4);
+  auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 32),
+                                              std::make_shared<nn::LayerNorm>(std::vector<int64_t>{32}), std::make_shared<nn::GELU>(),
+                                              std::make_shared<nn::Linear>(32, 10));
+  EvalGraph graph(net);
+  const Tensor x = flow::randn({3, 1, 28, 28});
+  const Tensor expected = graph(x).at(0);
+  flow::onnx::export_model(graph, path("ln.onnx"));
+  EXPECT_EQ(count_nodes(read_model(path("ln.onnx")), "LayerNormalization"), 1);
+  python_check(path("ln.onnx"), x, expected);
+}
+
 TEST_F(OnnxExportTest, FusedElementwiseChainsExpandToOnnxOps) {
   FunctionGraph graph([](const Tensor& x) { return flow::gelu(flow::sigmoid(x * 2.0 + 1.0) - x, "tanh") / 3.0; });
   const Tensor x = flow::randn({5, 7});
