@@ -82,13 +82,42 @@ std::shared_ptr<const fused::Program> cached_program(const std::string& text) {
   return slot;
 }
 
+// Element-wise loops. A step's output is a scratch tile, an output buffer, or (in place) exactly
+// one of its arguments — never a partial overlap — so each case gets a loop whose pointers are
+// declared free of aliasing and vectorises (a possible overlap would keep GCC's loop scalar).
 template <typename T, typename F>
 void map1(const T* a, T* out, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) out[i] = f(a[i]);
+  if (out == a) {
+    T* __restrict inout = out;
+    for (int64_t i = 0; i < n; ++i) inout[i] = f(inout[i]);
+    return;
+  }
+  const T* __restrict in = a;
+  T* __restrict result = out;
+  for (int64_t i = 0; i < n; ++i) result[i] = f(in[i]);
 }
 template <typename T, typename F>
 void map2(const T* a, const T* b, T* out, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+  if (out == a && out != b) {
+    T* __restrict inout = out;
+    const T* __restrict second = b;
+    for (int64_t i = 0; i < n; ++i) inout[i] = f(inout[i], second[i]);
+    return;
+  }
+  if (out == b && out != a) {
+    const T* __restrict first = a;
+    T* __restrict inout = out;
+    for (int64_t i = 0; i < n; ++i) inout[i] = f(first[i], inout[i]);
+    return;
+  }
+  if (out == a || out == b || a == b) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+    return;
+  }
+  const T* __restrict first = a;
+  const T* __restrict second = b;
+  T* __restrict result = out;
+  for (int64_t i = 0; i < n; ++i) result[i] = f(first[i], second[i]);
 }
 
 template <typename T>
