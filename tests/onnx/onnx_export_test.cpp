@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/graphs.h"
 #include "common/models.h"
 #include "common/test_util.h"
 #include "core/ops/reduce.h"
@@ -19,17 +20,9 @@ namespace nn = flow::nn;
 namespace fs = std::filesystem;
 using flow::Tensor;
 using flow::TensorList;
+using EvalGraph = test_graphs::PredictGraph;
 
 namespace {
-
-struct EvalGraph : nn::Graph {
-  explicit EvalGraph(std::shared_ptr<nn::Module> net) {
-    model = register_module("model", std::move(net));
-    eval();
-  }
-  TensorList build(const TensorList& in) override { return {model->forward(in[0])}; }
-  std::shared_ptr<nn::Module> model;
-};
 
 // A graph around a plain function of its one input.
 struct FunctionGraph : nn::Graph {
