@@ -1,6 +1,7 @@
 // Element-wise fusion: chains of element-wise nodes of one output shape (bias adds, activations,
 // optimizer update arithmetic, normalisation arithmetic, their gradients) become one
-// fused_elementwise node each.
+// fused_elementwise node each; a chain reading a linear's result that nothing else reads takes
+// the linear in as a matmul epilogue (fused_linear).
 #include <algorithm>
 #include <set>
 
@@ -39,18 +40,26 @@ bool fusable(const proto::Node& node, const JobIndex& index, const std::set<std:
 
 // The fused node replacing a group, and the renaming of the member values others read. With an
 // `assign` (the only reader of the group's one exported value), the node writes that value into
-// the assign's destination in place and replaces the assign too.
-proto::Node fuse(const proto::Job& job, const JobIndex& index, const Group& group, const proto::Node* assign,
+// the assign's destination in place and replaces the assign too. With a `linear` (read only by
+// the group), the node computes it first and the program reads its result as operand 0.
+proto::Node fuse(const proto::Job& job, const JobIndex& index, const Group& group, const proto::Node* assign, const proto::Node* linear,
                  std::map<std::string, std::string>& renamed) {
   const proto::Node& last = assign ? *assign : job.nodes(group.members.back());
   proto::Node fused_node;
   fused_node.set_name(last.name() + ".fused");
-  fused_node.set_op(assign ? "fused_elementwise_inplace" : "fused_elementwise");
+  fused_node.set_op(assign ? "fused_elementwise_inplace" : linear ? "fused_linear" : "fused_elementwise");
   fused_node.set_scope(last.scope());
   fused_node.set_location(last.location());
   if (assign) fused_node.add_inputs(assign->inputs(0));
   fused::Program program;
   std::map<std::string, int> operand_of, step_of;
+  if (linear) {
+    for (const auto& input : linear->inputs()) fused_node.add_inputs(input);
+    operand_of[value_name(linear->name(), 0)] = 0;
+  }
+  // Inputs before the first operand that is an input of the node (operand 0 of a fused_linear is
+  // its own result).
+  const int leading = fused_node.inputs_size() - (linear ? 1 : 0);
   for (int position : group.members) {
     const proto::Node& node = job.nodes(position);
     fused::Step step{node.op(), {}, attrs_of(node)};
@@ -60,8 +69,7 @@ proto::Node fuse(const proto::Job& job, const JobIndex& index, const Group& grou
         step.args.push_back(fused::step_arg(internal->second));
         continue;
       }
-      const int first_operand = assign ? 1 : 0;
-      auto [operand, added] = operand_of.emplace(input, fused_node.inputs_size() - first_operand);
+      auto [operand, added] = operand_of.emplace(input, fused_node.inputs_size() - leading);
       if (added) fused_node.add_inputs(input);
       step.args.push_back(operand->second);
     }
@@ -81,8 +89,42 @@ proto::Node fuse(const proto::Job& job, const JobIndex& index, const Group& grou
   Attrs attrs;
   attrs.set("program", fused::encode(program)).set("shape", meta_of(group.desc).shape);
   if (assign) attrs.set("destinations", int64_t{1});
+  if (linear) attrs.set("linear_inputs", static_cast<int64_t>(linear->inputs_size()));
   set_attrs(fused_node, attrs);
   return fused_node;
+}
+
+// Whether a node between positions `from` and `to` (exclusive) writes one of `values` in place.
+bool written_between(const proto::Job& job, int from, int to, const std::set<std::string>& values) {
+  for (int p = from + 1; p < to; ++p) {
+    const proto::Node& between = job.nodes(p);
+    if (!has_side_effects(between) || between.op() == kOutputOp) continue;
+    for (int i = 0; i < between.outputs_size() && i < between.inputs_size(); ++i) {
+      if (values.count(between.inputs(i))) return true;
+    }
+  }
+  return false;
+}
+
+// The linear whose result the group reads as a whole and nothing else reads, with no in-place
+// write of its inputs before the group ends: the group can run as its epilogue.
+const proto::Node* absorbable_linear(const proto::Job& job, const JobIndex& index, const Group& group) {
+  for (int position : group.members) {
+    for (const auto& input : job.nodes(position).inputs()) {
+      if (group.values.count(input)) continue;
+      const proto::Node& producer = index.node(parse_value_name(input).first);
+      if (producer.op() != "linear" || producer.outputs_size() != 1 || !same_layout(producer.outputs(0), group.desc)) continue;
+      const TensorMeta meta = meta_of(group.desc);
+      if (find_op("fused_linear").kernels.count({meta.device.type, meta.dtype}) == 0) continue;
+      bool only_group_reads = true;
+      for (int consumer : index.consumers(input)) {
+        only_group_reads = only_group_reads && std::binary_search(group.members.begin(), group.members.end(), consumer);
+      }
+      const std::set<std::string> linear_inputs(producer.inputs().begin(), producer.inputs().end());
+      if (only_group_reads && !written_between(job, index.position(producer.name()), group.members.back(), linear_inputs)) return &producer;
+    }
+  }
+  return nullptr;
 }
 
 // The assign that can absorb the group: the only reader of the group's only exported value,
@@ -110,14 +152,7 @@ const proto::Node* absorbable_assign(const proto::Job& job, const JobIndex& inde
       !same_layout(assign->outputs(0), group.desc)) {
     return nullptr;
   }
-  for (int p = group.members.back() + 1; p < index.position(assign->name()); ++p) {
-    const proto::Node& between = job.nodes(p);
-    if (!has_side_effects(between) || between.op() == kOutputOp) continue;
-    for (int i = 0; i < between.outputs_size(); ++i) {
-      if (operands.count(between.inputs(i))) return nullptr;
-    }
-  }
-  return assign;
+  return written_between(job, group.members.back(), index.position(assign->name()), operands) ? nullptr : assign;
 }
 
 }  // namespace
@@ -177,10 +212,12 @@ void elementwise_fusion(proto::Job& job, PassContext& context) {
   for (const Group& group : groups) {
     if (group.members.empty()) continue;
     const proto::Node* assign = absorbable_assign(job, index, group, context);
-    if (assign == nullptr && group.members.size() < 2) continue;
+    const proto::Node* linear = assign ? nullptr : absorbable_linear(job, index, group);
+    if (assign == nullptr && linear == nullptr && group.members.size() < 2) continue;
     const int at = assign ? index.position(assign->name()) : group.members.back();
-    replacement[at] = fuse(job, index, group, assign, renamed);
+    replacement[at] = fuse(job, index, group, assign, linear, renamed);
     removed.insert(group.members.begin(), group.members.end());
+    if (linear) removed.insert(index.position(linear->name()));
     removed.erase(at);
   }
   if (replacement.empty()) return;

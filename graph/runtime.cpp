@@ -49,9 +49,15 @@ ActorRuntime::~ActorRuntime() {
 namespace {
 // The worker whose thread this is (nullptr off the runtime's threads).
 thread_local const void* current_worker = nullptr;
+// The runtime whose run this thread drives on its own (see ActorRuntime::run).
+thread_local const void* driven_runtime = nullptr;
 }  // namespace
 
 void ActorRuntime::post(int actor, MessageKind kind, int from, int64_t piece, uint64_t epoch) {
+  if (driven_runtime == this) {
+    caller_queue_.push_back({kind, actor, from, piece, epoch});
+    return;
+  }
   Worker& worker = *threads_[actor_worker_[actor]];
   if (current_worker == &worker) {
     worker.local.push_back({kind, actor, from, piece, epoch});
@@ -63,6 +69,10 @@ void ActorRuntime::post(int actor, MessageKind kind, int from, int64_t piece, ui
 }
 
 void ActorRuntime::post_all(const std::vector<int>& actors, MessageKind kind, uint64_t epoch) {
+  if (driven_runtime == this) {
+    for (int actor : actors) caller_queue_.push_back({kind, actor, -1, 0, epoch});
+    return;
+  }
   std::vector<std::vector<int>> by_worker(threads_.size());
   for (int actor : actors) by_worker[actor_worker_[actor]].push_back(actor);
   for (size_t w = 0; w < threads_.size(); ++w) {
@@ -206,20 +216,50 @@ void ActorRuntime::wait_idle() {
   }
 }
 
+void ActorRuntime::start_run(int64_t pieces, uint64_t& epoch) {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  pieces_ = pieces;
+  completed_pieces_ = 0;
+  sink_counts_.clear();
+  error_ = nullptr;
+  for (size_t a = 0; a < actors_.size(); ++a) {
+    states_[a] = ActorState();
+    states_[a].ready.assign(actors_[a].inputs.size(), 0);
+  }
+  epoch = ++epoch_;
+}
+
+void ActorRuntime::run_on_caller(uint64_t epoch) {
+  const bool grad_was_enabled = is_grad_enabled();
+  set_grad_enabled(false);  // kernels run by actors never record autograd
+  driven_runtime = this;
+  struct Restore {
+    bool grad;
+    std::deque<Message>& queue;
+    ~Restore() {
+      driven_runtime = nullptr;
+      queue.clear();
+      set_grad_enabled(grad);
+    }
+  } restore{grad_was_enabled, caller_queue_};
+  post_all(all_actors_, MessageKind::kStart, epoch);
+  while (!caller_queue_.empty()) {
+    const Message message = caller_queue_.front();
+    caller_queue_.pop_front();
+    handle(message);
+  }
+}
+
 void ActorRuntime::run(int64_t pieces) {
   if (pieces <= 0) return;
   uint64_t epoch = 0;
-  {
+  start_run(pieces, epoch);
+  if (pieces == 1) {
+    run_on_caller(epoch);
     std::lock_guard<std::mutex> lock(run_mutex_);
-    pieces_ = pieces;
-    completed_pieces_ = 0;
-    sink_counts_.clear();
-    error_ = nullptr;
-    for (size_t a = 0; a < actors_.size(); ++a) {
-      states_[a] = ActorState();
-      states_[a].ready.assign(actors_[a].inputs.size(), 0);
-    }
-    epoch = ++epoch_;
+    if (error_) std::rethrow_exception(error_);
+    CHECK_EQ(completed_pieces_.load(), pieces_) << "actor messages ran out before the run finished";
+    return;
   }
   post_all(all_actors_, MessageKind::kStart, epoch);
   std::exception_ptr error;

@@ -42,7 +42,9 @@ class ActorRuntime {
 
   // Every actor acts once on each of pieces [0, pieces); returns when all sinks (actors nobody
   // reads) have finished them. The first exception an act throws stops the run and is rethrown
-  // here, on the caller's thread; the runtime stays usable.
+  // here, on the caller's thread; the runtime stays usable. A one-piece run has nothing to
+  // overlap, so the caller's thread stands in for every actor thread and delivers the messages
+  // itself: the same protocol without a hand-off between threads per task.
   void run(int64_t pieces);
   size_t num_threads() const { return threads_.size(); }
   const std::vector<std::string>& thread_names() const { return thread_names_; }
@@ -85,6 +87,8 @@ class ActorRuntime {
   void finish_piece_at_sink(int64_t piece);
   void stop_run(std::exception_ptr error);
   void wait_idle();
+  void start_run(int64_t pieces, uint64_t& epoch);
+  void run_on_caller(uint64_t epoch);
 
   std::vector<ActorSpec> actors_;
   std::vector<ActorState> states_;
@@ -105,6 +109,7 @@ class ActorRuntime {
   std::deque<int> sink_counts_;  // per unfinished piece, sinks done with it
   std::exception_ptr error_;
   bool shutting_down_ = false;
+  std::deque<Message> caller_queue_;  // messages of a run driven by the caller's thread
 };
 
 }  // namespace flow::graph

@@ -59,13 +59,7 @@ Tensor affine(const Tensor& y, const Tensor& weight, const Tensor& bias, const S
 
 Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
-  const int64_t k = static_cast<int64_t>(normalized_shape.size());
-  if (input.dim() < k || !(Shape(input.shape().end() - k, input.shape().end()) == Shape(normalized_shape))) {
-    fail("layer_norm", "input ", input.shape(), " does not end with normalized_shape ", Shape(normalized_shape));
-  }
-  std::vector<int64_t> dims;
-  for (int64_t d = input.dim() - k; d < input.dim(); ++d) dims.push_back(d);
-  return affine(normalize(input, dims, eps), weight, bias, Shape(normalized_shape));
+  return flow::layer_norm(input, normalized_shape, weight, bias, eps);
 }
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,

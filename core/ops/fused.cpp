@@ -102,6 +102,27 @@ const OpDef& kFusedInplace = OpBuilder("fused_elementwise_inplace")
                                  .sbp(sbp::elementwise)
                                  .def();
 
+// linear(x, w[, b]) followed by a fused program whose operand 0 is the linear's result (a matmul
+// epilogue): inputs are the linear's, then the program's other operands.
+std::vector<TensorMeta> fused_linear_infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  const int64_t linear_inputs = attrs.get<int64_t>("linear_inputs");
+  if (linear_inputs != 2 && linear_inputs != 3) fail("fused_linear", "linear_inputs must be 2 or 3, got ", linear_inputs);
+  if (static_cast<int64_t>(in.size()) < linear_inputs) fail("fused_linear", "expected at least ", linear_inputs, " inputs, got ", in.size());
+  std::vector<TensorMeta> operands = find_op("linear").infer({in.begin(), in.begin() + linear_inputs}, attrs);
+  if (!(operands[0].shape == Shape(attrs.get<std::vector<int64_t>>("shape")))) {
+    fail("fused_linear", "the linear's output ", operands[0].shape, " is not the program's shape");
+  }
+  operands.insert(operands.end(), in.begin() + linear_inputs, in.end());
+  return fused_infer(operands, attrs);
+}
+
+const OpDef& kFusedLinear = OpBuilder("fused_linear")
+                                .inputs({"linear_inputs_and_operands"}, /*variadic=*/true)
+                                .outputs({"out"})
+                                .attrs({"program", "shape", "linear_inputs"})
+                                .infer(fused_linear_infer)
+                                .def();
+
 }  // namespace
 
 bool can_fuse(const std::string& op) { return fusable_arity().count(op) != 0; }

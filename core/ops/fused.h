@@ -43,6 +43,11 @@ std::optional<OperandLayout> operand_layout(const Shape& operand, const Shape& o
 std::string encode(const Program& program);
 Program decode(const std::string& text);
 
+// Op "fused_linear" (made by the Graph's fusion pass, no functional entry point): linear(x, w[, b])
+// with an element-wise program as its epilogue. Its inputs are the linear's (attr
+// "linear_inputs": 2 or 3 of them) then the program's operands 1..n; operand 0 is the linear's
+// result, which is never written to memory on its own.
+
 // Runs `program` over `operands`; every output has shape `shape`.
 TensorList fused_elementwise(const TensorList& operands, const Program& program, const Shape& shape);
 // The in-place form (op "fused_elementwise_inplace"): output i is written into destinations[i]

@@ -1,7 +1,7 @@
 // Batch normalization as primitives: batch_norm_eval (given statistics; its vjp is written in
 // functional ops) and batch_norm_train (batch statistics) with the closed-form gradient primitive
 // batch_norm_train_grad. Graph passes (conv + batch norm folding) match these op names and input
-// orders, so keep them stable.
+// orders, so keep them stable. Layer normalization: layer_norm and layer_norm_grad.
 #include "core/ops/norm.h"
 
 #include "core/interpreter.h"
@@ -143,7 +143,85 @@ void append_affine(TensorList& inputs, const Tensor& input, const Tensor& weight
   inputs.push_back(bias.defined() ? bias : zeros({input.size(1)}, options));
 }
 
+constexpr const char* kLayerOp = "layer_norm";
+
+// Rows and the normalized shape of a layer_norm input.
+Shape row_shape(const TensorMeta& input, int64_t normalized_ndim) {
+  return Shape(std::vector<int64_t>(input.shape.begin(), input.shape.end() - normalized_ndim));
+}
+Shape normalized_shape_of(const TensorMeta& input, int64_t normalized_ndim) {
+  return Shape(std::vector<int64_t>(input.shape.end() - normalized_ndim, input.shape.end()));
+}
+
+// Gradients w.r.t. input, weight and bias from that w.r.t. layer_norm's output (its mean and rstd
+// outputs are internal: nothing differentiates them). No vjp: double backward is unsupported.
+const OpDef& kLayerNormGrad = OpBuilder("layer_norm_grad")
+                                  .inputs({"grad_out", "input", "mean", "rstd", "weight"}, /*variadic=*/true)
+                                  .outputs({"grad_input", "grad_weight", "grad_bias"})
+                                  .attrs({"normalized_ndim"})
+                                  .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+                                    const TensorMeta& input = in[1];
+                                    const TensorMeta affine{normalized_shape_of(input, attrs.get<int64_t>("normalized_ndim")), input.dtype,
+                                                            input.device};
+                                    return std::vector<TensorMeta>{input, affine, affine};
+                                  })
+                                  .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return all_broadcast(in, 3); })
+                                  .def();
+
+const OpDef& kLayerNorm =
+    OpBuilder("layer_norm")
+        .inputs({"input", "weight", "bias"}, /*variadic=*/true)
+        .outputs({"out", "mean", "rstd"})
+        .attrs({"normalized_ndim", "eps"})
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          if (in.size() != 1 && in.size() != 3) fail(kLayerOp, "expected input and optional weight and bias");
+          const TensorMeta& input = in[0];
+          const int64_t k = attrs.get<int64_t>("normalized_ndim");
+          if (k < 1 || k > input.shape.ndim()) fail(kLayerOp, "cannot normalize the last ", k, " dims of input ", input.shape);
+          if (!is_floating(input.dtype)) fail(kLayerOp, "expected a floating input, got ", dtype_name(input.dtype));
+          const Shape normalized = normalized_shape_of(input, k);
+          for (size_t i = 1; i < in.size(); ++i) {
+            const char* name = i == 1 ? "weight" : "bias";
+            if (!(in[i].shape == normalized)) fail(kLayerOp, name, " should have shape ", normalized, ", got ", in[i].shape);
+            if (in[i].dtype != input.dtype) fail(kLayerOp, name, " has dtype ", dtype_name(in[i].dtype), " but input has ", dtype_name(input.dtype));
+          }
+          const TensorMeta rows{row_shape(input, k), input.dtype, input.device};
+          return std::vector<TensorMeta>{input, rows, rows};
+        })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          // Rows normalise independently: split along a leading dim.
+          std::vector<SbpSignature> signatures = all_broadcast(in, 3);
+          if (in[0].shape.ndim() > attrs.get<int64_t>("normalized_ndim")) {
+            std::vector<Sbp> split(in.size(), Sbp::broadcast());
+            split[0] = Sbp::split(0);
+            signatures.push_back({split, {Sbp::split(0), Sbp::split(0), Sbp::split(0)}});
+          }
+          return signatures;
+        })
+        .vjp([](const VjpContext& ctx) {
+          TensorList inputs{ctx.grad(0), ctx.input(0), ctx.output(1), ctx.output(2)};
+          if (ctx.num_inputs() == 3) inputs.push_back(ctx.input(1));
+          const TensorList grads = apply(kLayerNormGrad, inputs, ctx.attrs);
+          if (ctx.num_inputs() == 1) return TensorList{grads[0]};
+          return TensorList{grads[0], grads[1], grads[2]};
+        })
+        .def();
+
 }  // namespace
+
+Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  const auto k = static_cast<int64_t>(normalized_shape.size());
+  FLOW_ARG_CHECK(k >= 1 && input.dim() >= k && Shape(std::vector<int64_t>(input.shape().end() - k, input.shape().end())) == Shape(normalized_shape),
+                 kLayerOp, "input ", input.shape(), " does not end with normalized_shape ", Shape(normalized_shape));
+  TensorList inputs{input};
+  if (weight.defined() || bias.defined()) {
+    const Tensor& given = weight.defined() ? weight : bias;
+    const TensorOptions options = TensorOptions(given.dtype()).device(given.device());
+    inputs.push_back(weight.defined() ? weight : ones(Shape(normalized_shape), options));
+    inputs.push_back(bias.defined() ? bias : zeros(Shape(normalized_shape), options));
+  }
+  return apply(kLayerNorm, inputs, Attrs().set("normalized_ndim", k).set("eps", eps))[0];
+}
 
 Tensor batch_norm_eval(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight, const Tensor& bias,
                        double eps) {

@@ -1,4 +1,6 @@
 #pragma once
+#include <vector>
+
 #include "core/tensor.h"
 
 namespace flow {
@@ -17,5 +19,12 @@ struct BatchNormTrainResult {
 };
 BatchNormTrainResult batch_norm_train(const Tensor& input, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                                       double eps = 1e-5);
+
+// Layer normalization over the last `normalized_shape.size()` dims of input:
+// (input - mean) / sqrt(var + eps) * weight + bias with the biased variance of each row, weight
+// and bias of shape normalized_shape (optional). One primitive op "layer_norm" (outputs out,
+// mean and rstd per row) with the closed-form gradient op "layer_norm_grad".
+Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
 
 }  // namespace flow

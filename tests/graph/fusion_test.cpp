@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "autograd/grad_mode.h"
+#include "common/test_util.h"
 #include "core/functional.h"
 #include "core/ops/fused.h"
 #include "graph/graph.h"
@@ -109,7 +110,53 @@ TEST(ElementwiseFusion, OptimizerUpdatesFuseInPlaceAndTrainingStaysBitIdentical)
     // Each parameter (and momentum buffer) is written by one fused in-place op; no assign is left.
     EXPECT_EQ(count_op(graph.job(), "assign"), 0) << "momentum " << momentum;
     EXPECT_EQ(count_op(graph.job(), "fused_elementwise_inplace"), momentum == 0 ? 4 : 8);
+    // The hidden layer's ReLU runs as the first linear's epilogue, in training too.
+    EXPECT_EQ(count_op(graph.job(), "fused_linear"), 1) << "momentum " << momentum;
   }
+}
+
+TEST(MatmulEpilogueFusion, LinearAndItsElementwiseChainAreOneOpAndBitIdentical) {
+  flow::manual_seed(9);
+  auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(20, 32), std::make_shared<nn::GELU>(),
+                                              std::make_shared<nn::Linear>(32, 32), std::make_shared<nn::ReLU>(),
+                                              std::make_shared<nn::Linear>(32, 5));
+  const Tensor x = flow::randn({7, 20}), shift = flow::randn({32});
+  FunctionGraph graph([&](const TensorList& in) {
+    const Tensor h = net->forward(in[0]);
+    return TensorList{h, flow::sigmoid(flow::linear(in[0], (*net)[0]->named_parameters().at(0).second) * 0.5 + shift)};
+  });
+  const TensorList fused = graph(x);
+  EXPECT_EQ(count_op(graph.job(), "fused_linear"), 3);
+  EXPECT_EQ(count_op(graph.job(), "linear"), 1);  // the last layer has no epilogue
+  EXPECT_EQ(count_op(graph.job(), "gelu") + count_op(graph.job(), "relu") + count_op(graph.job(), "sigmoid"), 0);
+  flow::autograd::NoGradGuard no_grad;
+  expect_identical(fused[0], net->forward(x));
+  expect_identical(fused[1], flow::sigmoid(flow::linear(x, (*net)[0]->named_parameters().at(0).second) * 0.5 + shift));
+}
+
+TEST(MatmulEpilogueFusion, LinearReadElsewhereIsNotFused) {
+  flow::manual_seed(10);
+  const Tensor w = flow::randn({8, 6}), b = flow::randn({8});
+  FunctionGraph graph([&](const TensorList& in) {
+    const Tensor z = flow::linear(in[0], w, b);
+    return TensorList{z, flow::relu(z)};
+  });
+  const Tensor x = flow::randn({3, 6});
+  const TensorList out = graph(x);
+  EXPECT_EQ(count_op(graph.job(), "fused_linear"), 0);
+  expect_identical(out[1], flow::relu(flow::linear(x, w, b)));
+}
+
+TEST(FusedLinear, ChecksItsInputs) {
+  const Tensor x = flow::randn({3, 6}), w = flow::randn({8, 6});
+  const fused::Program relu{{{"relu", {0}, {}}}, {0}};
+  const flow::Attrs attrs = flow::Attrs().set("program", fused::encode(relu)).set("shape", flow::Shape({3, 8}));
+  const flow::OpDef& op = flow::find_op("fused_linear");
+  EXPECT_THROW_MSG(op.infer({{x.shape(), x.dtype(), x.device()}}, flow::Attrs(attrs).set("linear_inputs", int64_t{2})), "expected at least 2 inputs");
+  EXPECT_THROW_MSG(op.infer({{x.shape(), x.dtype(), x.device()}, {w.shape(), w.dtype(), w.device()}}, flow::Attrs(attrs).set("linear_inputs", int64_t{4})),
+                   "linear_inputs must be 2 or 3");
+  EXPECT_THROW_MSG(op.infer({{x.shape(), x.dtype(), x.device()}, {flow::Shape({8, 5}), w.dtype(), w.device()}}, flow::Attrs(attrs).set("linear_inputs", int64_t{2})),
+                   "[linear] size mismatch");
 }
 
 TEST(FusedElementwise, RunsProgramsDirectlyAndRejectsBadOnes) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/graphs.h"
 #include "common/models.h"
 #include "common/test_util.h"
 #include "core/serialization.h"
@@ -18,31 +19,10 @@ namespace nn = flow::nn;
 namespace fs = std::filesystem;
 using flow::Tensor;
 using flow::TensorList;
+using EvalGraph = test_graphs::PredictGraph;
+using TrainGraph = test_graphs::TrainStepGraph;
 
 namespace {
-
-struct EvalGraph : nn::Graph {
-  explicit EvalGraph(std::shared_ptr<nn::Module> net) {
-    model = register_module("model", std::move(net));
-    eval();
-  }
-  TensorList build(const TensorList& in) override { return {model->forward(in[0])}; }
-  std::shared_ptr<nn::Module> model;
-};
-
-struct TrainGraph : nn::Graph {
-  TrainGraph(std::shared_ptr<nn::Module> net, std::shared_ptr<flow::optim::Optimizer> opt) {
-    model = register_module("model", std::move(net));
-    add_optimizer(std::move(opt));
-  }
-  TensorList build(const TensorList& in) override {
-    Tensor loss = loss_fn(model->forward(in[0]), in[1]);
-    loss.backward();
-    return {loss};
-  }
-  std::shared_ptr<nn::Module> model;
-  nn::CrossEntropyLoss loss_fn;
-};
 
 // A fresh directory under the system temp dir, removed with the fixture.
 class LiteTest : public ::testing::Test {

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/kernels/cpu/elementwise_math.h"
+#include "core/kernels/cpu/matmul.h"
 #include "core/op.h"
 #include "core/ops/fused.h"
 #include "core/thread_pool.h"
@@ -81,13 +82,42 @@ std::shared_ptr<const fused::Program> cached_program(const std::string& text) {
   return slot;
 }
 
+// Element-wise loops. A step's output is a scratch tile, an output buffer, or (in place) exactly
+// one of its arguments — never a partial overlap — so each case gets a loop whose pointers are
+// declared free of aliasing and vectorises (a possible overlap would keep GCC's loop scalar).
 template <typename T, typename F>
 void map1(const T* a, T* out, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) out[i] = f(a[i]);
+  if (out == a) {
+    T* __restrict inout = out;
+    for (int64_t i = 0; i < n; ++i) inout[i] = f(inout[i]);
+    return;
+  }
+  const T* __restrict in = a;
+  T* __restrict result = out;
+  for (int64_t i = 0; i < n; ++i) result[i] = f(in[i]);
 }
 template <typename T, typename F>
 void map2(const T* a, const T* b, T* out, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+  if (out == a && out != b) {
+    T* __restrict inout = out;
+    const T* __restrict second = b;
+    for (int64_t i = 0; i < n; ++i) inout[i] = f(inout[i], second[i]);
+    return;
+  }
+  if (out == b && out != a) {
+    const T* __restrict first = a;
+    T* __restrict inout = out;
+    for (int64_t i = 0; i < n; ++i) inout[i] = f(first[i], inout[i]);
+    return;
+  }
+  if (out == a || out == b || a == b) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+    return;
+  }
+  const T* __restrict first = a;
+  const T* __restrict second = b;
+  T* __restrict result = out;
+  for (int64_t i = 0; i < n; ++i) result[i] = f(first[i], second[i]);
 }
 
 template <typename T>
@@ -217,7 +247,23 @@ void fused_kernel(KernelContext& ctx) {
   });
 }
 
+// The linear's result goes into the first output's memory, which the program then reads as its
+// operand 0 (tile by tile, before overwriting it when that output is the program's own).
+void fused_linear_kernel(KernelContext& ctx) {
+  const auto linear_inputs = static_cast<size_t>(ctx.attrs.get<int64_t>("linear_inputs"));
+  const TensorList linear_in(ctx.inputs.begin(), ctx.inputs.begin() + static_cast<std::ptrdiff_t>(linear_inputs));
+  TensorList linear_out{ctx.outputs[0]};
+  KernelContext linear_ctx{linear_in, linear_out, ctx.attrs};
+  linear_kernel(linear_ctx);
+  TensorList operands{ctx.outputs[0]};
+  operands.insert(operands.end(), ctx.inputs.begin() + static_cast<std::ptrdiff_t>(linear_inputs), ctx.inputs.end());
+  KernelContext program_ctx{operands, ctx.outputs, ctx.attrs};
+  const std::shared_ptr<const fused::Program> program = cached_program(ctx.attrs.get<std::string>("program"));
+  FLOW_DISPATCH_FLOATING(ctx.inputs[0].dtype(), "fused_linear", [&]<typename T>() { run_program<T>(program_ctx, *program, 0); });
+}
+
 const std::vector<DType> kFusedDtypes{kFloat32, kFloat64};
+FLOW_REGISTER_KERNEL("fused_linear", DeviceType::kCPU, kFusedDtypes, fused_linear_kernel);
 FLOW_REGISTER_KERNEL("fused_elementwise", DeviceType::kCPU, kFusedDtypes, fused_kernel);
 FLOW_REGISTER_KERNEL("fused_elementwise_inplace", DeviceType::kCPU, kFusedDtypes, fused_kernel);
 

@@ -2,6 +2,7 @@
 // contiguous goes to BLAS as is (transposed when column-major), others are copied first.
 #include <cblas.h>
 
+#include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/reduce_loop.h"
 #include "core/op.h"
 #include "core/ops/copy.h"
@@ -71,6 +72,8 @@ void matmul_kernel(KernelContext& ctx) {
   });
 }
 
+}  // namespace
+
 // out = x @ w^T + bias: bias rows are written first and GEMM accumulates onto them (beta = 1).
 void linear_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
@@ -93,6 +96,8 @@ void linear_kernel(KernelContext& ctx) {
             static_cast<const T*>(w.data_ptr()), in_features, has_bias ? T(1) : T(0), c, out_features);
   });
 }
+
+namespace {
 
 FLOW_REGISTER_KERNEL("matmul", DeviceType::kCPU, floating_dtypes(), matmul_kernel);
 FLOW_REGISTER_KERNEL("linear", DeviceType::kCPU, floating_dtypes(), linear_kernel);

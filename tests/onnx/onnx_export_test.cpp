@@ -1,0 +1,317 @@
+// ONNX export: the MLP, the CNN (batch norm folded) and the ResNet-style net pass onnx.checker
+// (full check) and, evaluated by tests/onnx/check_onnx.py, give the Graph's outputs; dynamic batch
+// is a symbolic dim; the CLI converts an export directory; unsupported ops and bad files fail
+// clearly.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/graphs.h"
+#include "common/models.h"
+#include "common/test_util.h"
+#include "core/ops/reduce.h"
+#include "graph/onnx/onnx_export.h"
+
+namespace nn = flow::nn;
+namespace fs = std::filesystem;
+using flow::Tensor;
+using flow::TensorList;
+using EvalGraph = test_graphs::PredictGraph;
+
+namespace {
+
+// A graph around a plain function of its one input.
+struct FunctionGraph : nn::Graph {
+  explicit FunctionGraph(std::function<Tensor(const Tensor&)> fn) : fn(std::move(fn)) {}
+  TensorList build(const TensorList& in) override { return {fn(in[0])}; }
+  std::function<Tensor(const Tensor&)> fn;
+};
+
+// Exit status and output (stdout and stderr) of a shell command.
+std::pair<int, std::string> run_command(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+std::string dims_arg(const Tensor& t) {
+  std::string text;
+  for (int64_t d = 0; d < t.dim(); ++d) text += (d ? "," : "") + std::to_string(t.size(d));
+  return text;
+}
+
+class OnnxExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / ("flow_onnx_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::string write_bin(const Tensor& t, const std::string& name) const {
+    const Tensor host = t.contiguous();
+    std::ofstream file(path(name), std::ios::binary);
+    file.write(static_cast<const char*>(host.data_ptr()), host.nbytes());
+    return path(name);
+  }
+
+  // Runs check_onnx.py on the model: onnx.checker (full check) and strict shape inference, and
+  // with an input, the model's output at x against `expected` (1e-4).
+  std::string python_check(const std::string& model, const Tensor& x = {}, const Tensor& expected = {}) const {
+    std::string command = std::string(FLOW_ONNX_PYTHON) + " " + FLOW_ONNX_CHECK_SCRIPT + " " + model;
+    if (x.defined()) {
+      command += " --input " + write_bin(x, "x.bin") + " " + dims_arg(x) + " --expected " + write_bin(expected, "y.bin") + " " + dims_arg(expected);
+    }
+    const auto [status, output] = run_command(command);
+    EXPECT_EQ(status, 0) << command << "\n" << output;
+    return output;
+  }
+
+  ::onnx::ModelProto read_model(const std::string& file) const {
+    ::onnx::ModelProto model;
+    std::ifstream in(file, std::ios::binary);
+    EXPECT_TRUE(model.ParseFromIstream(&in)) << file;
+    return model;
+  }
+
+  fs::path dir_;
+};
+
+int count_nodes(const ::onnx::ModelProto& model, const std::string& op_type) {
+  int count = 0;
+  for (const auto& node : model.graph().node()) count += node.op_type() == op_type;
+  return count;
+}
+
+std::string dim_str(const ::onnx::ValueInfoProto& info) {
+  std::string text;
+  for (const auto& dim : info.type().tensor_type().shape().dim()) {
+    text += (text.empty() ? "" : ",") + (dim.has_dim_param() ? dim.dim_param() : std::to_string(dim.dim_value()));
+  }
+  return text;
+}
+
+TEST_F(OnnxExportTest, PythonWithOnnxIsAvailable) {
+  const auto [status, output] = run_command(std::string(FLOW_ONNX_PYTHON) + " -c 'import onnx, numpy; print(onnx.__version__)'");
+  ASSERT_EQ(status, 0) << "the ONNX checks need python3 with onnx and numpy (scripts/setup.sh installs python3-onnx): " << output;
+}
+
+TEST_F(OnnxExportTest, MlpPassesCheckerAndMatchesGraphAtAnyBatch) {
+  flow::manual_seed(0);
+  auto net = test_models::mlp();
+  EvalGraph graph(net);
+  const Tensor x = flow::randn({8, 1, 28, 28});
+  const Tensor expected = graph(x).at(0);
+  flow::onnx::export_model(graph, path("mlp.onnx"), flow::ExportOptions().input_names({"image"}).output_names({"logits"}));
+
+  const ::onnx::ModelProto model = read_model(path("mlp.onnx"));
+  EXPECT_EQ(model.opset_import(0).version(), 17);
+  ASSERT_EQ(model.graph().input_size(), 1);
+  EXPECT_EQ(model.graph().input(0).name(), "image");
+  EXPECT_EQ(dim_str(model.graph().input(0)), "batch,1,28,28");
+  EXPECT_EQ(model.graph().output(0).name(), "logits");
+  EXPECT_EQ(dim_str(model.graph().output(0)), "batch,10");
+  EXPECT_EQ(count_nodes(model, "Gemm"), 3);
+
+  EXPECT_NE(python_check(path("mlp.onnx"), x, expected).find("evaluated"), std::string::npos);
+  // Another batch size runs through the symbolic dim.
+  const Tensor x3 = flow::randn({3, 1, 28, 28});
+  python_check(path("mlp.onnx"), x3, net->forward(x3));
+}
+
+TEST_F(OnnxExportTest, CnnWithFoldedBatchNormMatchesGraph) {
+  flow::manual_seed(1);
+  auto net = test_models::cnn();
+  test_models::warm_up_batch_norm(*net, {16, 1, 28, 28});
+  EvalGraph graph(net);
+  const Tensor x = flow::randn({4, 1, 28, 28});
+  const Tensor expected = graph(x).at(0);
+  flow::onnx::export_model(graph, path("cnn.onnx"));
+  const ::onnx::ModelProto model = read_model(path("cnn.onnx"));
+  EXPECT_EQ(count_nodes(model, "BatchNormalization"), 0) << "batch norm is folded into the convs at export";
+  EXPECT_EQ(count_nodes(model, "Conv"), 2);
+  EXPECT_EQ(count_nodes(model, "MaxPool"), 2);
+  EXPECT_EQ(model.graph().input(0).name(), "input_0");
+  python_check(path("cnn.onnx"), x, expected);
+}
+
+TEST_F(OnnxExportTest, ResnetStyleNetMatchesGraph) {
+  flow::manual_seed(2);
+  auto net = test_models::resnet();
+  test_models::warm_up_batch_norm(*net, {8, 1, 28, 28});
+  EvalGraph graph(net);
+  const Tensor x = flow::randn({4, 1, 28, 28});
+  const Tensor expected = graph(x).at(0);
+  flow::onnx::export_model(graph, path("resnet.onnx"));
+  const ::onnx::ModelProto model = read_model(path("resnet.onnx"));
+  EXPECT_EQ(count_nodes(model, "Conv"), 6);
+  EXPECT_EQ(count_nodes(model, "AveragePool"), 1);
+  python_check(path("resnet.onnx"), x, expected);
+  const Tensor x1 = flow::randn({1, 1, 28, 28});
+  python_check(path("resnet.onnx"), x1, net->forward(x1));
+}
+
+TEST_F(OnnxExportTest, UnfoldedBatchNormIsExported) {
+  flow::manual_seed(3);
+  // Batch norm on the input follows no conv, so nothing folds it.
+  auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::BatchNorm2d>(1), std::make_shared<nn::Flatten>(),
+                                              std::make_shared<nn::Linear>(784, 10));
+  test_models::warm_up_batch_norm(*net, {8, 1, 28, 28});
+  EvalGraph graph(net);
+  const Tensor x = flow::randn({2, 1, 28, 28});
+  const Tensor expected = graph(x).at(0);
+  flow::onnx::export_model(graph, path("bn.onnx"));
+  EXPECT_EQ(count_nodes(read_model(path("bn.onnx")), "BatchNormalization"), 1);
+  python_check(path("bn.onnx"), x, expected);
+}
+
+TEST_F(OnnxExportTest, LayerNormIsExported) {
+  flow::manual_seed(4);
+  auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 32),
+                                              std::make_shared<nn::LayerNorm>(std::vector<int64_t>{32}), std::make_shared<nn::GELU>(),
+                                              std::make_shared<nn::Linear>(32, 10));
+  EvalGraph graph(net);
+  const Tensor x = flow::randn({3, 1, 28, 28});
+  const Tensor expected = graph(x).at(0);
+  flow::onnx::export_model(graph, path("ln.onnx"));
+  EXPECT_EQ(count_nodes(read_model(path("ln.onnx")), "LayerNormalization"), 1);
+  python_check(path("ln.onnx"), x, expected);
+}
+
+TEST_F(OnnxExportTest, FusedElementwiseChainsExpandToOnnxOps) {
+  FunctionGraph graph([](const Tensor& x) { return flow::gelu(flow::sigmoid(x * 2.0 + 1.0) - x, "tanh") / 3.0; });
+  const Tensor x = flow::randn({5, 7});
+  const Tensor expected = graph(x).at(0);
+  flow::onnx::export_model(graph, path("fused.onnx"));
+  EXPECT_GE(count_nodes(read_model(path("fused.onnx")), "Tanh"), 1);
+  python_check(path("fused.onnx"), x, expected);
+}
+
+TEST_F(OnnxExportTest, BatchBakedIntoTheGraphGivesStaticDims) {
+  FunctionGraph graph([](const Tensor& x) { return flow::relu(x.reshape({-1})); });
+  const Tensor x = flow::randn({3, 4});
+  const Tensor expected = graph(x).at(0);
+  flow::onnx::export_model(graph, path("static.onnx"));
+  const ::onnx::ModelProto model = read_model(path("static.onnx"));
+  EXPECT_EQ(dim_str(model.graph().input(0)), "3,4");
+  EXPECT_EQ(dim_str(model.graph().output(0)), "12");
+  python_check(path("static.onnx"), x, expected);
+}
+
+TEST_F(OnnxExportTest, OpWithoutOnnxMappingIsAClearError) {
+  FunctionGraph graph([](const Tensor& x) { return flow::prod(x, {1}); });
+  graph(flow::randn({2, 3}));
+  try {
+    flow::onnx::export_model(graph, path("prod.onnx"));
+    FAIL() << "expected flow::Error";
+  } catch (const flow::Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("[onnx_export] op 'reduce_prod' (node '"), std::string::npos) << message;
+    EXPECT_NE(message.find("has no ONNX mapping"), std::string::npos) << message;
+  }
+  EXPECT_FALSE(fs::exists(path("prod.onnx")));
+}
+
+// The fusion pass may absorb a linear into its element-wise epilogue (fused_linear). Where it
+// has not done so for the MLP, its first linear and relu are merged by hand into that form.
+TEST_F(OnnxExportTest, FusedLinearIsTheLinearThenItsProgram) {
+  flow::manual_seed(6);
+  auto net = test_models::mlp();
+  EvalGraph graph(net);
+  const Tensor x = flow::randn({4, 1, 28, 28});
+  const Tensor expected = graph(x).at(0);
+  flow::graph::InferenceExport exported = flow::graph::export_inference(graph);
+  auto& nodes = *exported.model.mutable_job()->mutable_nodes();
+  auto is_fused_linear = [](const flow::graph::proto::Node& node) { return node.op() == "fused_linear"; };
+  if (std::none_of(nodes.begin(), nodes.end(), is_fused_linear)) {
+    int linear = 0;
+    while (nodes[linear].op() != "linear") ++linear;
+    ASSERT_EQ(nodes[linear + 1].op(), "relu");
+    ASSERT_EQ(nodes[linear + 1].inputs(0), nodes[linear].name() + ":0");
+    flow::graph::proto::Node fused = nodes[linear + 1];
+    fused.set_op("fused_linear");
+    fused.clear_inputs();
+    for (const auto& input : nodes[linear].inputs()) fused.add_inputs(input);
+    const flow::Shape shape = flow::graph::meta_of(fused.outputs(0)).shape;
+    flow::graph::set_attrs(fused, flow::Attrs().set("program", "relu|0|;out|0").set("shape", shape).set("linear_inputs", int64_t{3}));
+    nodes[linear + 1] = fused;
+    nodes.DeleteSubrange(linear, 1);
+  }
+  ASSERT_TRUE(std::any_of(nodes.begin(), nodes.end(), is_fused_linear));
+
+  std::ofstream(path("fused_linear.onnx"), std::ios::binary) << flow::onnx::to_onnx(exported.model, exported.constants).SerializeAsString();
+  const ::onnx::ModelProto model = read_model(path("fused_linear.onnx"));
+  EXPECT_EQ(count_nodes(model, "Gemm"), 3);
+  EXPECT_EQ(count_nodes(model, "Relu"), 2);
+  python_check(path("fused_linear.onnx"), x, expected);
+}
+
+TEST_F(OnnxExportTest, ReadingMaxPoolIndicesIsAClearError) {
+  flow::manual_seed(5);
+  EvalGraph graph(test_models::cnn());
+  graph(flow::randn({2, 1, 28, 28}));
+  flow::graph::InferenceExport exported = flow::graph::export_inference(graph);
+  // A second output that reads the first max-pool's indices.
+  auto& job = *exported.model.mutable_job();
+  std::string pool;
+  for (const auto& node : job.nodes()) {
+    if (node.op() == "max_pool2d" && pool.empty()) pool = node.name();
+  }
+  ASSERT_FALSE(pool.empty());
+  auto& output = *job.add_nodes();
+  output.set_name("indices_out");
+  output.set_op("output");
+  output.add_inputs(pool + ":1");
+  (*output.mutable_attrs())["index"].set_i(1);
+  auto& spec = *exported.model.add_outputs();
+  spec.set_name("indices");
+  spec.set_node("indices_out");
+  spec.set_dtype("int64");
+  EXPECT_THROW_MSG(flow::onnx::to_onnx(exported.model, exported.constants),
+                   "node 'indices_out' (op 'output') reads '" + pool + ":1', an output of op 'max_pool2d' that has no ONNX equivalent");
+}
+
+TEST_F(OnnxExportTest, ExportBeforeTheFirstCallIsAnError) {
+  EvalGraph graph(test_models::mlp());
+  EXPECT_THROW_MSG(flow::onnx::export_model(graph, path("mlp.onnx")), "has not run yet");
+}
+
+TEST_F(OnnxExportTest, CliConvertsAnExportDirectory) {
+  flow::manual_seed(4);
+  auto net = test_models::cnn();
+  test_models::warm_up_batch_norm(*net, {8, 1, 28, 28});
+  EvalGraph graph(net);
+  const Tensor x = flow::randn({2, 1, 28, 28});
+  const Tensor expected = graph(x).at(0);
+  flow::save(graph, path("export"));
+  const std::string cli = FLOW_ONNX_EXPORT_CLI;
+  const auto [status, output] = run_command(cli + " " + path("export") + " " + path("cli.onnx"));
+  ASSERT_EQ(status, 0) << output;
+  EXPECT_NE(output.find("opset 17"), std::string::npos) << output;
+  python_check(path("cli.onnx"), x, expected);
+
+  const auto [missing_status, missing_output] = run_command(cli + " " + path("nowhere") + " " + path("x.onnx"));
+  EXPECT_EQ(missing_status, 1);
+  EXPECT_NE(missing_output.find("[onnx_export]"), std::string::npos) << missing_output;
+  EXPECT_NE(missing_output.find("missing model.pb"), std::string::npos) << missing_output;
+  EXPECT_EQ(run_command(cli).first, 2) << "no arguments: usage";
+}
+
+TEST_F(OnnxExportTest, CorruptExportDirectoryIsAnError) {
+  fs::create_directories(path("bad"));
+  std::ofstream(path("bad/model.pb")) << "not a protobuf";
+  EXPECT_THROW_MSG(flow::onnx::export_directory(path("bad"), path("bad.onnx")), "model.pb is corrupt");
+}
+
+}  // namespace
