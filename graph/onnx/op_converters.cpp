@@ -19,6 +19,10 @@ int32_t onnx_type(DType dtype) {
     case kBFloat16: return ::onnx::TensorProto::BFLOAT16;
     case kFloat32: return ::onnx::TensorProto::FLOAT;
     case kFloat64: return ::onnx::TensorProto::DOUBLE;
+    case kInt16: return ::onnx::TensorProto::INT16;
+    case kUInt16: return ::onnx::TensorProto::UINT16;
+    case kUInt32: return ::onnx::TensorProto::UINT32;
+    case kUInt64: return ::onnx::TensorProto::UINT64;
   }
   fail("onnx_export", "dtype ", dtype_name(dtype), " has no ONNX type");
 }
