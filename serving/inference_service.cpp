@@ -27,6 +27,43 @@ uint64_t microseconds(Clock::duration duration) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(duration).count());
 }
 
+// What answering one ModelInfer call needs once its job has run.
+struct InferCall {
+  grpc::ServerUnaryReactor* reactor;
+  const inference::ModelInferRequest* request;
+  inference::ModelInferResponse* response;
+  ServedModel* model;
+  std::vector<size_t> selected_outputs;
+  int64_t rows;  // inferences the call counts for (its batch, at least 1)
+  Clock::time_point start;
+};
+
+// Fills the response, counts the call in the model's metrics and finishes it.
+void finish_infer(const InferCall& call, const grpc::Status& status, const TensorList& outputs, const JobTimes& times) {
+  grpc::Status answer = status;
+  if (answer.ok()) {
+    try {
+      call.response->set_model_name(call.model->name());
+      call.response->set_model_version(call.model->version_string());
+      call.response->set_id(call.request->id());
+      encode_infer_outputs(call.model->model(), outputs, call.selected_outputs, *call.response);
+    } catch (const std::exception& error) {
+      answer = grpc::Status(grpc::StatusCode::INTERNAL, call.model->label() + ": " + error.what());
+    }
+  }
+  const ModelMetrics& metrics = call.model->metrics();
+  if (answer.ok()) {
+    metrics.request_success->Increment();
+    metrics.inference_count->Increment(static_cast<double>(call.rows));
+    metrics.queue_duration_us->Increment(static_cast<double>(microseconds(times.queue)));
+    metrics.compute_infer_duration_us->Increment(static_cast<double>(microseconds(times.compute)));
+    metrics.request_duration_us->Increment(static_cast<double>(microseconds(Clock::now() - call.start)));
+  } else {
+    metrics.request_failure->Increment();
+  }
+  call.reactor->Finish(answer);
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
@@ -98,31 +135,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     job->batch = decoded.batch;
     job->cancelled = [context] { return context->IsCancelled(); };
     // The served model outlives the job: its scheduler finishes every job before it goes.
-    job->done = [this, reactor, request, response, model = served.get(), selected = std::move(decoded.outputs),
-                 rows = std::max<int64_t>(1, decoded.batch),
-                 start](const grpc::Status& status, const TensorList& outputs, const JobTimes& times) {
-      grpc::Status answer = status;
-      if (answer.ok()) {
-        try {
-          response->set_model_name(model->name());
-          response->set_model_version(model->version_string());
-          response->set_id(request->id());
-          encode_infer_outputs(model->model(), outputs, selected, *response);
-        } catch (const std::exception& error) {
-          answer = grpc::Status(grpc::StatusCode::INTERNAL, model->label() + ": " + error.what());
-        }
-      }
-      const ModelMetrics& metrics = model->metrics();
-      if (answer.ok()) {
-        metrics.request_success->Increment();
-        metrics.inference_count->Increment(static_cast<double>(rows));
-        metrics.queue_duration_us->Increment(static_cast<double>(microseconds(times.queue)));
-        metrics.compute_infer_duration_us->Increment(static_cast<double>(microseconds(times.compute)));
-        metrics.request_duration_us->Increment(static_cast<double>(microseconds(Clock::now() - start)));
-      } else {
-        metrics.request_failure->Increment();
-      }
-      reactor->Finish(answer);
+    InferCall call{reactor, request, response, served.get(), std::move(decoded.outputs),
+                   std::max<int64_t>(1, decoded.batch), start};
+    job->done = [this, call = std::move(call)](const grpc::Status& status, const TensorList& outputs,
+                                               const JobTimes& times) {
+      finish_infer(call, status, outputs, times);
       tracker_.end();
     };
     served->scheduler().submit(std::move(job));
