@@ -2,8 +2,9 @@
 //   flow_serve --model-repository <dir> [--grpc-port 8001] [--metrics-port 8002] ...
 // SIGTERM or SIGINT shut it down gracefully.
 #include <glog/logging.h>
-#include <pthread.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -14,6 +15,34 @@
 #include "serving/server.h"
 
 namespace {
+
+// SIGTERM/SIGINT write their number here; main waits on the other end. (A handler, not sigwait:
+// threads started before main, such as OpenBLAS's, would not block the signals.)
+int stop_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int signal) {
+  const char byte = static_cast<char>(signal);
+  [[maybe_unused]] const ssize_t written = write(stop_pipe[1], &byte, 1);
+}
+
+void install_stop_handlers() {
+  if (pipe(stop_pipe) != 0) {
+    std::cerr << "flow_serve: cannot create the signal pipe\n";
+    std::exit(1);
+  }
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+int wait_for_stop_signal() {
+  char byte = 0;
+  while (read(stop_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  return byte;
+}
 
 constexpr const char* kUsage = R"(usage: flow_serve --model-repository <dir> [options]
   --grpc-port N               gRPC port (default 8001; 0: any free port)
@@ -76,20 +105,13 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   const flow::serving::ServerOptions options = parse_args(argc, argv);
 
-  // Block the stop signals before any thread starts, so that every thread inherits the mask and
-  // this one receives them in sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  install_stop_handlers();
 
   try {
     flow::serving::Server server(options);
     std::cout << "flow_serve: gRPC port " << server.grpc_port() << ", metrics port " << server.metrics_port()
               << std::endl;
-    int signal = 0;
-    sigwait(&stop_signals, &signal);
+    const int signal = wait_for_stop_signal();
     LOG(INFO) << "[serving] signal " << signal << ": shutting down";
     // The drain honours the timeout; a model run that never returns must not keep the process.
     std::thread([timeout = options.shutdown_timeout] {

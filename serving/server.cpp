@@ -19,6 +19,8 @@ Server::Server(ServerOptions options)
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   service_ = std::make_unique<InferenceService>(repository_, tracker_);
   grpc::ServerBuilder builder;
+  // A port another server holds is an error, not silently shared (gRPC's default on Linux).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options_.address + ":" + std::to_string(options_.grpc_port),
                            grpc::InsecureServerCredentials(), &grpc_port_);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);

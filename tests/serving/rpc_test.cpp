@@ -2,6 +2,7 @@
 // reflection, against exported models served over loopback.
 #include <grpcpp/generic/generic_stub.h>
 
+#include "common/test_util.h"
 #include "serving_test_util.h"
 
 namespace st = serving_test;
@@ -152,6 +153,25 @@ TEST_F(RpcTest, ReflectionListsTheInferenceService) {
   queue.Shutdown();
   while (queue.Next(&tag, &ok)) {
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(PortTest, APortInUseIsAnErrorNotShared) {
+  st::Repository repo;
+  st::export_affine(repo.version_dir("affine", 1), 1.0f);
+  auto first = st::start_server(repo.root());
+  flow::serving::ServerOptions options;
+  options.model_repository = repo.root().string();
+  options.address = "127.0.0.1";
+  options.grpc_port = first->grpc_port();
+  options.metrics_port = -1;
+  EXPECT_THROW_MSG(flow::serving::Server{options}, "cannot listen for gRPC");
+  options.grpc_port = 0;
+  options.metrics_port = first->metrics_port();
+  EXPECT_THROW_MSG(flow::serving::Server{options}, "cannot listen for metrics");
 }
 
 }  // namespace
