@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 #include "core/error.h"
@@ -45,13 +46,6 @@ std::string kserve_datatype(DType dtype) {
     if (flow_dtype == dtype) return std::string(name);
   }
   fail("serving", "dtype ", dtype_name(dtype), " has no KServe datatype");
-}
-
-std::optional<DType> dtype_from_kserve(std::string_view datatype) {
-  for (const auto& [flow_dtype, name] : kNames) {
-    if (name == datatype) return flow_dtype;
-  }
-  return std::nullopt;
 }
 
 std::string typed_contents_to_raw(const inference::InferTensorContents& contents, DType dtype, int64_t count,

@@ -1,10 +1,8 @@
 #pragma once
-// KServe v2 datatype names ("FP32", "INT64", ...) and flow dtypes, and the typed
-// InferTensorContents <-> raw little-endian bytes conversions.
+// KServe v2 datatype names ("FP32", "INT64", ...) of flow dtypes, and typed
+// InferTensorContents to raw little-endian bytes.
 #include <cstdint>
-#include <optional>
 #include <string>
-#include <string_view>
 
 #include "core/dtype.h"
 #include "serving/grpc_predict_v2.pb.h"
@@ -13,8 +11,6 @@ namespace flow::serving {
 
 // The KServe name of a flow dtype.
 std::string kserve_datatype(DType dtype);
-// The flow dtype of a KServe name; nullopt for names flow has no dtype for (BYTES, unknown).
-std::optional<DType> dtype_from_kserve(std::string_view datatype);
 
 // The elements of `contents` for a tensor of `dtype` with `count` elements, as raw bytes.
 // Throws flow::Error naming `what` (e.g. "input 'x' of model 'm'") when the field for the
