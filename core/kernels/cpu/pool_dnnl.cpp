@@ -41,20 +41,35 @@ struct PoolPrimitives {
   dnnl::pooling_backward backward_primitive;
 };
 
+// Symmetric padding: with floor division the last window never needs more on the right.
+PoolPrimitives make_primitives(const PoolKey& key, const memory::desc& src, const memory::desc& dst) {
+  dnnl::pooling_forward::desc forward(dnnl::prop_kind::forward_training, key.algorithm, src, dst, key.strides, key.kernel, key.padding,
+                                      key.padding);
+  auto forward_pd = dnnl::pooling_forward::primitive_desc(forward, engine());
+  dnnl::pooling_backward::desc backward(key.algorithm, forward_pd.src_desc(), forward_pd.dst_desc(), key.strides, key.kernel, key.padding,
+                                        key.padding);
+  auto backward_pd = dnnl::pooling_backward::primitive_desc(backward, engine(), forward_pd);
+  return {forward_pd, backward_pd, dnnl::pooling_forward(forward_pd), dnnl::pooling_backward(backward_pd)};
+}
+
+// On plain NCHW, oneDNN 2.6 has JIT pooling only with AVX-512; elsewhere it falls back to a
+// generic loop several times slower than reordering to the channel-blocked layout (nChw8c),
+// pooling there with the JIT kernel and reordering back. The kernels bind their buffers through
+// reorders whenever a primitive's layout is not plain.
 PoolPrimitives& primitives(const PoolKey& key) {
   static std::mutex mutex;
   static std::map<PoolKey, std::unique_ptr<PoolPrimitives>> cache;
   std::lock_guard<std::mutex> lock(mutex);
   auto& slot = cache[key];
   if (slot) return *slot;
-  // Symmetric padding: with floor division the last window never needs more on the right.
-  dnnl::pooling_forward::desc forward(dnnl::prop_kind::forward_training, key.algorithm, plain(key.src), plain(key.dst), key.strides,
-                                      key.kernel, key.padding, key.padding);
-  auto forward_pd = dnnl::pooling_forward::primitive_desc(forward, engine());
-  dnnl::pooling_backward::desc backward(key.algorithm, plain(key.src), plain(key.dst), key.strides, key.kernel, key.padding, key.padding);
-  auto backward_pd = dnnl::pooling_backward::primitive_desc(backward, engine(), forward_pd);
-  slot = std::make_unique<PoolPrimitives>(
-      PoolPrimitives{forward_pd, backward_pd, dnnl::pooling_forward(forward_pd), dnnl::pooling_backward(backward_pd)});
+  PoolPrimitives plain_layout = make_primitives(key, plain(key.src), plain(key.dst));
+  const std::string implementation = plain_layout.forward.impl_info_str();
+  if (implementation.rfind("jit", 0) == 0 || key.src.size() != 4) {
+    slot = std::make_unique<PoolPrimitives>(std::move(plain_layout));
+  } else {
+    const memory::desc blocked(key.src, memory::data_type::f32, memory::format_tag::aBcd8b);
+    slot = std::make_unique<PoolPrimitives>(make_primitives(key, blocked, any(key.dst)));
+  }
   return *slot;
 }
 
@@ -120,9 +135,10 @@ void max_pool_kernel(KernelContext& ctx) {
   const memory::desc workspace_desc = plain_workspace(p, key.dst);
   std::vector<uint8_t> workspace_buffer(workspace_desc.get_size());
   Bound workspace = bind_memory(workspace_desc, workspace_buffer.data(), p.forward.workspace_desc(), stream, false);
-  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, memory(plain(key.src), engine(), x.data_ptr())},
-                                       {DNNL_ARG_DST, memory(plain(key.dst), engine(), y.data_ptr())},
-                                       {DNNL_ARG_WORKSPACE, workspace.inner}});
+  Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
+  Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
+  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_DST, dst.inner}, {DNNL_ARG_WORKSPACE, workspace.inner}});
+  write_back(dst, stream);
   write_back(workspace, stream);
   stream.wait();
 
@@ -160,9 +176,10 @@ void max_pool_grad_kernel(KernelContext& ctx) {
   });
   dnnl::stream stream = stream_for_call();
   Bound workspace = bind_memory(workspace_desc, workspace_buffer.data(), p.backward.workspace_desc(), stream, true);
-  p.backward_primitive.execute(stream, {{DNNL_ARG_DIFF_DST, memory(plain(key.dst), engine(), grad.data_ptr())},
-                                        {DNNL_ARG_WORKSPACE, workspace.inner},
-                                        {DNNL_ARG_DIFF_SRC, memory(plain(key.src), engine(), grad_input.data_ptr())}});
+  Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward.diff_dst_desc(), stream, true);
+  Bound diff_src = bind_memory(key.src, grad_input.data_ptr(), p.backward.diff_src_desc(), stream, false);
+  p.backward_primitive.execute(stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_WORKSPACE, workspace.inner}, {DNNL_ARG_DIFF_SRC, diff_src.inner}});
+  write_back(diff_src, stream);
   stream.wait();
 }
 
@@ -173,8 +190,10 @@ void avg_pool_kernel(KernelContext& ctx) {
   const PoolKey key = make_key(x.shape(), y.shape(), ctx.attrs, dnnl::algorithm::pooling_avg_include_padding);
   PoolPrimitives& p = primitives(key);
   dnnl::stream stream = stream_for_call();
-  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, memory(plain(key.src), engine(), x.data_ptr())},
-                                       {DNNL_ARG_DST, memory(plain(key.dst), engine(), y.data_ptr())}});
+  Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
+  Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
+  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_DST, dst.inner}});
+  write_back(dst, stream);
   stream.wait();
 }
 
@@ -185,8 +204,10 @@ void avg_pool_grad_kernel(KernelContext& ctx) {
   const PoolKey key = make_key(grad_input.shape(), grad.shape(), ctx.attrs, dnnl::algorithm::pooling_avg_include_padding);
   PoolPrimitives& p = primitives(key);
   dnnl::stream stream = stream_for_call();
-  p.backward_primitive.execute(stream, {{DNNL_ARG_DIFF_DST, memory(plain(key.dst), engine(), grad.data_ptr())},
-                                        {DNNL_ARG_DIFF_SRC, memory(plain(key.src), engine(), grad_input.data_ptr())}});
+  Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward.diff_dst_desc(), stream, true);
+  Bound diff_src = bind_memory(key.src, grad_input.data_ptr(), p.backward.diff_src_desc(), stream, false);
+  p.backward_primitive.execute(stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_DIFF_SRC, diff_src.inner}});
+  write_back(diff_src, stream);
   stream.wait();
 }
 
