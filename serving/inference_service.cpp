@@ -27,6 +27,20 @@ uint64_t microseconds(Clock::duration duration) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(duration).count());
 }
 
+// The reactor of an admitted ModelInfer call: it leaves the tracker only once gRPC is done with
+// the call (the answer sent), so that shutdown does not close the endpoint under an answer.
+class TrackedReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit TrackedReactor(RequestTracker& tracker) : tracker_(tracker) {}
+  void OnDone() override {
+    tracker_.end();
+    delete this;
+  }
+
+ private:
+  RequestTracker& tracker_;
+};
+
 // What answering one ModelInfer call needs once its job has run.
 struct InferCall {
   grpc::ServerUnaryReactor* reactor;
@@ -124,7 +138,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     return finish(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, "[serving] the server is shutting down"));
   }
   const Clock::time_point start = Clock::now();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = new TrackedReactor(tracker_);
   std::shared_ptr<ServedModel> served;
   try {
     served = repository_.get(request->model_name(), request->model_version());
@@ -137,16 +151,12 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     // The served model outlives the job: its scheduler finishes every job before it goes.
     InferCall call{reactor, request, response, served.get(), std::move(decoded.outputs),
                    std::max<int64_t>(1, decoded.batch), start};
-    job->done = [this, call = std::move(call)](const grpc::Status& status, const TensorList& outputs,
-                                               const JobTimes& times) {
-      finish_infer(call, status, outputs, times);
-      tracker_.end();
-    };
+    job->done = [call = std::move(call)](const grpc::Status& status, const TensorList& outputs,
+                                         const JobTimes& times) { finish_infer(call, status, outputs, times); };
     served->scheduler().submit(std::move(job));
   } catch (const std::exception& error) {
     if (served) served->metrics().request_failure->Increment();
     reactor->Finish(status_of(error));
-    tracker_.end();
   }
   return reactor;
 }

@@ -10,7 +10,8 @@ namespace flow::serving {
 
 class RequestTracker {
  public:
-  // Admits a request unless draining; every admitted request calls end() once.
+  // Admits a request unless draining; every admitted request calls end() once, when it is
+  // completely answered.
   bool begin() {
     std::lock_guard lock(mutex_);
     if (draining_) return false;

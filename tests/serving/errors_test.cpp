@@ -139,10 +139,11 @@ TEST_F(ErrorsTest, BatchAboveMaxBatchSizeOrInconsistent) {
 
 TEST_F(ErrorsTest, FullQueueIsResourceExhausted) {
   const auto request = flow::serving::make_infer_request("held", {st::fp32_tensor("x", {1, 4}, {1, 2, 3, 4})});
-  std::atomic<int> ok{0};
+  std::atomic<int> answered{0}, ok{0};
   for (int i = 0; i < 2; ++i) {
     client_->infer_async(request, [&](const grpc::Status& status, const inference::ModelInferResponse&) {
       ok += status.ok() ? 1 : 0;
+      ++answered;
     });
   }
   ASSERT_TRUE(st::eventually([&] { return server_->in_flight() == 2; }));
@@ -153,6 +154,7 @@ TEST_F(ErrorsTest, FullQueueIsResourceExhausted) {
   expect_still_serving();
   // The queued two still complete: shutting down dispatches them without waiting out the delay.
   server_->shutdown();
+  ASSERT_TRUE(st::eventually([&] { return answered == 2; }));
   EXPECT_EQ(ok, 2);
 }
 
