@@ -122,8 +122,13 @@ void Client::infer_async(const inference::ModelInferRequest& request,
   call->done = std::move(done);
   prepare(call->context);
   stub_->async()->ModelInfer(&call->context, &request, &call->response, [call](grpc::Status status) {
-    call->done(status, call->response);
+    auto done = std::move(call->done);
+    const inference::ModelInferResponse response = std::move(call->response);
+    // The context goes first: it holds a reference to the channel, and the last one must not be
+    // dropped here, on one of gRPC's callback threads, once the caller has let the Client go
+    // (gRPC 1.51 then shuts its callback queue down under this very thread).
     delete call;
+    done(status, response);
   });
 }
 

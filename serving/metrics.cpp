@@ -21,13 +21,17 @@ Metrics::Metrics()
       queue_duration_us_(counter(*registry_, "nv_inference_queue_duration_us",
                                  "Cumulative inference queuing duration in microseconds")),
       compute_infer_duration_us_(counter(*registry_, "nv_inference_compute_infer_duration_us",
-                                         "Cumulative compute inference duration in microseconds")) {}
+                                         "Cumulative compute inference duration in microseconds")),
+      pending_request_count_(prometheus::BuildGauge()
+                                 .Name("nv_inference_pending_request_count")
+                                 .Help("Instantaneous number of pending requests awaiting execution per-model")
+                                 .Register(*registry_)) {}
 
 ModelMetrics Metrics::model(const std::string& name, const std::string& version) {
   const prometheus::Labels labels{{"model", name}, {"version", version}};
   return {&request_success_.Add(labels),     &request_failure_.Add(labels),   &inference_count_.Add(labels),
           &exec_count_.Add(labels),          &request_duration_us_.Add(labels), &queue_duration_us_.Add(labels),
-          &compute_infer_duration_us_.Add(labels)};
+          &compute_infer_duration_us_.Add(labels), &pending_request_count_.Add(labels)};
 }
 
 }  // namespace flow::serving

@@ -3,6 +3,7 @@
 // prometheus-cpp registry that the server exposes as Prometheus text over HTTP.
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
 #include <memory>
@@ -10,7 +11,7 @@
 
 namespace flow::serving {
 
-// The counters of one model version. Durations are cumulative microseconds, as in Triton;
+// The counters (and the pending-requests gauge) of one model version. Durations are cumulative microseconds, as in Triton;
 // queue and compute durations add, per request, the time its batch waited and ran.
 struct ModelMetrics {
   prometheus::Counter* request_success = nullptr;
@@ -20,6 +21,7 @@ struct ModelMetrics {
   prometheus::Counter* request_duration_us = nullptr;
   prometheus::Counter* queue_duration_us = nullptr;
   prometheus::Counter* compute_infer_duration_us = nullptr;
+  prometheus::Gauge* pending_request_count = nullptr;  // requests queued, not yet running
 };
 
 class Metrics {
@@ -38,6 +40,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& request_duration_us_;
   prometheus::Family<prometheus::Counter>& queue_duration_us_;
   prometheus::Family<prometheus::Counter>& compute_infer_duration_us_;
+  prometheus::Family<prometheus::Gauge>& pending_request_count_;
 };
 
 }  // namespace flow::serving

@@ -54,6 +54,7 @@ void Scheduler::submit(std::unique_ptr<InferJob> job) {
                   options_.max_queue_size, ")");
     }
     queue_.push_back(std::move(job));
+    if (options_.on_queue_length) options_.on_queue_length(queue_.size());
   }
   changed_.notify_all();
 }
@@ -102,13 +103,17 @@ Scheduler::Batch Scheduler::next_batch() {
         ++it;
       }
     }
-    if (!cancelled.empty()) return cancelled;
+    if (!cancelled.empty()) {
+      if (options_.on_queue_length) options_.on_queue_length(queue_.size());
+      return cancelled;
+    }
     if (const size_t count = due_jobs(Clock::now()); count > 0) {
       Batch batch;
       for (size_t i = 0; i < count; ++i) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      if (options_.on_queue_length) options_.on_queue_length(queue_.size());
       return batch;
     }
     changed_.wait_until(lock, std::min(queue_.front()->enqueued + options_.max_queue_delay,

@@ -48,6 +48,8 @@ struct SchedulerOptions {
   int64_t max_queue_size = 0;  // 0: unbounded
   // Called after every successful model run (for the execution count metric).
   std::function<void()> on_execution;
+  // Called with the queue length whenever it changes (for the pending requests metric).
+  std::function<void(size_t queued)> on_queue_length;
 };
 
 class Scheduler {

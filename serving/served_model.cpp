@@ -28,6 +28,9 @@ ServedModel::ServedModel(const std::string& name, int64_t version, std::shared_p
                                        config_.dynamic_batching().preferred_batch_size().end());
   options.max_queue_size = config_.max_queue_size();
   options.on_execution = [counter = metrics_.exec_count] { counter->Increment(); };
+  options.on_queue_length = [gauge = metrics_.pending_request_count](size_t queued) {
+    gauge->Set(static_cast<double>(queued));
+  };
   scheduler_ = std::make_unique<Scheduler>(model_, std::move(options), label_);
 }
 

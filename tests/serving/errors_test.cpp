@@ -146,7 +146,7 @@ TEST_F(ErrorsTest, FullQueueIsResourceExhausted) {
       ++answered;
     });
   }
-  ASSERT_TRUE(st::eventually([&] { return server_->in_flight() == 2; }));
+  ASSERT_TRUE(st::eventually([&] { return st::metric(*server_, "nv_inference_pending_request_count", "held") == 2; }));
   inference::ModelInferResponse response;
   const grpc::Status status = client_->infer(request, response);
   EXPECT_EQ(status.error_code(), StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
@@ -174,12 +174,13 @@ TEST_F(ErrorsTest, ClientCancellationIsHonoured) {
   inference::ModelInferResponse response;
   std::promise<grpc::Status> result;
   client_->stub().async()->ModelInfer(&context, &request, &response, [&](grpc::Status s) { result.set_value(s); });
-  ASSERT_TRUE(st::eventually([&] { return server_->in_flight() == 1; }));
+  ASSERT_TRUE(st::eventually([&] { return st::metric(*server_, "nv_inference_pending_request_count", "held") == 1; }));
   context.TryCancel();
   EXPECT_EQ(result.get_future().get().error_code(), StatusCode::CANCELLED);
   expect_still_serving();
-  // The server drops the cancelled request instead of running it.
+  // The server drops the cancelled request from its queue instead of running it.
   ASSERT_TRUE(st::eventually([&] { return server_->in_flight() == 0; }));
+  EXPECT_EQ(st::metric(*server_, "nv_inference_pending_request_count", "held"), 0);
   EXPECT_EQ(st::metric(*server_, "nv_inference_exec_count", "held"), 0);
 }
 

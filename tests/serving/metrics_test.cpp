@@ -29,8 +29,10 @@ TEST_F(MetricsTest, EndpointServesTritonNamesWithModelAndVersionLabels) {
   const std::string text = flow::serving::fetch_metrics("127.0.0.1", server_->metrics_port());
   for (const char* name : {"nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
                            "nv_inference_exec_count", "nv_inference_request_duration_us",
-                           "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us"}) {
-    EXPECT_NE(text.find(std::string("# TYPE ") + name + " counter"), std::string::npos) << name;
+                           "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
+                           "nv_inference_pending_request_count"}) {
+    const bool gauge = std::string(name) == "nv_inference_pending_request_count";
+    EXPECT_NE(text.find(std::string("# TYPE ") + name + (gauge ? " gauge" : " counter")), std::string::npos) << name;
     EXPECT_NE(text.find(std::string(name) + "{model=\"plain\",version=\"1\"} 0"), std::string::npos) << name << "\n" << text;
   }
 }
