@@ -3,9 +3,14 @@
 //   flow_loadgen --model M [--url localhost:8001] [--metrics-url localhost:8002]
 //                [--concurrency N | --rate R] [--requests N | --seconds S] [--batch N]
 // Inputs follow the model's metadata (-1 becomes --batch), filled with 0, 1, 2, ...
+//   flow_loadgen --empty-rpcs N [--url ...]: the floor instead, N blocking ServerLive round trips
+//                (an empty request and answer) with their latency percentiles.
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "serving/loadgen.h"
 #include "serving/metrics_text.h"
@@ -19,13 +24,14 @@ struct Args {
   std::string metrics_url;  // host:port; empty: no server-side breakdown
   std::string model, version;
   int64_t batch = 1;
+  int64_t empty_rpcs = 0;
   fs::LoadOptions load;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::cerr << "flow_loadgen: " << message
             << "\nusage: flow_loadgen --model M [--version V] [--url HOST:PORT] [--metrics-url HOST:PORT]"
-               " [--concurrency N | --rate R] [--requests N | --seconds S] [--batch N]\n";
+               " [--concurrency N | --rate R] [--requests N | --seconds S] [--batch N]\n       flow_loadgen --empty-rpcs N [--url HOST:PORT]\n";
   std::exit(2);
 }
 
@@ -42,6 +48,7 @@ Args parse_args(int argc, char** argv) {
       else if (flag == "--model") args.model = value;
       else if (flag == "--version") args.version = value;
       else if (flag == "--batch") args.batch = std::stoll(value);
+      else if (flag == "--empty-rpcs") args.empty_rpcs = std::stoll(value);
       else if (flag == "--concurrency") args.load.concurrency = std::stoi(value);
       else if (flag == "--rate") args.load.rate = std::stod(value);
       else if (flag == "--requests") args.load.requests = std::stoll(value);
@@ -51,7 +58,7 @@ Args parse_args(int argc, char** argv) {
       usage_error("bad value '" + value + "' for " + flag);
     }
   }
-  if (args.model.empty()) usage_error("--model is required");
+  if (args.model.empty() && args.empty_rpcs <= 0) usage_error("--model is required");
   return args;
 }
 
@@ -71,12 +78,30 @@ ServerTotals server_totals(const Args& args) {
           fs::metric_value(text, "nv_inference_exec_count", labels)};
 }
 
+// The round trip of an empty request: what any call costs before the server does anything.
+void empty_round_trips(fs::Client& client, int64_t count) {
+  std::vector<double> micros;
+  for (int64_t i = 0; i < count; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    client.server_live();
+    micros.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(micros.begin(), micros.end());
+  auto at = [&](double q) { return micros[static_cast<size_t>(q * static_cast<double>(micros.size() - 1))]; };
+  std::cout << "empty round trip (ServerLive) over " << count << " calls (us): p50 " << at(0.5) << ", p90 " << at(0.9) << ", p99 "
+            << at(0.99) << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   try {
     fs::Client client(args.url);
+    if (args.empty_rpcs > 0) {
+      empty_round_trips(client, args.empty_rpcs);
+      return 0;
+    }
     const inference::ModelMetadataResponse metadata = client.model_metadata(args.model, args.version);
     std::vector<fs::WireTensor> inputs;
     for (const auto& spec : metadata.inputs()) {
