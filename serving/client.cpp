@@ -193,4 +193,14 @@ std::vector<double> decode_values(const std::string& datatype, const std::string
   });
 }
 
+WireTensor input_for(const inference::ModelMetadataResponse::TensorMetadata& spec, int64_t batch, int64_t& count) {
+  WireTensor tensor{spec.name(), spec.datatype(), {}, {}};
+  count = 1;
+  for (int64_t dim : spec.shape()) {
+    tensor.shape.push_back(dim < 0 ? batch : dim);
+    count *= tensor.shape.back();
+  }
+  return tensor;
+}
+
 }  // namespace flow::serving

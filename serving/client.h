@@ -77,6 +77,10 @@ class Client {
 };
 
 // A ModelInferRequest carrying `inputs` in raw_input_contents.
+// An input of the model's metadata with its shape (-1 replaced by `batch`), without data; count
+// receives its element count.
+WireTensor input_for(const inference::ModelMetadataResponse::TensorMetadata& spec, int64_t batch, int64_t& count);
+
 inference::ModelInferRequest make_infer_request(const std::string& model, const std::vector<WireTensor>& inputs,
                                                 const std::vector<std::string>& outputs = {},
                                                 const std::string& version = "", const std::string& id = "");

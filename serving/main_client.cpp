@@ -90,12 +90,8 @@ int infer(fs::Client& client, const Args& args) {
   const inference::ModelMetadataResponse metadata = client.model_metadata(args.model, args.version);
   std::vector<fs::WireTensor> inputs;
   for (const auto& spec : metadata.inputs()) {
-    fs::WireTensor tensor{spec.name(), spec.datatype(), {}, {}};
-    int64_t count = 1;
-    for (int64_t dim : spec.shape()) {
-      tensor.shape.push_back(dim < 0 ? args.batch : dim);
-      count *= tensor.shape.back();
-    }
+    int64_t count = 0;
+    fs::WireTensor tensor = fs::input_for(spec, args.batch, count);
     std::vector<double> values(static_cast<size_t>(count));
     if (auto it = args.inputs.find(spec.name()); it != args.inputs.end()) {
       if (static_cast<int64_t>(it->second.size()) != count) {

@@ -105,12 +105,8 @@ int main(int argc, char** argv) {
     const inference::ModelMetadataResponse metadata = client.model_metadata(args.model, args.version);
     std::vector<fs::WireTensor> inputs;
     for (const auto& spec : metadata.inputs()) {
-      fs::WireTensor tensor{spec.name(), spec.datatype(), {}, {}};
-      int64_t count = 1;
-      for (int64_t dim : spec.shape()) {
-        tensor.shape.push_back(dim < 0 ? args.batch : dim);
-        count *= tensor.shape.back();
-      }
+      int64_t count = 0;
+      fs::WireTensor tensor = fs::input_for(spec, args.batch, count);
       std::vector<double> values(static_cast<size_t>(count));
       for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i % 100);
       tensor.data = fs::encode_values(tensor.datatype, values);

@@ -1,5 +1,5 @@
 #pragma once
-// Graphs shared by the tests that export and run models (tests/lite, tests/onnx, tests/serving).
+// Graphs shared by the tests (tests/graph, tests/lite, tests/onnx).
 #include <memory>
 
 #include "graph/graph.h"
@@ -18,10 +18,11 @@ struct PredictGraph : flow::nn::Graph {
 };
 
 // One training step: cross-entropy of the module's output against in[1], backward, optimizer.
-struct TrainStepGraph : flow::nn::Graph {
-  TrainStepGraph(std::shared_ptr<flow::nn::Module> net, std::shared_ptr<flow::optim::Optimizer> opt) {
+struct TrainGraph : flow::nn::Graph {
+  TrainGraph(std::shared_ptr<flow::nn::Module> net, std::shared_ptr<flow::optim::Optimizer> opt,
+                 std::shared_ptr<flow::optim::LRScheduler> scheduler = nullptr) {
     model = register_module("model", std::move(net));
-    add_optimizer(std::move(opt));
+    add_optimizer(std::move(opt), std::move(scheduler));
   }
   flow::TensorList build(const flow::TensorList& in) override {
     flow::Tensor loss = loss_fn(model->forward(in[0]), in[1]);

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "common/graphs.h"
 #include "graph/graph.h"
 #include "nn/modules.h"
 
@@ -16,21 +17,7 @@ struct EvalGraph : flow::nn::Graph {
   std::shared_ptr<flow::nn::Module> model;
 };
 
-// One training step: cross-entropy of the module's output against in[1], backward, optimizer.
-struct TrainGraph : flow::nn::Graph {
-  TrainGraph(std::shared_ptr<flow::nn::Module> net, std::shared_ptr<flow::optim::Optimizer> opt,
-             std::shared_ptr<flow::optim::LRScheduler> scheduler = nullptr) {
-    model = register_module("model", std::move(net));
-    add_optimizer(std::move(opt), std::move(scheduler));
-  }
-  flow::TensorList build(const flow::TensorList& in) override {
-    flow::Tensor loss = loss_fn(model->forward(in[0]), in[1]);
-    loss.backward();
-    return {loss};
-  }
-  std::shared_ptr<flow::nn::Module> model;
-  flow::nn::CrossEntropyLoss loss_fn;
-};
+using test_graphs::TrainGraph;
 
 inline int count_op(const flow::graph::proto::Job& job, const std::string& op) {
   return static_cast<int>(std::count_if(job.nodes().begin(), job.nodes().end(), [&](const auto& n) { return n.op() == op; }));

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 using flow::Tensor;
 using flow::TensorList;
 using EvalGraph = test_graphs::PredictGraph;
-using TrainGraph = test_graphs::TrainStepGraph;
+using test_graphs::TrainGraph;
 
 namespace {
 
