@@ -27,8 +27,6 @@ struct ExportOptions {
 
 namespace graph {
 
-inline constexpr int kExportFormatVersion = 1;
-
 struct InferenceExport {
   proto::ExportedModel model;
   std::map<std::string, Tensor> constants;  // by constant node name

@@ -16,6 +16,9 @@ namespace proto = ::flow::graph::proto;
 
 // Version of the Job schema written into every Job (and checked by loaders).
 inline constexpr int kJobVersion = 1;
+// Version of the deploy export format (graph/export.proto) written by flow::save(graph, dir) and
+// read by oneflow_lite.
+inline constexpr int kExportFormatVersion = 1;
 
 // Node kinds that are not registered ops (see job.proto).
 inline constexpr const char* kInputOp = "input";

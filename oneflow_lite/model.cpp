@@ -20,9 +20,6 @@ using graph::kConstantOp;
 using graph::kInputOp;
 using graph::kOutputOp;
 
-// Matches graph::kExportFormatVersion (graph/export.h, not linked here).
-constexpr int kExportFormatVersion = 1;
-
 std::string shape_str(const std::vector<int64_t>& dims) {
   std::ostringstream out;
   out << "(";
@@ -91,8 +88,8 @@ proto::ExportedModel read_exported(const std::string& dir) {
   if (!file) fail("oneflow_lite", dir, ": missing ", path.filename().string(), " (not an export directory?)");
   proto::ExportedModel exported;
   if (!exported.ParseFromIstream(&file)) fail("oneflow_lite", dir, ": ", path.filename().string(), " is corrupt (cannot parse)");
-  if (exported.format_version() != kExportFormatVersion) {
-    fail("oneflow_lite", dir, ": export format version ", exported.format_version(), ", this build reads version ", kExportFormatVersion);
+  if (exported.format_version() != graph::kExportFormatVersion) {
+    fail("oneflow_lite", dir, ": export format version ", exported.format_version(), ", this build reads version ", graph::kExportFormatVersion);
   }
   if (exported.job().version() != graph::kJobVersion) {
     fail("oneflow_lite", dir, ": Job schema version ", exported.job().version(), ", this build reads version ", graph::kJobVersion);
