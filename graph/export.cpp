@@ -139,15 +139,17 @@ void add_io_specs(const proto::Job& job, const ExportOptions& options, bool dyna
   }
 }
 
-// Whether every graph output has the batch as dim 0 in both traces.
-bool outputs_follow_batch(const proto::ExportedModel& model, const proto::Job& second, int64_t a, int64_t b) {
-  std::map<std::string, const proto::Node*> by_name;
-  for (const auto& node : second.nodes()) by_name[node.name()] = &node;
-  for (const auto& spec : model.outputs()) {
-    const proto::Node& output = *by_name.at(spec.node());
-    const auto [producer, index] = parse_value_name(output.inputs(0));
-    const proto::TensorDesc& desc = by_name.at(producer)->outputs(index);
-    if (spec.shape_size() == 0 || spec.shape(0) != a || desc.shape(0) != b) return false;
+// Whether every graph output has the batch as dim 0 in both traces (which batch_slots found to
+// match node for node).
+bool outputs_follow_batch(const proto::Job& first, const proto::Job& second, int64_t a, int64_t b) {
+  std::map<std::string, int> position;
+  for (int i = 0; i < first.nodes_size(); ++i) position[first.nodes(i).name()] = i;
+  for (int i = 0; i < first.nodes_size(); ++i) {
+    if (first.nodes(i).op() != kOutputOp) continue;
+    const auto [producer, index] = parse_value_name(first.nodes(i).inputs(0));
+    const proto::TensorDesc& d1 = first.nodes(position.at(producer)).outputs(index);
+    const proto::TensorDesc& d2 = second.nodes(position.at(producer)).outputs(index);
+    if (d1.shape_size() == 0 || d1.shape(0) != a || d2.shape(0) != b) return false;
   }
   return true;
 }
@@ -162,7 +164,6 @@ InferenceExport export_inference(nn::Graph& graph, const ExportOptions& options)
   proto::ExportedModel& model = out.model;
   model.set_format_version(kExportFormatVersion);
   model.set_name(graph.name());
-  add_io_specs(traced.job, options, false, model);
 
   // A second trace at another batch size tells which integers are the batch size.
   std::vector<proto::BatchSlot> slots;
@@ -176,13 +177,11 @@ InferenceExport export_inference(nn::Graph& graph, const ExportOptions& options)
       meta.shape = Shape(dims);
     }
     const Traced second = trace_for_inference(graph, other_metas);
-    dynamic = batch_slots(traced.job, second.job, *batch, other, slots) && outputs_follow_batch(model, second.job, *batch, other);
+    dynamic = batch_slots(traced.job, second.job, *batch, other, slots) && outputs_follow_batch(traced.job, second.job, *batch, other);
     model.set_batch_size(*batch);
   }
+  add_io_specs(traced.job, options, dynamic, model);
   if (dynamic) {
-    model.clear_inputs();
-    model.clear_outputs();
-    add_io_specs(traced.job, options, true, model);
     model.set_dynamic_batch(true);
     for (auto& slot : slots) *model.add_batch_slots() = std::move(slot);
   }
