@@ -121,7 +121,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerCo
   try {
     const std::shared_ptr<ServedModel> served = repository_.get(request->name(), request->version());
     response->set_name(served->name());
-    response->add_versions(served->version_string());
+    for (const std::string& version : repository_.versions(served->name())) response->add_versions(version);
     response->set_platform(kPlatform);
     for (const auto& spec : served->model().inputs()) add_tensor_metadata(spec, response->add_inputs());
     for (const auto& spec : served->model().outputs()) add_tensor_metadata(spec, response->add_outputs());

@@ -27,6 +27,18 @@ config::ModelConfig read_model_config(const std::string& model_dir) {
   FLOW_ARG_CHECK(config.instance_group().count() >= 0, "serving", where, ": instance_group.count must be >= 0");
   FLOW_ARG_CHECK(config.instance_group().threads() >= 0, "serving", where, ": instance_group.threads must be >= 0");
   if (config.instance_group().count() == 0) config.mutable_instance_group()->set_count(1);
+  if (config.version_policy().has_latest()) {
+    FLOW_ARG_CHECK(config.version_policy().latest().num_versions() >= 1, "serving", where,
+                   ": version_policy.latest.num_versions must be >= 1");
+  }
+  if (config.version_policy().has_specific()) {
+    const auto& versions = config.version_policy().specific().versions();
+    FLOW_ARG_CHECK(!versions.empty(), "serving", where, ": version_policy.specific lists no version");
+    for (int64_t version : versions) {
+      FLOW_ARG_CHECK(version >= 1, "serving", where, ": version_policy.specific.versions: ", version,
+                     " is not a version (>= 1)");
+    }
+  }
   if (config.has_dynamic_batching()) {
     const auto& batching = config.dynamic_batching();
     FLOW_ARG_CHECK(config.max_batch_size() > 0, "serving", where, ": dynamic_batching needs max_batch_size > 0");

@@ -5,6 +5,7 @@
 //   dynamic_batching { max_queue_delay_microseconds: 2000 preferred_batch_size: [4, 8] }
 //   instance_group { count: 2 threads: 4 }
 //   max_queue_size: 128
+//   version_policy { latest { num_versions: 1 } }
 #include <string>
 
 #include "oneflow_lite/model.h"
@@ -14,8 +15,8 @@ namespace flow::serving {
 
 inline constexpr const char* kModelConfigFile = "config.pbtxt";
 
-// Reads <model_dir>/config.pbtxt; the defaults (no batching, one instance, unbounded queue) when
-// there is none. Throws flow::Error naming the file for a syntax error or an invalid value.
+// Reads <model_dir>/config.pbtxt; the defaults (no batching, one instance, unbounded queue, every
+// version served) when there is none. Throws flow::Error naming the file for a syntax error or an invalid value.
 config::ModelConfig read_model_config(const std::string& model_dir);
 
 // Checks the config against a loaded model: batching needs a model exported with a dynamic batch

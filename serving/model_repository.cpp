@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
+#include <limits>
 
 #include "serving/status.h"
 
@@ -28,16 +28,44 @@ std::vector<int64_t> versions_on_disk(const fs::path& model_dir) {
   return versions;
 }
 
+// Changes whenever the file is added, removed, resized or rewritten.
+std::string file_fingerprint(const fs::directory_entry& entry) {
+  std::error_code error;
+  if (!entry.is_regular_file(error)) return "";
+  return entry.path().string() + ":" + std::to_string(entry.file_size(error)) + ":" +
+         std::to_string(entry.last_write_time(error).time_since_epoch().count()) + ";";
+}
+
 // Changes whenever a file in the directory is added, removed, resized or rewritten.
-std::string fingerprint(const fs::path& dir) {
+std::string directory_fingerprint(const fs::path& dir) {
   std::string print;
   std::error_code error;
-  for (const auto& entry : fs::recursive_directory_iterator(dir, error)) {
-    if (!entry.is_regular_file()) continue;
-    print += entry.path().string() + ":" + std::to_string(entry.file_size()) + ":" +
-             std::to_string(entry.last_write_time().time_since_epoch().count()) + ";";
-  }
+  for (const auto& entry : fs::recursive_directory_iterator(dir, error)) print += file_fingerprint(entry);
   return print;
+}
+
+// The versions on disk the policy asks for, newest first, and how many of them to serve.
+std::pair<std::vector<int64_t>, size_t> wanted_versions(const config::ModelVersionPolicy& policy,
+                                                        std::vector<int64_t> on_disk) {
+  if (policy.has_specific()) {
+    const auto& listed = policy.specific().versions();
+    std::erase_if(on_disk, [&](int64_t version) { return std::find(listed.begin(), listed.end(), version) == listed.end(); });
+  }
+  const size_t limit = policy.has_latest() ? policy.latest().num_versions() : std::numeric_limits<size_t>::max();
+  return {std::move(on_disk), limit};
+}
+
+template <typename Versions>
+std::vector<std::string> version_strings(const Versions& versions) {
+  std::vector<std::string> strings;
+  for (auto it = versions.rbegin(); it != versions.rend(); ++it) strings.push_back(it->second->version_string());
+  return strings;
+}
+
+std::string joined(const std::vector<std::string>& strings) {
+  std::string text;
+  for (const auto& string : strings) text += (text.empty() ? "" : ", ") + string;
+  return text;
 }
 
 }  // namespace
@@ -60,83 +88,118 @@ int ModelRepository::poll() {
   std::vector<std::string> removed;
   {
     std::lock_guard lock(served_mutex_);
-    for (const auto& [name, model] : served_) {
+    for (const auto& [name, versions] : served_) {
       if (std::find(names.begin(), names.end(), name) == names.end()) removed.push_back(name);
     }
   }
-  for (const auto& name : removed) serve(name, nullptr);
+  for (const auto& name : removed) serve(name, {});
   return failures;
+}
+
+bool ModelRepository::known_failure(const std::string& key, const std::string& print) const {
+  const auto it = failed_.find(key);
+  return it != failed_.end() && it->second == print;
 }
 
 int ModelRepository::poll_model(const std::string& name) {
   const fs::path model_dir = fs::path(root_) / name;
-  std::shared_ptr<ServedModel> current;
+  Versions current;
   {
     std::lock_guard lock(served_mutex_);
     if (auto it = served_.find(name); it != served_.end()) current = it->second;
   }
+  const std::string still_serving =
+      current.empty() ? "" : " (still serving version(s) " + joined(version_strings(current)) + ")";
+
+  const std::string config_key = name + "/" + kModelConfigFile;
+  const std::string config_print = file_fingerprint(fs::directory_entry(model_dir / kModelConfigFile));
+  config::ModelConfig config;
+  try {
+    config = read_model_config(model_dir.string());
+    failed_.erase(config_key);
+  } catch (const std::exception& error) {
+    if (known_failure(config_key, config_print)) return 0;
+    LOG(ERROR) << "[serving] model '" << name << "': " << error.what() << still_serving;
+    failed_[config_key] = config_print;
+    return 1;
+  }
+
   int failures = 0;
-  const std::vector<int64_t> versions = versions_on_disk(model_dir);
-  for (int64_t version : versions) {
-    if (current && version == current->version()) return failures;
+  Versions next;
+  const auto [wanted, limit] = wanted_versions(config.version_policy(), versions_on_disk(model_dir));
+  for (int64_t version : wanted) {
+    if (next.size() == limit) break;
+    if (auto it = current.find(version); it != current.end()) {
+      next.insert(*it);
+      continue;
+    }
     const fs::path version_dir = model_dir / std::to_string(version);
     const std::string key = name + "/" + std::to_string(version);
-    const std::string print = fingerprint(version_dir);
-    if (auto it = failed_.find(key); it != failed_.end() && it->second == print) continue;
+    // A version loads with the model's config, so a changed config is worth another try.
+    const std::string print = directory_fingerprint(version_dir) + config_print;
+    if (known_failure(key, print)) continue;
     try {
-      serve(name, ServedModel::load(name, version, version_dir.string(), read_model_config(model_dir.string()), metrics_));
+      next.emplace(version, ServedModel::load(name, version, version_dir.string(), config, metrics_));
       failed_.erase(key);
-      return failures;
     } catch (const std::exception& error) {
-      LOG(ERROR) << "[serving] model '" << name << "' version " << version << " failed to load"
-                 << (current ? " (version " + current->version_string() + " keeps serving)" : "") << ": "
-                 << error.what();
+      LOG(ERROR) << "[serving] model '" << name << "' version " << version << " failed to load" << still_serving
+                 << ": " << error.what();
       failed_[key] = print;
       ++failures;
     }
   }
-  // No version on disk loads and the served one is gone from disk: stop serving the model.
-  if (current) serve(name, nullptr);
+  serve(name, std::move(next));
   return failures;
 }
 
-void ModelRepository::serve(const std::string& name, std::shared_ptr<ServedModel> model) {
-  std::shared_ptr<ServedModel> old;
+void ModelRepository::serve(const std::string& name, Versions versions) {
+  Versions old;
   {
     std::lock_guard lock(served_mutex_);
-    if (model) {
-      LOG(INFO) << "[serving] serving " << model->label();
-      old = std::exchange(served_[name], std::move(model));
-    } else if (auto it = served_.find(name); it != served_.end()) {
-      LOG(INFO) << "[serving] unloading " << it->second->label();
-      old = std::move(it->second);
-      served_.erase(it);
+    Versions& served = served_[name];
+    for (const auto& [version, model] : versions) {
+      if (!served.contains(version)) LOG(INFO) << "[serving] serving " << model->label();
     }
+    for (const auto& [version, model] : served) {
+      if (!versions.contains(version)) LOG(INFO) << "[serving] unloading " << model->label();
+    }
+    old = std::exchange(served, std::move(versions));
+    if (served.empty()) served_.erase(name);
   }
-  // Outside the lock: the old version finishes its queued requests when its last user lets go.
-  old.reset();
+  // Outside the lock: an unloaded version finishes its queued requests when its last user lets go.
+  old.clear();
 }
 
 std::shared_ptr<ServedModel> ModelRepository::get(const std::string& name, const std::string& version) const {
   std::lock_guard lock(served_mutex_);
   const auto it = served_.find(name);
   if (it == served_.end()) fail_status(grpc::StatusCode::NOT_FOUND, "model '", name, "' is not in the repository");
-  if (!version.empty() && version != it->second->version_string()) {
-    fail_status(grpc::StatusCode::NOT_FOUND, "model '", name, "' has no version '", version, "' (serving version ",
-                it->second->version_string(), ")");
+  const Versions& versions = it->second;
+  if (version.empty()) return versions.begin()->second;
+  for (const auto& [number, model] : versions) {
+    if (model->version_string() == version) return model;
   }
-  return it->second;
+  fail_status(grpc::StatusCode::NOT_FOUND, "model '", name, "' has no version '", version, "' (serving version(s) ",
+              joined(version_strings(versions)), ")");
+}
+
+std::vector<std::string> ModelRepository::versions(const std::string& name) const {
+  std::lock_guard lock(served_mutex_);
+  const auto it = served_.find(name);
+  return it == served_.end() ? std::vector<std::string>{} : version_strings(it->second);
 }
 
 std::vector<std::shared_ptr<ServedModel>> ModelRepository::models() const {
   std::lock_guard lock(served_mutex_);
   std::vector<std::shared_ptr<ServedModel>> models;
-  for (const auto& [name, model] : served_) models.push_back(model);
+  for (const auto& [name, versions] : served_) {
+    for (const auto& [version, model] : versions) models.push_back(model);
+  }
   return models;
 }
 
 void ModelRepository::clear() {
-  std::map<std::string, std::shared_ptr<ServedModel>> old;
+  std::map<std::string, Versions> old;
   {
     std::lock_guard lock(served_mutex_);
     old.swap(served_);

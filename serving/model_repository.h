@@ -1,9 +1,12 @@
 #pragma once
 // The model repository: <root>/<model>/<version>/ holds an export directory (version: a positive
-// integer) and <root>/<model>/config.pbtxt an optional config. The newest version that loads is
-// served. poll() rescans: a newer version is loaded first and then swapped in, while requests
-// already queued on the old one finish; a version that fails to load leaves the old one serving
-// and is retried only once its files change.
+// integer) and <root>/<model>/config.pbtxt an optional config whose version_policy picks the
+// versions served (default: all that load). A request that names no version gets the newest one
+// served. poll() rescans: new versions are loaded before they are swapped in; versions that leave
+// the policy or the disk are unloaded once their queued requests finish; a version that fails to
+// load leaves the others serving and is retried only once its files (or the config) change.
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,29 +23,40 @@ class ModelRepository {
   // Throws flow::Error when root is not a directory. Loads nothing until poll().
   ModelRepository(std::string root, Metrics& metrics);
 
-  // Brings the served models in line with the directory: loads new models and newer versions,
-  // unloads models (and falls back from versions) whose directories are gone. Load failures are
-  // logged. Returns the number of versions that failed to load in this call.
+  // Brings the served models in line with the directory and the configs: loads new models and
+  // versions, unloads what is gone. Load failures are logged. Returns the number of versions (or
+  // configs) that failed to load in this call; a failure already seen with the same files is not
+  // retried and not counted again.
   int poll();
 
-  // The served version of a model; `version` empty or equal to it. Throws
+  // A served version of a model: the newest when `version` is empty. Throws
   // ServingError(NOT_FOUND) for an unknown model or a version not served.
   std::shared_ptr<ServedModel> get(const std::string& name, const std::string& version) const;
+  // The served versions of a model, oldest first (empty for an unknown model).
+  std::vector<std::string> versions(const std::string& name) const;
+  // Every served version of every model.
   std::vector<std::shared_ptr<ServedModel>> models() const;
   // Unloads every model, finishing their queued requests.
   void clear();
 
  private:
-  // Loads the newest loadable version of one model; returns the failures.
+  // Newest first: begin() is what an unversioned request gets.
+  using Versions = std::map<int64_t, std::shared_ptr<ServedModel>, std::greater<>>;
+
+  // Loads what the model's policy asks for and is not loaded yet, then swaps in the new set;
+  // returns the failures.
   int poll_model(const std::string& name);
-  void serve(const std::string& name, std::shared_ptr<ServedModel> model);
+  // Serves `versions` for the model (none: unloads it).
+  void serve(const std::string& name, Versions versions);
+  // Whether `key` already failed to load with its files looking like `print`.
+  bool known_failure(const std::string& key, const std::string& print) const;
 
   const std::string root_;
   Metrics& metrics_;
   mutable std::mutex served_mutex_;
-  std::map<std::string, std::shared_ptr<ServedModel>> served_;
+  std::map<std::string, Versions> served_;
   std::mutex poll_mutex_;  // one poll at a time
-  // "<model>/<version>" -> what its files looked like when it failed to load.
+  // "<model>/<version>" or "<model>/config.pbtxt" -> what its files looked like when it failed.
   std::map<std::string, std::string> failed_;
 };
 

@@ -12,7 +12,7 @@ namespace flow::serving {
 Server::Server(ServerOptions options)
     : options_(std::move(options)), repository_(options_.model_repository, metrics_) {
   const int failures = repository_.poll();
-  LOG(INFO) << "[serving] " << repository_.models().size() << " model(s) loaded from " << options_.model_repository
+  LOG(INFO) << "[serving] " << repository_.models().size() << " model version(s) loaded from " << options_.model_repository
             << (failures ? ", " + std::to_string(failures) + " version(s) failed to load" : "");
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -1,6 +1,7 @@
-// Model versions without downtime: a new version is loaded and swapped in, a corrupt version
-// leaves the old one serving, a removed version falls back to the previous one, all while a
-// client sends at a fixed rate and not one request fails.
+// Model versions without downtime: a new version is loaded and swapped in (under the default
+// policy next to the old one, under "latest 1" in its place while the old one drains), a corrupt
+// version leaves the others serving, a removed version falls back to the previous one, all while
+// a client sends unversioned requests at a fixed rate and not one request fails.
 #include "serving/loadgen.h"
 #include "serving_test_util.h"
 
@@ -8,26 +9,27 @@ namespace st = serving_test;
 
 namespace {
 
-// Writes an export under a hidden staging directory, then renames it into place, so the
-// repository never sees a half-written version.
-void publish(const st::Repository& repo, int version, float scale) {
-  const st::fs::path staging = repo.root() / ".staging";
-  st::fs::remove_all(staging);
-  st::export_affine(staging, scale);
-  st::fs::create_directories(repo.root() / "affine");
-  st::fs::rename(staging, repo.version_dir("affine", version));
-}
-
 void publish_corrupt(const st::Repository& repo, int version) {
   st::write_file(repo.version_dir("affine", version) / "model.pb", "this is not a protobuf");
   st::write_file(repo.version_dir("affine", version) / "weights.safetensors", "nor safetensors");
 }
 
-std::string served_version(flow::serving::Client& client) { return client.model_metadata("affine").versions(0); }
+// The version an unversioned request gets: the newest served.
+std::string served_version(flow::serving::Client& client) {
+  const auto metadata = client.model_metadata("affine");
+  return metadata.versions(metadata.versions_size() - 1);
+}
 
-TEST(ReloadTest, VersionsChangeUnderFixedRateLoadWithoutAFailedRequest) {
+int served_versions(flow::serving::Client& client) { return client.model_metadata("affine").versions_size(); }
+
+// The model's config.pbtxt: its version policy.
+class ReloadTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReloadTest, VersionsChangeUnderFixedRateLoadWithoutAFailedRequest) {
   st::Repository repo;
-  publish(repo, 1, 1.0f);
+  st::publish_affine(repo, 1, 1.0f);
+  repo.write_config("affine", GetParam());
+  const bool latest_only = !GetParam().empty();
   auto server = st::start_server(repo.root());
   auto client = st::connect(*server);
 
@@ -56,9 +58,10 @@ TEST(ReloadTest, VersionsChangeUnderFixedRateLoadWithoutAFailedRequest) {
   std::thread load([&] { report = flow::serving::run_load(*client, options, make, check); });
 
   ASSERT_TRUE(st::eventually([&] { return answered > 100; }));
-  publish(repo, 2, 2.0f);
+  st::publish_affine(repo, 2, 2.0f);
   EXPECT_EQ(server->repository().poll(), 0);
   EXPECT_EQ(served_version(*client), "2");
+  EXPECT_EQ(served_versions(*client), latest_only ? 1 : 2);
 
   ASSERT_TRUE(st::eventually([&] { return answered > 250; }));
   publish_corrupt(repo, 3);
@@ -78,14 +81,18 @@ TEST(ReloadTest, VersionsChangeUnderFixedRateLoadWithoutAFailedRequest) {
   EXPECT_GT(by_version["2"], 0);
 }
 
-TEST(ReloadTest, PollingThreadPicksUpNewVersionsAndModels) {
+INSTANTIATE_TEST_SUITE_P(VersionPolicies, ReloadTest,
+                         ::testing::Values("", "version_policy { latest { num_versions: 1 } }"),
+                         [](const auto& info) { return info.param.empty() ? "All" : "Latest1"; });
+
+TEST(ReloadPollTest, PollingThreadPicksUpNewVersionsAndModels) {
   st::Repository repo;
-  publish(repo, 1, 1.0f);
+  st::publish_affine(repo, 1, 1.0f);
   flow::serving::ServerOptions options;
   options.repository_poll_interval = std::chrono::milliseconds(20);
   auto server = st::start_server(repo.root(), options);
   auto client = st::connect(*server);
-  publish(repo, 4, 4.0f);
+  st::publish_affine(repo, 4, 4.0f);
   EXPECT_TRUE(st::eventually([&] { return served_version(*client) == "4"; }));
   st::export_sum_product(repo.version_dir("sum_product", 1));
   EXPECT_TRUE(st::eventually([&] { return client->model_ready("sum_product"); }));

@@ -31,7 +31,8 @@ TEST_F(RpcTest, HealthAndReadiness) {
   EXPECT_TRUE(client_->server_ready());
   EXPECT_TRUE(client_->model_ready("sum_product"));
   EXPECT_TRUE(client_->model_ready("affine", "3"));
-  EXPECT_FALSE(client_->model_ready("affine", "1"));  // only the latest version is served
+  EXPECT_TRUE(client_->model_ready("affine", "1"));  // every version on disk is served
+  EXPECT_FALSE(client_->model_ready("affine", "2"));
   EXPECT_FALSE(client_->model_ready("nope"));
   EXPECT_EQ(client_->health(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
@@ -57,8 +58,8 @@ TEST_F(RpcTest, ModelMetadataShowsTheBatchDimensionAsMinusOne) {
   ASSERT_EQ(metadata.outputs_size(), 2);
   EXPECT_EQ(metadata.outputs(0).name(), "sum");
   EXPECT_EQ(metadata.outputs(1).name(), "product");
-  EXPECT_EQ(client_->model_metadata("affine").versions(0), "3");
-  EXPECT_EQ(client_->model_metadata("affine", "3").versions(0), "3");
+  const auto versions = client_->model_metadata("affine", "3").versions();
+  EXPECT_EQ(std::vector<std::string>(versions.begin(), versions.end()), (std::vector<std::string>{"1", "3"}));
 }
 
 TEST_F(RpcTest, InferWithRawContents) {

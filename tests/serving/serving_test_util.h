@@ -119,6 +119,16 @@ class Repository {
   fs::path root_;
 };
 
+// Exports an affine model (y = scale * x) as `version` of model "affine": written under a hidden
+// staging directory, then renamed into place, so the repository never sees a half-written version.
+inline void publish_affine(const Repository& repo, int version, float scale) {
+  const fs::path staging = repo.root() / ".staging";
+  fs::remove_all(staging);
+  export_affine(staging, scale);
+  fs::create_directories(repo.root() / "affine");
+  fs::rename(staging, repo.version_dir("affine", version));
+}
+
 inline std::unique_ptr<flow::serving::Server> start_server(const fs::path& repository,
                                                            flow::serving::ServerOptions options = {}) {
   options.model_repository = repository.string();
