@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "common/reference.h"
 #include "common/test_util.h"
 
@@ -61,6 +63,28 @@ TEST(Matmul, VectorsAndTransposedOperands) {
   Tensor expanded = flow::randn({1, 4, 3}).expand({5, 4, 3});  // stride-0 batch dim
   Tensor lhs = flow::randn({5, 2, 4});
   expect_close(flow::bmm(lhs, expanded), reference_matmul(lhs, expanded.contiguous()), 1e-5, 1e-5);
+}
+
+// One row or one column goes through GEMV rather than GEMM: every operand layout.
+TEST(Matmul, SingleRowOrColumnInEveryLayout) {
+  flow::manual_seed(9);
+  for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
+    const double tol = dtype == flow::kFloat32 ? 1e-4 : 1e-12;
+    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 7, 5}, {6, 7, 1}, {1, 7, 1}, {1, 1, 4}}) {
+      for (bool a_transposed : {false, true}) {
+        for (bool b_transposed : {false, true}) {
+          SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + (a_transposed ? " a^T" : "") +
+                       (b_transposed ? " b^T" : ""));
+          Tensor a = a_transposed ? flow::randn({k, m}, dtype).t() : flow::randn({m, k}, dtype);
+          Tensor b = b_transposed ? flow::randn({n, k}, dtype).t() : flow::randn({k, n}, dtype);
+          expect_close(flow::matmul(a, b), reference_matmul(a.contiguous(), b.contiguous()), tol, 1e-4);
+        }
+      }
+    }
+    Tensor x = flow::randn({1, 6}, dtype), w = flow::randn({4, 6}, dtype), bias = flow::randn({4}, dtype);
+    expect_close(flow::linear(x, w, bias), reference_matmul(x, w.t().contiguous()) + bias, tol, 1e-4);
+    expect_close(flow::linear(x, w), reference_matmul(x, w.t().contiguous()), tol, 1e-4);
+  }
 }
 
 TEST(Matmul, LinearWithAndWithoutBias) {

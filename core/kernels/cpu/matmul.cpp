@@ -27,9 +27,36 @@ MatrixView blas_view(const Tensor& t) {
 }
 
 template <typename T>
+void gemv(CBLAS_TRANSPOSE trans, int64_t rows, int64_t cols, const T* a, int64_t lda, const T* x, int64_t incx,
+          T beta, T* y, int64_t incy) {
+  // BLAS lets beta = 0 read y anyway (0 * NaN); planned buffers may hold anything.
+  if (beta == T(0)) {
+    const int64_t length = trans == CblasNoTrans ? rows : cols;
+    for (int64_t i = 0; i < length; ++i) y[i * incy] = T(0);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemv(CblasRowMajor, trans, rows, cols, 1.0f, a, lda, x, incx, beta, y, incy);
+  } else {
+    cblas_dgemv(CblasRowMajor, trans, rows, cols, 1.0, a, lda, x, incx, beta, y, incy);
+  }
+}
+
+CBLAS_TRANSPOSE flipped(CBLAS_TRANSPOSE trans) { return trans == CblasNoTrans ? CblasTrans : CblasNoTrans; }
+
+// c = op(a) @ op(b) + beta * c, row-major. A single row or column goes to GEMV: OpenBLAS's GEMM
+// packs the whole other operand first, which for one row (batch-1 inference) costs more than
+// the product itself.
+template <typename T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) {
+  if (m == 1) {
+    // c^T = op(b)^T @ op(a)^T; the row of op(a) has stride 1, or lda when a is transposed.
+    const int64_t b_rows = tb == CblasNoTrans ? k : n, b_cols = tb == CblasNoTrans ? n : k;
+    gemv<T>(flipped(tb), b_rows, b_cols, b, ldb, a, ta == CblasNoTrans ? 1 : lda, beta, c, 1);
+  } else if (n == 1) {
+    const int64_t a_rows = ta == CblasNoTrans ? m : k, a_cols = ta == CblasNoTrans ? k : m;
+    gemv<T>(ta, a_rows, a_cols, a, lda, b, tb == CblasNoTrans ? ldb : 1, beta, c, ldc);
+  } else if constexpr (std::is_same_v<T, float>) {
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   } else {
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
