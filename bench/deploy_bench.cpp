@@ -9,6 +9,7 @@
 
 #include "autograd/grad_mode.h"
 #include "bench/bench_models.h"
+#include "bench/predict_graph.h"
 #include "core/flow.h"
 #include "graph/export.h"
 #include "oneflow_lite/model.h"
@@ -16,12 +17,6 @@
 namespace {
 namespace nn = flow::nn;
 using ModulePtr = std::shared_ptr<nn::Module>;
-
-struct PredictGraph : nn::Graph {
-  explicit PredictGraph(ModulePtr net) : model(register_module("model", std::move(net))) { eval(); }
-  flow::TensorList build(const flow::TensorList& in) override { return {model->forward(in[0])}; }
-  ModulePtr model;
-};
 
 enum class Mode { kLite, kGraph, kEager };
 
@@ -35,7 +30,7 @@ void infer(benchmark::State& state, ModulePtr (*make_model)(), int64_t batch, Mo
     flow::autograd::NoGradGuard no_grad;
     for (auto _ : state) benchmark::DoNotOptimize(model->forward(x));
   } else {
-    PredictGraph graph(model);
+    bench::PredictGraph graph(model);
     graph(x);
     if (mode == Mode::kGraph) {
       for (auto _ : state) benchmark::DoNotOptimize(graph(x));

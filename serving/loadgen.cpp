@@ -1,6 +1,7 @@
 #include "serving/loadgen.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -82,36 +83,57 @@ class Tally {
   std::string first_failure_;
 };
 
+// Counts one request answered at `end` in the tally.
+void record(Tally& tally, const ResponseCheck& check, int64_t seq, Clock::duration latency, const grpc::Status& status,
+            const inference::ModelInferResponse& response) {
+  const double latency_us = std::chrono::duration<double, std::micro>(latency).count();
+  if (!status.ok()) {
+    tally.finished(latency_us, "request " + std::to_string(seq) + ": " + status.error_message(),
+                   code_name(status.error_code()));
+    return;
+  }
+  const std::string wrong = check ? check(seq, response) : "";
+  tally.finished(latency_us, wrong.empty() ? "" : "request " + std::to_string(seq) + ": " + wrong, "MISMATCH");
+}
+
 }  // namespace
 
 LoadReport run_load(Client& client, const LoadOptions& options, const RequestMaker& make, const ResponseCheck& check) {
   Tally tally;
   const Clock::time_point begin = Clock::now();
-  const bool fixed_rate = options.rate > 0;
-  const auto interval = fixed_rate ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / options.rate))
-                                   : Clock::duration{};
-  int64_t sent = 0;
-  for (;; ++sent) {
-    if (options.requests > 0 ? sent >= options.requests : Clock::now() - begin >= options.duration) break;
-    if (fixed_rate) {
-      std::this_thread::sleep_until(begin + sent * interval);
-    } else {
-      tally.wait_below(std::max(1, options.concurrency));
-    }
-    auto request = std::make_shared<inference::ModelInferRequest>(make(sent));
+  auto more = [&](int64_t seq) {
+    return options.requests > 0 ? seq < options.requests : Clock::now() - begin < options.duration;
+  };
+  std::atomic<int64_t> next{0}, sent{0};
+  // Starts request `seq`; `then` (if any) runs on the gRPC thread that receives the answer, before
+  // the answer is counted, so the tally never reads zero outstanding while a chain goes on.
+  std::function<void()> send_next;
+  auto send = [&](int64_t seq, const std::function<void()>* then) {
+    auto request = std::make_shared<inference::ModelInferRequest>(make(seq));
     tally.started();
+    ++sent;
     const Clock::time_point start = Clock::now();
-    client.infer_async(*request, [&tally, &check, request, start, seq = sent](const grpc::Status& status,
-                                                                             const inference::ModelInferResponse& response) {
-      const double latency_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-      if (!status.ok()) {
-        tally.finished(latency_us, "request " + std::to_string(seq) + ": " + status.error_message(),
-                       code_name(status.error_code()));
-        return;
-      }
-      const std::string wrong = check ? check(seq, response) : "";
-      tally.finished(latency_us, wrong.empty() ? "" : "request " + std::to_string(seq) + ": " + wrong, "MISMATCH");
+    client.infer_async(*request, [&tally, &check, then, request, start, seq](const grpc::Status& status,
+                                                                          const inference::ModelInferResponse& response) {
+      const Clock::duration latency = Clock::now() - start;
+      if (then) (*then)();
+      record(tally, check, seq, latency, status, response);
     });
+  };
+  if (options.rate > 0) {
+    // Open loop: requests start on schedule whatever the answers do.
+    const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / options.rate));
+    for (int64_t seq = next++; more(seq); seq = next++) {
+      std::this_thread::sleep_until(begin + seq * interval);
+      send(seq, nullptr);
+    }
+  } else {
+    // Closed loop: `concurrency` chains, each answer starting the chain's next request from the
+    // thread that received it (no hand-off to another thread inside the measured latency).
+    send_next = [&] {
+      if (const int64_t seq = next++; more(seq)) send(seq, &send_next);
+    };
+    for (int i = 0; i < std::max(1, options.concurrency); ++i) send_next();
   }
   tally.wait_below(1);
   return tally.report(sent, std::chrono::duration<double>(Clock::now() - begin).count());

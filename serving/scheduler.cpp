@@ -47,6 +47,7 @@ Scheduler::~Scheduler() {
 
 void Scheduler::submit(std::unique_ptr<InferJob> job) {
   job->enqueued = Clock::now();
+  bool wake = false;
   {
     std::lock_guard lock(mutex_);
     if (options_.max_queue_size > 0 && static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
@@ -55,8 +56,11 @@ void Scheduler::submit(std::unique_ptr<InferJob> job) {
     }
     queue_.push_back(std::move(job));
     if (options_.on_queue_length) options_.on_queue_length(queue_.size());
+    // A waiting instance already sleeps until the oldest job's delay runs out: wake it only when
+    // that clock starts (first job) or the batch is due, not once per job (wake-ups are dear).
+    wake = queue_.size() == 1 || due_jobs(Clock::now()) > 0;
   }
-  changed_.notify_all();
+  if (wake) changed_.notify_one();
 }
 
 void Scheduler::flush() {
@@ -114,6 +118,8 @@ Scheduler::Batch Scheduler::next_batch() {
         queue_.pop_front();
       }
       if (options_.on_queue_length) options_.on_queue_length(queue_.size());
+      // submit() wakes one instance per due batch; jobs left behind need another.
+      if (!queue_.empty()) changed_.notify_one();
       return batch;
     }
     changed_.wait_until(lock, std::min(queue_.front()->enqueued + options_.max_queue_delay,

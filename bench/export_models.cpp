@@ -1,0 +1,29 @@
+// Writes the deploy benchmarks' models, untrained (the weights do not change the cost), as a
+// model repository for flow_serve: <repository>/mlp/1 and <repository>/cnn/1, input "image"
+// (-1, 1, 28, 28) float32, output "logits", batch dimension dynamic.
+// Usage: export_bench_models <repository>
+#include <cstdio>
+#include <filesystem>
+
+#include "bench/bench_models.h"
+#include "bench/predict_graph.h"
+#include "core/flow.h"
+#include "graph/export.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: export_bench_models <repository>\n");
+    return 2;
+  }
+  flow::manual_seed(0);
+  const std::filesystem::path repository = argv[1];
+  using MakeModel = std::shared_ptr<flow::nn::Module> (*)();
+  for (const auto& [name, make] : {std::pair<const char*, MakeModel>{"mlp", bench::mlp}, {"cnn", bench::cnn}}) {
+    bench::PredictGraph graph(make());
+    graph(flow::rand({2, 1, 28, 28}));
+    const std::filesystem::path dir = repository / name / "1";
+    flow::save(graph, dir.string(), flow::ExportOptions().input_names({"image"}).output_names({"logits"}));
+    std::printf("%s\n", dir.c_str());
+  }
+  return 0;
+}
