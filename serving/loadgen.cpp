@@ -83,7 +83,7 @@ class Tally {
   std::string first_failure_;
 };
 
-// Counts one request answered at `end` in the tally.
+// Counts one answered request in the tally.
 void record(Tally& tally, const ResponseCheck& check, int64_t seq, Clock::duration latency, const grpc::Status& status,
             const inference::ModelInferResponse& response) {
   const double latency_us = std::chrono::duration<double, std::micro>(latency).count();
@@ -105,35 +105,39 @@ LoadReport run_load(Client& client, const LoadOptions& options, const RequestMak
     return options.requests > 0 ? seq < options.requests : Clock::now() - begin < options.duration;
   };
   std::atomic<int64_t> next{0}, sent{0};
-  // Starts request `seq`; `then` (if any) runs on the gRPC thread that receives the answer, before
-  // the answer is counted, so the tally never reads zero outstanding while a chain goes on.
-  std::function<void()> send_next;
-  auto send = [&](int64_t seq, const std::function<void()>* then) {
-    auto request = std::make_shared<inference::ModelInferRequest>(make(seq));
-    tally.started();
-    ++sent;
-    const Clock::time_point start = Clock::now();
-    client.infer_async(*request, [&tally, &check, then, request, start, seq](const grpc::Status& status,
-                                                                          const inference::ModelInferResponse& response) {
-      const Clock::duration latency = Clock::now() - start;
-      if (then) (*then)();
-      record(tally, check, seq, latency, status, response);
-    });
-  };
   if (options.rate > 0) {
-    // Open loop: requests start on schedule whatever the answers do.
+    // Open loop: requests start on schedule whatever the answers do, so they are asynchronous.
     const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / options.rate));
     for (int64_t seq = next++; more(seq); seq = next++) {
       std::this_thread::sleep_until(begin + seq * interval);
-      send(seq, nullptr);
+      auto request = std::make_shared<inference::ModelInferRequest>(make(seq));
+      tally.started();
+      ++sent;
+      const Clock::time_point start = Clock::now();
+      client.infer_async(*request, [&tally, &check, request, start, seq](const grpc::Status& status,
+                                                                        const inference::ModelInferResponse& response) {
+        record(tally, check, seq, Clock::now() - start, status, response);
+      });
     }
   } else {
-    // Closed loop: `concurrency` chains, each answer starting the chain's next request from the
-    // thread that received it (no hand-off to another thread inside the measured latency).
-    send_next = [&] {
-      if (const int64_t seq = next++; more(seq)) send(seq, &send_next);
-    };
-    for (int i = 0; i < std::max(1, options.concurrency); ++i) send_next();
+    // Closed loop, as Triton's perf_analyzer does by default: one thread per outstanding request,
+    // each making blocking calls. On this project's 2-core machines that measured lower latency
+    // and higher throughput than asynchronous calls, whose answers hop to a callback thread.
+    std::vector<std::thread> workers;
+    for (int i = 0; i < std::max(1, options.concurrency); ++i) {
+      workers.emplace_back([&] {
+        for (int64_t seq = next++; more(seq); seq = next++) {
+          const inference::ModelInferRequest request = make(seq);
+          inference::ModelInferResponse response;
+          tally.started();
+          ++sent;
+          const Clock::time_point start = Clock::now();
+          const grpc::Status status = client.infer(request, response);
+          record(tally, check, seq, Clock::now() - start, status, response);
+        }
+      });
+    }
+    for (auto& worker : workers) worker.join();
   }
   tally.wait_below(1);
   return tally.report(sent, std::chrono::duration<double>(Clock::now() - begin).count());
