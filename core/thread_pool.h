@@ -12,10 +12,16 @@ void set_num_threads(int num_threads);
 // OpenMP threads of oneDNN kernels (0: no cap beyond get_num_threads()). A server gives each
 // model instance its own share of the cores this way.
 void set_thread_local_num_threads(int num_threads);
+// The threads work started from the calling thread may use: get_num_threads() within its cap.
+int current_num_threads();
+// Sets the calling thread's OpenMP thread count, which oneDNN and OpenBLAS (its OpenMP build)
+// follow, to current_num_threads(). Kernels call it before handing work to either library.
+void sync_openmp_threads();
 
-// Splits [begin, end) into at most get_num_threads() contiguous chunks of at least grain_size
-// elements and runs fn(chunk_begin, chunk_end) on the pool, the caller taking the first chunk.
-// Nested calls run inline. The first exception thrown by any chunk is rethrown here.
+// Splits [begin, end) into at most current_num_threads() contiguous chunks of at least
+// grain_size elements and runs fn(chunk_begin, chunk_end) on an OpenMP team, the caller taking
+// the first chunk. Calls inside a parallel region run inline. The first exception thrown by any
+// chunk is rethrown here.
 void parallel_for(int64_t begin, int64_t end, int64_t grain_size, const std::function<void(int64_t, int64_t)>& fn);
 
 // Element counts below which a loop is not worth splitting.

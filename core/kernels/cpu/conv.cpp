@@ -73,24 +73,18 @@ void col2im(const ConvGeometry& g, const T* cols, int64_t group, T* image) {
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   const auto trans_a = ta ? CblasTrans : CblasNoTrans, trans_b = tb ? CblasTrans : CblasNoTrans;
+  sync_openmp_threads();
   if constexpr (std::is_same_v<T, float>) cblas_sgemm(CblasRowMajor, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   else cblas_dgemm(CblasRowMajor, trans_a, trans_b, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
 }
 
-// Runs fn(image) for every image, images spread over the pool with BLAS kept on one thread each.
+// Runs fn(image) for every image: images spread over the threads when there are enough of them
+// (BLAS calls inside a parallel region run on one thread), else one by one with BLAS threaded.
 void for_each_image(int64_t images, const std::function<void(int64_t)>& fn) {
-  const int threads = get_num_threads();
-  if (images >= threads && threads > 1) {
-    openblas_set_num_threads(1);
-    try {
-      parallel_for(0, images, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) fn(i);
-      });
-    } catch (...) {
-      openblas_set_num_threads(threads);
-      throw;
-    }
-    openblas_set_num_threads(threads);
+  if (images >= current_num_threads()) {
+    parallel_for(0, images, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) fn(i);
+    });
   } else {
     for (int64_t i = 0; i < images; ++i) fn(i);
   }

@@ -45,9 +45,9 @@ inline void write_back(Bound& bound, dnnl::stream& stream) {
   if (bound.reordered) dnnl::reorder(bound.inner, bound.user).execute(stream, bound.inner, bound.user);
 }
 
-// oneDNN runs on its OpenMP pool: match it to flow's thread count.
+// oneDNN runs on the calling thread's OpenMP team: match it to flow's thread count there.
 inline dnnl::stream stream_for_call() {
-  omp_set_num_threads(get_num_threads());
+  sync_openmp_threads();
   return dnnl::stream(engine());
 }
 

@@ -6,6 +6,7 @@
 #include "core/kernels/cpu/reduce_loop.h"
 #include "core/op.h"
 #include "core/ops/copy.h"
+#include "core/thread_pool.h"
 
 namespace flow::cpu {
 namespace {
@@ -49,6 +50,7 @@ CBLAS_TRANSPOSE flipped(CBLAS_TRANSPOSE trans) { return trans == CblasNoTrans ? 
 template <typename T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  sync_openmp_threads();
   if (m == 1) {
     // c^T = op(b)^T @ op(a)^T; the row of op(a) has stride 1, or lda when a is transposed.
     const int64_t b_rows = tb == CblasNoTrans ? k : n, b_cols = tb == CblasNoTrans ? n : k;
