@@ -79,6 +79,7 @@ PassManager default_passes() {
       .add("common_subexpression_elimination", common_subexpression_elimination)
       .add("copy_elimination", copy_elimination)
       .add("dead_code_elimination", dead_code_elimination)
+      .add("unused_pool_indices_elimination", unused_pool_indices_elimination)
       .add("elementwise_fusion", elementwise_fusion);
   return passes;
 }
@@ -98,6 +99,16 @@ void dead_code_elimination(proto::Job& job, PassContext& context) {
     for (const auto& input : node.inputs()) needed.insert(input);
   }
   remove_nodes(job, dead);
+}
+
+void unused_pool_indices_elimination(proto::Job& job, PassContext&) {
+  const JobIndex index(job);
+  for (int i = 0; i < job.nodes_size(); ++i) {
+    proto::Node& node = *job.mutable_nodes(i);
+    if (node.op() != "max_pool2d" || !index.consumers(value_name(node.name(), 1)).empty()) continue;
+    node.set_op("max_pool2d_inference");
+    node.mutable_outputs()->RemoveLast();
+  }
 }
 
 void common_subexpression_elimination(proto::Job& job, PassContext&) {

@@ -32,11 +32,14 @@ class PassManager {
 };
 
 // The default pipeline: conv + batch-norm folding, constant folding, CSE, copy elimination, DCE,
-// element-wise fusion.
+// unused pool indices elimination, element-wise fusion.
 PassManager default_passes();
 
 // Removes nodes whose values no output or side effect (in-place write) needs. Graph inputs stay.
 void dead_code_elimination(proto::Job& job, PassContext& context);
+// Turns max_pool2d nodes whose argmax indices nothing reads (inference, or the forward part of
+// an exported training graph) into max_pool2d_inference, which computes the values only.
+void unused_pool_indices_elimination(proto::Job& job, PassContext& context);
 // Merges nodes computing the same op on the same inputs with the same attributes (never random
 // ops, allocations, in-place ops, or values some op later writes in place).
 void common_subexpression_elimination(proto::Job& job, PassContext& context);

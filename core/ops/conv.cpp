@@ -2,6 +2,7 @@
 // its vjp is written in ops; pooling keeps the argmax per output for its gradient.
 #include "core/ops/conv.h"
 
+#include "core/autograd_meta.h"
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
 #include "core/ops/reduce.h"
@@ -167,6 +168,15 @@ const OpDef& kMaxPool = OpBuilder("max_pool2d")
                             })
                             .def();
 
+// Max pooling without the argmax indices, for when no gradient will be taken: eager calls
+// under no-grad (or on inputs that need none), and Graph nodes whose indices nobody reads.
+const OpDef& kMaxPoolInference = OpBuilder("max_pool2d_inference")
+                                     .inputs({"input"})
+                                     .outputs({"out"})
+                                     .attrs({"kernel_size", "stride", "padding"})
+                                     .infer(pool_infer("max_pool2d", false))
+                                     .def();
+
 const OpDef& kAvgPoolGrad = OpBuilder("avg_pool2d_grad")
                                 .inputs({"grad"})
                                 .outputs({"grad_input"})
@@ -242,7 +252,9 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
 }
 
 Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride, std::vector<int64_t> padding) {
-  return apply(kMaxPool, {input}, pool_attrs("max_pool2d", input, kernel_size, stride, padding))[0];
+  Attrs attrs = pool_attrs("max_pool2d", input, kernel_size, stride, padding);
+  if (is_grad_enabled() && input.requires_grad()) return apply(kMaxPool, {input}, std::move(attrs))[0];
+  return apply_one(kMaxPoolInference, {input}, std::move(attrs));
 }
 
 Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride, std::vector<int64_t> padding) {

@@ -265,6 +265,7 @@ std::vector<std::string> pool(GraphBuilder& b, const JobNode& n) {
     attributes.push_back(int_attr("count_include_pad", 1));
     return {b.add("AveragePool", n.inputs, attributes)};
   }
+  if (n.node.op() == "max_pool2d_inference") return {b.add("MaxPool", n.inputs, attributes)};
   // flow's indices (flat positions per (n, c) plane) differ from ONNX MaxPool's: not exported.
   return {b.add("MaxPool", n.inputs, attributes), ""};
 }
@@ -337,6 +338,7 @@ const std::map<std::string, Converter>& converters() {
       {"matmul", [](GraphBuilder& b, const JobNode& n) { return std::vector<std::string>{b.add("MatMul", n.inputs)}; }},
       {"conv2d", conv2d},
       {"max_pool2d", pool},
+      {"max_pool2d_inference", pool},
       {"avg_pool2d", pool},
       {"batch_norm_eval", batch_norm},
       {"layer_norm", layer_norm},

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "autograd/engine.h"
 #include "core/functional.h"
 #include "graph/passes.h"
 #include "graph/plan.h"
@@ -67,6 +68,26 @@ TEST(Passes, DeadCodeEliminationKeepsInPlaceWrites) {
   graph::dead_code_elimination(traced.job, context);
   EXPECT_EQ(count_op(traced.job, "assign"), 1);
   EXPECT_EQ(count_op(traced.job, "mul_scalar"), 1);
+}
+
+TEST(Passes, MaxPoolIndicesNobodyReadsAreNotComputed) {
+  const flow::TensorList examples{flow::randn({2, 3, 8, 8})};
+  const Tensor scale = flow::ones({1}).requires_grad_();  // a parameter: the pool's input needs a gradient
+  auto pool = [&](const flow::TensorList& in) { return flow::max_pool2d(in[0] * scale, {2, 2}); };
+  auto forward_only = trace(examples, [&](const flow::TensorList& in) { return flow::TensorList{pool(in)}; });
+  EXPECT_EQ(count_op(forward_only.job, "max_pool2d"), 1);  // traced with a gradient to take ...
+  graph::PassContext context{forward_only.fixed};
+  graph::unused_pool_indices_elimination(forward_only.job, context);
+  EXPECT_EQ(count_op(forward_only.job, "max_pool2d"), 0);  // ... which nothing takes
+  EXPECT_EQ(count_op(forward_only.job, "max_pool2d_inference"), 1);
+
+  auto with_backward = trace(examples, [&](const flow::TensorList& in) {
+    return flow::TensorList{flow::autograd::grad({flow::sum(pool(in))}, {scale})[0]};
+  });
+  graph::PassContext backward_context{with_backward.fixed};
+  graph::unused_pool_indices_elimination(with_backward.job, backward_context);
+  EXPECT_EQ(count_op(with_backward.job, "max_pool2d"), 1);  // the backward reads the indices
+  EXPECT_EQ(count_op(with_backward.job, "max_pool2d_inference"), 0);
 }
 
 TEST(Passes, CommonSubexpressionEliminationMergesDuplicates) {

@@ -79,3 +79,35 @@ TEST(Pooling, MaxPoolKeepsNanAndInfinity) {
   Tensor batch = flow::cat({x, flow::arange(16, flow::kFloat32).reshape({1, 1, 4, 4})}, 1);
   EXPECT_EQ(max_pool_with_indices(batch, c)[0].tolist<float>()[5], 7.0f);
 }
+
+TEST(Pooling, MaxPoolWithoutGradientSkipsIndicesWithTheSameValues) {
+  // No gradient needed (no-grad mode, or an input that needs none): max_pool2d runs the values-only
+  // op, which must give exactly what the op with indices gives, NaN and -inf planes included.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  flow::manual_seed(31);
+  for (const PoolCase& c : pool_cases()) {
+    SCOPED_TRACE(::testing::Message() << "input " << c.input << " kernel " << Shape(c.kernel));
+    Tensor x = flow::randn(c.input);
+    if (x.numel() > 4) {
+      x = x.clone();
+      x.view({-1}).slice(0, 0, 2).fill_(-inf);
+      x.view({-1}).slice(0, x.numel() - 1, x.numel()).fill_(nan);
+    }
+    for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
+      const Tensor input = x.to(dtype);
+      const std::vector<double> with_indices = flow::testing::values(max_pool_with_indices(input, c)[0]);
+      const std::vector<double> plain = flow::testing::values(flow::max_pool2d(input, c.kernel, c.stride, c.padding));
+      ASSERT_EQ(plain.size(), with_indices.size());
+      for (size_t i = 0; i < plain.size(); ++i) {
+        EXPECT_TRUE(plain[i] == with_indices[i] || (std::isnan(plain[i]) && std::isnan(with_indices[i])))
+            << "output " << i << ": " << plain[i] << " vs " << with_indices[i];
+      }
+    }
+  }
+  // A whole -inf window, alone in its plane (oneDNN alone would give the lowest finite value).
+  Tensor all_inf = flow::full({1, 1, 2, 2}, -inf);
+  EXPECT_EQ(flow::max_pool2d(all_inf, {2, 2}).item<float>(), -inf);
+  // With a gradient to take, the indices are there and the backward works.
+  Tensor y = flow::max_pool2d(flow::arange(16, flow::kFloat32).reshape({1, 1, 4, 4}).requires_grad_(), {2, 2});
+  EXPECT_EQ(y.tolist<float>(), (std::vector<float>{5, 7, 13, 15}));
+}

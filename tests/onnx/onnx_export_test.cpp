@@ -262,11 +262,16 @@ TEST_F(OnnxExportTest, ReadingMaxPoolIndicesIsAClearError) {
   EvalGraph graph(test_models::cnn());
   graph(flow::randn({2, 1, 28, 28}));
   flow::graph::InferenceExport exported = flow::graph::export_inference(graph);
-  // A second output that reads the first max-pool's indices.
+  // The export pools without indices (nothing reads them); turn the first pool back into one
+  // with indices and add a second output that reads them.
   auto& job = *exported.model.mutable_job();
   std::string pool;
-  for (const auto& node : job.nodes()) {
-    if (node.op() == "max_pool2d" && pool.empty()) pool = node.name();
+  for (auto& node : *job.mutable_nodes()) {
+    if (node.op() != "max_pool2d_inference" || !pool.empty()) continue;
+    pool = node.name();
+    node.set_op("max_pool2d");
+    *node.add_outputs() = node.outputs(0);
+    node.mutable_outputs(1)->set_dtype("int64");
   }
   ASSERT_FALSE(pool.empty());
   auto& output = *job.add_nodes();

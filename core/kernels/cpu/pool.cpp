@@ -10,16 +10,17 @@ namespace {
 
 int64_t plane_grain(const PoolGeometry& g) { return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in(), 1)); }
 
+// max_pool2d, or max_pool2d_inference (no indices output).
 void max_pool_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const PoolGeometry g = pool_geometry(x.shape(), ctx.outputs[0].shape(), ctx.attrs);
   FLOW_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&]<typename T>() {
     const T* in = static_cast<const T*>(x.data_ptr());
     T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
-    int64_t* indices = static_cast<int64_t*>(ctx.outputs[1].data_ptr());
+    int64_t* indices = ctx.outputs.size() > 1 ? static_cast<int64_t*>(ctx.outputs[1].data_ptr()) : nullptr;
     parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
-        max_pool_plane(g, in + plane * g.plane_in(), out + plane * g.plane_out(), indices + plane * g.plane_out());
+        max_pool_plane(g, in + plane * g.plane_in(), out + plane * g.plane_out(), indices ? indices + plane * g.plane_out() : nullptr);
       }
     });
   });
@@ -84,6 +85,7 @@ void avg_pool_kernel(KernelContext& ctx) {
 }
 
 FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCPU, {kFloat64}, max_pool_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d_inference", DeviceType::kCPU, {kFloat64}, max_pool_kernel);
 FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCPU, {kFloat64}, max_pool_grad_kernel);
 FLOW_REGISTER_KERNEL("avg_pool2d", DeviceType::kCPU, {kFloat64}, avg_pool_kernel<false>);
 FLOW_REGISTER_KERNEL("avg_pool2d_grad", DeviceType::kCPU, {kFloat64}, avg_pool_kernel<true>);

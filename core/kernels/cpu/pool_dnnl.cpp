@@ -6,10 +6,12 @@
 // of the first maximum inside the kernel window (ky * kw + kx), so the forward turns the
 // workspace into indices and the backward turns indices back into a workspace. oneDNN ignores
 // NaN and starts from the lowest finite value where flow propagates NaN and keeps -inf, so planes
-// where the two could differ are recomputed with the loops.
+// where the two could differ are recomputed with the loops. max_pool2d_inference (values only)
+// runs oneDNN's forward_inference, with no workspace to write or decode.
 #include <glog/logging.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -25,31 +27,34 @@ using Pair = std::vector<int64_t>;
 struct PoolKey {
   Dims src, dst, kernel, strides, padding;
   dnnl::algorithm algorithm;
-  auto tie() const { return std::tie(src, dst, kernel, strides, padding, algorithm); }
+  bool training;  // forward_training (with a workspace for max) and the backward, or forward_inference
+  auto tie() const { return std::tie(src, dst, kernel, strides, padding, algorithm, training); }
   bool operator<(const PoolKey& other) const { return tie() < other.tie(); }
 };
 
-PoolKey make_key(const Shape& x, const Shape& y, const Attrs& attrs, dnnl::algorithm algorithm) {
+PoolKey make_key(const Shape& x, const Shape& y, const Attrs& attrs, dnnl::algorithm algorithm, bool training = true) {
   const Pair &k = attrs.get<Pair>("kernel_size"), &s = attrs.get<Pair>("stride"), &p = attrs.get<Pair>("padding");
-  return {Dims(x.begin(), x.end()), Dims(y.begin(), y.end()), k, s, p, algorithm};
+  return {Dims(x.begin(), x.end()), Dims(y.begin(), y.end()), k, s, p, algorithm, training};
 }
 
 struct PoolPrimitives {
   dnnl::pooling_forward::primitive_desc forward;
-  dnnl::pooling_backward::primitive_desc backward;
   dnnl::pooling_forward forward_primitive;
+  // Training keys only.
+  dnnl::pooling_backward::primitive_desc backward;
   dnnl::pooling_backward backward_primitive;
 };
 
 // Symmetric padding: with floor division the last window never needs more on the right.
 PoolPrimitives make_primitives(const PoolKey& key, const memory::desc& src, const memory::desc& dst) {
-  dnnl::pooling_forward::desc forward(dnnl::prop_kind::forward_training, key.algorithm, src, dst, key.strides, key.kernel, key.padding,
-                                      key.padding);
+  const auto prop = key.training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+  dnnl::pooling_forward::desc forward(prop, key.algorithm, src, dst, key.strides, key.kernel, key.padding, key.padding);
   auto forward_pd = dnnl::pooling_forward::primitive_desc(forward, engine());
+  if (!key.training) return {forward_pd, dnnl::pooling_forward(forward_pd), {}, {}};
   dnnl::pooling_backward::desc backward(key.algorithm, forward_pd.src_desc(), forward_pd.dst_desc(), key.strides, key.kernel, key.padding,
                                         key.padding);
   auto backward_pd = dnnl::pooling_backward::primitive_desc(backward, engine(), forward_pd);
-  return {forward_pd, backward_pd, dnnl::pooling_forward(forward_pd), dnnl::pooling_backward(backward_pd)};
+  return {forward_pd, dnnl::pooling_forward(forward_pd), backward_pd, dnnl::pooling_backward(backward_pd)};
 }
 
 // On plain NCHW, oneDNN 2.6 has JIT pooling only with AVX-512; elsewhere it falls back to a
@@ -158,6 +163,40 @@ void max_pool_kernel(KernelContext& ctx) {
   });
 }
 
+// Whether a plane of oneDNN's output may differ from the loops': oneDNN skips NaN, and gives
+// the lowest finite value for a window of -inf only.
+bool needs_loops(const PoolGeometry& g, const float* src, const float* out) {
+  if (has_nan(src, g.plane_in())) return true;
+  bool lowest = false;
+  for (int64_t o = 0; o < g.plane_out(); ++o) lowest |= out[o] == std::numeric_limits<float>::lowest();
+  return lowest;
+}
+
+void max_pool_inference_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.inputs[0];
+  Tensor& y = ctx.outputs[0];
+  if (y.numel() == 0) return;
+  const PoolKey key = make_key(x.shape(), y.shape(), ctx.attrs, dnnl::algorithm::pooling_max, false);
+  PoolPrimitives& p = primitives(key);
+  dnnl::stream stream = stream_for_call();
+  Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
+  Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
+  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_DST, dst.inner}});
+  write_back(dst, stream);
+  stream.wait();
+
+  const PoolGeometry g = pool_geometry(x.shape(), y.shape(), ctx.attrs);
+  const float* in = x.data_ptr<float>();
+  float* out = y.data_ptr<float>();
+  parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const float* plane_src = in + plane * g.plane_in();
+      float* plane_out = out + plane * g.plane_out();
+      if (needs_loops(g, plane_src, plane_out)) max_pool_plane(g, plane_src, plane_out, static_cast<int64_t*>(nullptr));
+    }
+  });
+}
+
 void max_pool_grad_kernel(KernelContext& ctx) {
   const Tensor &grad = ctx.inputs[0], &indices = ctx.inputs[1];
   Tensor& grad_input = ctx.outputs[0];
@@ -212,6 +251,7 @@ void avg_pool_grad_kernel(KernelContext& ctx) {
 }
 
 FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCPU, {kFloat32}, max_pool_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d_inference", DeviceType::kCPU, {kFloat32}, max_pool_inference_kernel);
 FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCPU, {kFloat32}, max_pool_grad_kernel);
 FLOW_REGISTER_KERNEL("avg_pool2d", DeviceType::kCPU, {kFloat32}, avg_pool_kernel);
 FLOW_REGISTER_KERNEL("avg_pool2d_grad", DeviceType::kCPU, {kFloat32}, avg_pool_grad_kernel);

@@ -30,7 +30,8 @@ inline WindowRange window(int64_t o, int64_t stride, int64_t pad, int64_t kernel
   return {std::max<int64_t>(start, 0), std::min<int64_t>(start + kernel, size)};
 }
 
-// Max and first argmax (flat h*w index) of every window of one plane; NaN wins and stays.
+// Max and first argmax (flat h*w index; skipped when indices is null) of every window of one
+// plane; NaN wins and stays.
 template <typename T>
 void max_pool_plane(const PoolGeometry& g, const T* src, T* out, int64_t* indices) {
   for (int64_t y = 0; y < g.oh; ++y) {
@@ -49,7 +50,7 @@ void max_pool_plane(const PoolGeometry& g, const T* src, T* out, int64_t* indice
         }
       }
       out[y * g.ow + x0] = best;
-      indices[y * g.ow + x0] = best_index;
+      if (indices) indices[y * g.ow + x0] = best_index;
     }
   }
 }
