@@ -10,7 +10,7 @@
 namespace {
 
 void infer(benchmark::State& state, torch::nn::Sequential (*make_model)(), int64_t batch) {
-  torch::set_num_threads(static_cast<int>(state.range(0)));
+  bench::set_torch_threads(static_cast<int>(state.range(0)));
   torch::manual_seed(0);
   torch::nn::Sequential model = make_model();
   model->eval();

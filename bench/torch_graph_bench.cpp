@@ -22,7 +22,7 @@ torch::nn::Sequential layer_norm_mlp() {
 }
 
 void train_steps(benchmark::State& state, torch::nn::Sequential (*make_model)(), int64_t batch) {
-  torch::set_num_threads(static_cast<int>(state.range(0)));
+  bench::set_torch_threads(static_cast<int>(state.range(0)));
   torch::manual_seed(0);
   torch::nn::Sequential model = make_model();
   const auto x = torch::rand({batch, 1, 28, 28}), y = torch::randint(0, 10, {batch});

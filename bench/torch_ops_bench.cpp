@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 
 #include "bench/bench_cases.h"
+#include "bench/torch_models.h"
 
 namespace {
 
@@ -48,7 +49,7 @@ BENCHMARK(bench::BM_memcpy)->Arg(1 << 24)->Unit(benchmark::kMicrosecond)->UseRea
 BENCHMARK(bench::BM_memcpy_threads)->Arg(1 << 24)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 int main(int argc, char** argv) {
-  torch::set_num_threads(bench::bench_threads());
+  bench::set_torch_threads(bench::bench_threads());
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   return 0;

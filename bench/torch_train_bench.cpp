@@ -7,7 +7,7 @@
 namespace {
 
 void train_steps(benchmark::State& state, torch::nn::Sequential model) {
-  torch::set_num_threads(static_cast<int>(state.range(0)));
+  bench::set_torch_threads(static_cast<int>(state.range(0)));
   torch::manual_seed(0);
   const auto x = torch::rand({64, 1, 28, 28}), y = torch::randint(0, 10, {64});
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(1e-3));
