@@ -62,6 +62,29 @@ TEST(Unary, MatchesDoubleReferenceOnShapesAndViews) {
   }
 }
 
+TEST(Unary, GeluFloat32KeepsRelativeAccuracyInTheTails) {
+  // float32 GELU evaluates 1 + erf as erfc without cancellation, so its relative error stays
+  // small where the value is tiny (1 + erf in float32 would round to 0 below x = -6 or so).
+  std::vector<float> xs;
+  for (int i = -1000; i <= 1000; ++i) xs.push_back(static_cast<float>(i) * 0.01f);
+  const Tensor x = flow::tensor<float>(xs);
+  const std::vector<float> y = flow::gelu(x).tolist<float>();
+  const Tensor grad = flow::ones({static_cast<int64_t>(xs.size())});
+  const std::vector<float> dy = flow::apply_one(flow::find_op("gelu_grad"), {grad, x}, flow::Attrs().set("approximate", std::string("none"))).tolist<float>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double v = xs[i], cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+    const double expected = v * cdf, expected_grad = cdf + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
+    if (std::abs(expected) > 1e-30) EXPECT_NEAR(y[i] / expected, 1.0, 2e-5) << "gelu(" << v << ")";
+    EXPECT_NEAR(dy[i], expected_grad, 1e-6) << "gelu'(" << v << ")";
+  }
+  EXPECT_LT(flow::gelu(flow::tensor<float>({-8.0f})).item<float>(), 0.0f);  // not rounded to 0
+  const std::vector<float> special = flow::gelu(flow::tensor<float>({NAN, INFINITY, -100.0f, 100.0f})).tolist<float>();
+  EXPECT_TRUE(std::isnan(special[0]));
+  EXPECT_EQ(special[1], INFINITY);
+  EXPECT_EQ(special[2], 0.0f);
+  EXPECT_EQ(special[3], 100.0f);
+}
+
 TEST(Unary, IntegerInputs) {
   auto i = flow::tensor<int64_t>({-3, 0, 4});
   EXPECT_EQ(flow::neg(i).tolist<int64_t>(), (std::vector<int64_t>{3, 0, -4}));

@@ -137,7 +137,9 @@ void run_step(const CompiledStep<T>& step, const T* a, const T* b, T* out, int64
     case Code::kSigmoid: return map1(a, out, n, [](T x) { return math::sigmoid(x); });
     case Code::kRelu: return map1(a, out, n, [](T x) { return math::relu(x); });
     case Code::kSilu: return map1(a, out, n, [](T x) { return math::silu(x); });
-    case Code::kGelu: return map1(a, out, n, [&](T x) { return math::gelu(x, step.tanh_form); });
+    case Code::kGelu:  // the form chosen outside the loop, which then vectorises
+      if (step.tanh_form) return map1(a, out, n, [](T x) { return math::gelu(x, true); });
+      return map1(a, out, n, [](T x) { return math::gelu(x, false); });
     case Code::kClamp: return map1(a, out, n, [&](T x) { return math::clamp(x, step.lo, step.hi); });
     case Code::kAddScalar: return map1(a, out, n, [s](T x) { return static_cast<T>(x + s); });
     case Code::kSubScalar: return map1(a, out, n, [s](T x) { return static_cast<T>(x - s); });
@@ -155,7 +157,9 @@ void run_step(const CompiledStep<T>& step, const T* a, const T* b, T* out, int64
     case Code::kMaximum: return map2(a, b, out, n, [](T x, T y) { return math::max_of(x, y); });
     case Code::kMinimum: return map2(a, b, out, n, [](T x, T y) { return math::min_of(x, y); });
     case Code::kReluGrad: return map2(a, b, out, n, [](T g, T y) { return math::relu_grad(g, y); });
-    case Code::kGeluGrad: return map2(a, b, out, n, [&](T g, T x) { return g * math::gelu_derivative(x, step.tanh_form); });
+    case Code::kGeluGrad:
+      if (step.tanh_form) return map2(a, b, out, n, [](T g, T x) { return g * math::gelu_derivative(x, true); });
+      return map2(a, b, out, n, [](T g, T x) { return g * math::gelu_derivative(x, false); });
   }
 }
 
