@@ -163,6 +163,17 @@ void max_pool_kernel(KernelContext& ctx) {
   });
 }
 
+// y = pool(x) by the key's forward primitive, for pooling that needs no workspace.
+void run_forward(const PoolKey& key, const Tensor& x, Tensor& y) {
+  PoolPrimitives& p = primitives(key);
+  dnnl::stream stream = stream_for_call();
+  Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
+  Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
+  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_DST, dst.inner}});
+  write_back(dst, stream);
+  stream.wait();
+}
+
 // Whether a plane of oneDNN's output may differ from the loops': oneDNN skips NaN, and gives
 // the lowest finite value for a window of -inf only.
 bool needs_loops(const PoolGeometry& g, const float* src, const float* out) {
@@ -176,15 +187,7 @@ void max_pool_inference_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
-  const PoolKey key = make_key(x.shape(), y.shape(), ctx.attrs, dnnl::algorithm::pooling_max, false);
-  PoolPrimitives& p = primitives(key);
-  dnnl::stream stream = stream_for_call();
-  Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
-  Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
-  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_DST, dst.inner}});
-  write_back(dst, stream);
-  stream.wait();
-
+  run_forward(make_key(x.shape(), y.shape(), ctx.attrs, dnnl::algorithm::pooling_max, false), x, y);
   const PoolGeometry g = pool_geometry(x.shape(), y.shape(), ctx.attrs);
   const float* in = x.data_ptr<float>();
   float* out = y.data_ptr<float>();
@@ -226,14 +229,7 @@ void avg_pool_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
-  const PoolKey key = make_key(x.shape(), y.shape(), ctx.attrs, dnnl::algorithm::pooling_avg_include_padding);
-  PoolPrimitives& p = primitives(key);
-  dnnl::stream stream = stream_for_call();
-  Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
-  Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
-  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_DST, dst.inner}});
-  write_back(dst, stream);
-  stream.wait();
+  run_forward(make_key(x.shape(), y.shape(), ctx.attrs, dnnl::algorithm::pooling_avg_include_padding), x, y);
 }
 
 void avg_pool_grad_kernel(KernelContext& ctx) {
