@@ -5,7 +5,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace bench {
@@ -14,6 +16,13 @@ namespace bench {
 inline int bench_threads() {
   const char* env = std::getenv("FLOW_BENCH_THREADS");
   return env ? std::atoi(env) : 2;
+}
+
+// A case run at 1 and 2 threads (state.range(0)), timed by the wall clock: the shape of the
+// training and inference cases, whose flow and libtorch twins scripts/compare_bench.py pairs.
+template <typename Fn>
+void register_threaded(const std::string& name, benchmark::TimeUnit unit, Fn&& fn) {
+  benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))->Arg(1)->Arg(2)->Unit(unit)->UseRealTime();
 }
 
 inline void matmul_counters(benchmark::State& state, int64_t m, int64_t k, int64_t n) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "autograd/grad_mode.h"
+#include "bench/bench_cases.h"
 #include "bench/bench_models.h"
 #include "bench/predict_graph.h"
 #include "core/flow.h"
@@ -56,22 +57,16 @@ void register_cases() {
     for (const int64_t batch : {1, 64}) {
       for (const auto& [mode, label] : {std::pair{Mode::kLite, "lite"}, std::pair{Mode::kGraph, "graph"}, std::pair{Mode::kEager, "eager"}}) {
         const std::string name = std::string(model.name) + "_b" + std::to_string(batch) + "/" + label;
-        benchmark::RegisterBenchmark(name.c_str(), [model, batch, mode = mode](benchmark::State& state) { infer(state, model.make, batch, mode); })
-            ->Arg(1)
-            ->Arg(2)
-            ->Unit(benchmark::kMicrosecond)
-            ->UseRealTime();
+        bench::register_threaded(name, benchmark::kMicrosecond,
+                                 [model, batch, mode = mode](benchmark::State& state) { infer(state, model.make, batch, mode); });
       }
     }
   }
 }
 
+// Registered while the program starts, as BENCHMARK() does.
+[[maybe_unused]] const bool registered = (register_cases(), true);
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  register_cases();
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+BENCHMARK_MAIN();

@@ -7,6 +7,7 @@
 //   ln_b32:   6 Linear layers of width 256 with LayerNorm and GELU between them, batch 32
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_cases.h"
 #include "bench/bench_models.h"
 #include "core/flow.h"
 #include "graph/graph.h"
@@ -76,19 +77,15 @@ void register_cases() {
                              Model{"ln_b32", layer_norm_mlp, 32}}) {
     for (const bool graph : {false, true}) {
       const std::string name = std::string(model.name) + (graph ? "/graph" : "/eager");
-      benchmark::RegisterBenchmark(name.c_str(), [model, graph](benchmark::State& state) {
-        train_steps(state, model.make, model.batch, graph);
-      })->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+      bench::register_threaded(name, benchmark::kMillisecond,
+                               [model, graph](benchmark::State& state) { train_steps(state, model.make, model.batch, graph); });
     }
   }
 }
 
+// Registered while the program starts, as BENCHMARK() does.
+[[maybe_unused]] const bool registered = (register_cases(), true);
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  register_cases();
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+BENCHMARK_MAIN();

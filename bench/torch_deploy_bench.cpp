@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "bench/bench_cases.h"
 #include "bench/torch_models.h"
 
 namespace {
@@ -28,21 +29,15 @@ void register_cases() {
   for (const Model& model : {Model{"cnn", bench::torch_cnn}, Model{"mlp", bench::torch_mlp}}) {
     for (const int64_t batch : {1, 64}) {
       const std::string name = std::string(model.name) + "_b" + std::to_string(batch) + "/torch";
-      benchmark::RegisterBenchmark(name.c_str(), [model, batch](benchmark::State& state) { infer(state, model.make, batch); })
-          ->Arg(1)
-          ->Arg(2)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+      bench::register_threaded(name, benchmark::kMicrosecond,
+                               [model, batch](benchmark::State& state) { infer(state, model.make, batch); });
     }
   }
 }
 
+// Registered while the program starts, as BENCHMARK() does.
+[[maybe_unused]] const bool registered = (register_cases(), true);
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  register_cases();
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+BENCHMARK_MAIN();

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "bench/bench_cases.h"
 #include "bench/torch_models.h"
 
 namespace {
@@ -45,20 +46,14 @@ void register_cases() {
   for (const Model& model : {Model{"mlp_b64", bench::torch_mlp, 64}, Model{"mlp_b8", bench::torch_mlp, 8}, Model{"cnn_b64", bench::torch_cnn, 64},
                              Model{"ln_b32", layer_norm_mlp, 32}}) {
     const std::string name = std::string(model.name) + "/torch";
-    benchmark::RegisterBenchmark(name.c_str(), [model](benchmark::State& state) { train_steps(state, model.make, model.batch); })
-        ->Arg(1)
-        ->Arg(2)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+    bench::register_threaded(name, benchmark::kMillisecond,
+                             [model](benchmark::State& state) { train_steps(state, model.make, model.batch); });
   }
 }
 
+// Registered while the program starts, as BENCHMARK() does.
+[[maybe_unused]] const bool registered = (register_cases(), true);
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  register_cases();
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+BENCHMARK_MAIN();
