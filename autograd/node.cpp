@@ -13,11 +13,11 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 class SavedContext final : public VjpContext {
  public:
   SavedContext(const TensorList& grads, const Attrs& attrs, std::vector<bool> needs, const std::string& op,
-               const std::shared_ptr<Node>& owner, const std::vector<SavedTensor>& inputs,
+               std::shared_ptr<Node> owner, const std::vector<SavedTensor>& inputs,
                const std::vector<SavedTensor>& outputs, const std::vector<TensorMeta>& input_metas)
       : VjpContext(grads, attrs, std::move(needs)),
         op_(op),
-        owner_(owner),
+        owner_(std::move(owner)),
         inputs_(inputs),
         outputs_(outputs),
         input_metas_(input_metas) {}
@@ -27,7 +27,8 @@ class SavedContext final : public VjpContext {
 
  private:
   const std::string& op_;
-  const std::shared_ptr<Node>& owner_;
+  // Held by value: the caller passes the temporary shared_from_this().
+  std::shared_ptr<Node> owner_;
   const std::vector<SavedTensor>& inputs_;
   const std::vector<SavedTensor>& outputs_;
   const std::vector<TensorMeta>& input_metas_;

@@ -1,15 +1,36 @@
 #include "core/shape.h"
 
+#include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
 
 namespace flow {
 
+namespace {
+// Product of dims, or nullopt when it overflows int64 (a zero dimension makes any product of the
+// others harmless).
+std::optional<int64_t> checked_product(const std::vector<int64_t>& dims, int64_t factor) {
+  int64_t n = factor;
+  bool overflow = false;
+  for (int64_t d : dims) overflow |= __builtin_mul_overflow(n, d, &n);
+  if (!overflow) return n;
+  if (factor == 0 || std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;
+  return std::nullopt;
+}
+}  // namespace
+
 int64_t Shape::numel() const {
-  int64_t n = 1;
-  for (int64_t d : dims_) n *= d;
-  return n;
+  const std::optional<int64_t> n = checked_product(dims_, 1);
+  if (!n) fail("shape", str(), " has more elements than int64 can count");
+  return *n;
+}
+
+int64_t Shape::nbytes(size_t element_size, const char* op) const {
+  const std::optional<int64_t> n = checked_product(dims_, static_cast<int64_t>(element_size));
+  if (!n) fail(op, "shape ", str(), " of ", element_size, "-byte elements has more bytes than int64 can count");
+  return *n;
 }
 
 std::string Shape::str() const {

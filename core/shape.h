@@ -21,7 +21,12 @@ class Shape {
   bool empty() const { return dims_.empty(); }
   int64_t operator[](size_t i) const { return dims_[i]; }
   int64_t& operator[](size_t i) { return dims_[i]; }
+  // Element count; throws flow::Error when the product overflows int64 (a shape read from a
+  // request or a file may be anything, and a wrapped count would pass every later size check).
   int64_t numel() const;
+  // Bytes of numel() elements of `element_size` bytes each, with the same overflow check; errors
+  // name `op`.
+  int64_t nbytes(size_t element_size, const char* op = "shape") const;
   const std::vector<int64_t>& vec() const { return dims_; }
   auto begin() const { return dims_.begin(); }
   auto end() const { return dims_.end(); }

@@ -82,7 +82,7 @@ Tensor make_tensor(const Shape& shape, DType dtype, Device device) {
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   impl->device = device;
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * itemsize(dtype), device);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.nbytes(itemsize(dtype))), device);
   return Tensor(std::move(impl));
 }
 

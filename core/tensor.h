@@ -50,7 +50,7 @@ class Tensor {
   int64_t dim() const { return shape().ndim(); }
   int64_t numel() const { return shape().numel(); }
   // Bytes the elements take (numel * itemsize), as PyTorch's Tensor.nbytes.
-  int64_t nbytes() const { return numel() * static_cast<int64_t>(itemsize(dtype())); }
+  int64_t nbytes() const { return shape().nbytes(itemsize(dtype())); }
   const Strides& strides() const { return checked().strides; }
   int64_t stride(int64_t dim) const;
   int64_t storage_offset() const { return checked().offset; }

@@ -45,6 +45,7 @@ Attrs source_attrs(const char* op, const Shape& shape, DType dtype, const Tensor
   for (int64_t d : shape) {
     if (d < 0) fail(op, "negative dimension in shape ", shape);
   }
+  shape.nbytes(itemsize(dtype), op);
   return Attrs().set("shape", shape).set("dtype", dtype).set("device", options.device_);
 }
 
