@@ -28,6 +28,9 @@ int64_t Shape::numel() const {
 }
 
 int64_t Shape::nbytes(size_t element_size, const char* op) const {
+  for (int64_t d : dims_) {
+    if (d < 0) fail(op, "negative dimension in shape ", str());
+  }
   const std::optional<int64_t> n = checked_product(dims_, static_cast<int64_t>(element_size));
   if (!n) fail(op, "shape ", str(), " of ", element_size, "-byte elements has more bytes than int64 can count");
   return *n;

@@ -24,8 +24,9 @@ class Shape {
   // Element count; throws flow::Error when the product overflows int64 (a shape read from a
   // request or a file may be anything, and a wrapped count would pass every later size check).
   int64_t numel() const;
-  // Bytes of numel() elements of `element_size` bytes each, with the same overflow check; errors
-  // name `op`.
+  // Bytes of a tensor of this shape with `element_size`-byte elements: throws flow::Error naming
+  // `op` for a negative dimension or a count that overflows int64. Check a shape from outside
+  // with it before allocating.
   int64_t nbytes(size_t element_size, const char* op = "shape") const;
   const std::vector<int64_t>& vec() const { return dims_; }
   auto begin() const { return dims_.begin(); }

@@ -75,14 +75,11 @@ FLOW_INSTANTIATE_ACCESSORS(uint64_t)
 
 Tensor make_tensor(const Shape& shape, DType dtype, Device device) {
   auto impl = std::make_shared<TensorImpl>();
-  for (int64_t d : shape) {
-    if (d < 0) fail("tensor", "negative dimension in shape ", shape);
-  }
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   impl->device = device;
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.nbytes(itemsize(dtype))), device);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.nbytes(itemsize(dtype), "tensor")), device);
   return Tensor(std::move(impl));
 }
 

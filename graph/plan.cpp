@@ -13,7 +13,7 @@ constexpr int64_t kAlignment = 64;
 
 int64_t buffer_bytes(const proto::TensorDesc& desc) {
   const TensorMeta meta = meta_of(desc);
-  const int64_t bytes = meta.shape.numel() * static_cast<int64_t>(itemsize(meta.dtype));
+  const int64_t bytes = meta.shape.nbytes(itemsize(meta.dtype), "plan");
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 

@@ -100,11 +100,17 @@ int flow_lite_model_run(const flow_lite_model* model, const flow_lite_tensor* in
     for (size_t i = 0; i < num_inputs; ++i) {
       const flow_lite_tensor& in = inputs[i];
       if (in.dtype == nullptr || (in.ndim > 0 && in.shape == nullptr)) return failed("[oneflow_lite] input " + std::to_string(i) + ": null dtype or shape");
-      flow::Tensor t = flow::make_tensor(flow::Shape(std::vector<int64_t>(in.shape, in.shape + in.ndim)), flow::dtype_from_name(in.dtype), flow::Device("cpu"));
-      if (static_cast<size_t>(t.nbytes()) != in.nbytes) {
-        return failed("[oneflow_lite] input " + std::to_string(i) + ": " + std::to_string(in.nbytes) + " bytes for a tensor of " +
-                      std::to_string(t.nbytes()));
+      if (in.ndim < 0) return failed("[oneflow_lite] input " + std::to_string(i) + ": negative ndim " + std::to_string(in.ndim));
+      const flow::Shape shape(std::vector<int64_t>(in.shape, in.shape + in.ndim));
+      const flow::DType dtype = flow::dtype_from_name(in.dtype);
+      // The byte count is compared before anything is allocated: the shape is the caller's word only.
+      const int64_t nbytes = shape.nbytes(flow::itemsize(dtype), "oneflow_lite");
+      if (static_cast<uint64_t>(nbytes) != in.nbytes) {
+        return failed("[oneflow_lite] input " + std::to_string(i) + ": " + std::to_string(in.nbytes) + " bytes for a tensor of shape " +
+                      shape.str() + " " + in.dtype + ", which needs " + std::to_string(nbytes));
       }
+      if (in.nbytes > 0 && in.data == nullptr) return failed("[oneflow_lite] input " + std::to_string(i) + ": null data");
+      flow::Tensor t = flow::make_tensor(shape, dtype, flow::Device("cpu"));
       if (in.nbytes > 0) std::memcpy(t.data_ptr(), in.data, in.nbytes);
       given.push_back(std::move(t));
     }

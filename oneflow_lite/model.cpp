@@ -1,5 +1,6 @@
 #include "oneflow_lite/model.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -34,6 +35,7 @@ std::string meta_str(const TensorMeta& meta) { return shape_str(meta.shape.vec()
 // values numbered so that a run is a walk over a vector.
 struct Program {
   struct Step {
+    std::string node;
     const OpDef* op = nullptr;
     Attrs attrs;
     std::vector<int> inputs;
@@ -76,6 +78,10 @@ struct Model::Impl {
   }
   std::shared_ptr<const Program> program(int64_t batch) const;
   std::shared_ptr<const Program> make_program(int64_t batch) const;
+  // Checks one node of the Job and adds its values (and its step) to the program.
+  void add_node(proto::Node& node, int64_t batch, bool rebatch, Program& program, std::map<std::string, int>& value_ids,
+                std::map<std::string, TensorMeta>& metas, std::map<int64_t, int>& input_of_index,
+                std::map<int64_t, int>& output_of_index) const;
   std::unique_ptr<Arena> take_arena(int64_t batch, const Program& program) const;
   void give_back(int64_t batch, std::unique_ptr<Arena> arena) const;
 };
@@ -103,7 +109,95 @@ std::vector<TensorSpec> specs_of(const google::protobuf::RepeatedPtrField<proto:
   return out;
 }
 
+// Throws a flow::Error with the message parts; the caller adds the file and the node.
+template <typename... Args>
+[[noreturn]] void reject(const Args&... args) {
+  throw Error(detail::concat(args...));
+}
+
+// The node's "index" attribute (inputs and outputs of the Job), checked.
+int64_t io_index(const proto::Node& node, size_t count) {
+  auto index = node.attrs().find("index");
+  if (index == node.attrs().end() || index->second.value_case() != proto::AttrValue::kI) reject("has no integer 'index' attribute");
+  if (index->second.i() < 0 || index->second.i() >= static_cast<int64_t>(count)) {
+    reject("index ", index->second.i(), " is out of range for ", count, " model ", node.op(), "s");
+  }
+  return index->second.i();
+}
+
 }  // namespace
+
+void Model::Impl::add_node(proto::Node& node, int64_t batch, bool rebatch, Program& program, std::map<std::string, int>& value_ids,
+                           std::map<std::string, TensorMeta>& metas, std::map<int64_t, int>& input_of_index,
+                           std::map<int64_t, int>& output_of_index) const {
+  const std::string& name = node.name();
+  auto add_value = [&](int index, const TensorMeta& meta) {
+    const std::string value = graph::value_name(name, index);
+    if (!value_ids.emplace(value, program.num_values).second) reject("a second node is named '", name, "'");
+    metas[value] = meta;
+    return program.num_values++;
+  };
+  if (node.op() == kOutputOp) {
+    if (node.inputs_size() != 1 || !value_ids.count(node.inputs(0))) reject("reads an unknown value");
+    if (!output_of_index.emplace(io_index(node, outputs.size()), value_ids.at(node.inputs(0))).second) reject("a second node for the same output");
+    return;
+  }
+  if (node.op() == kInputOp || node.op() == kConstantOp) {
+    if (node.outputs_size() != 1) reject("must have one output");
+    if (node.op() == kInputOp && rebatch) {
+      if (node.outputs(0).shape_size() == 0) reject("a dynamic batch needs an input of rank >= 1");
+      node.mutable_outputs(0)->set_shape(0, batch);
+    }
+    const int id = add_value(0, graph::meta_of(node.outputs(0)));
+    if (node.op() == kInputOp) {
+      if (!input_of_index.emplace(io_index(node, inputs.size()), id).second) reject("a second node for the same input");
+    } else {
+      auto weight = weights.find(name);
+      if (weight == weights.end()) reject("missing weight '", name, "' in weights.safetensors");
+      program.constants.emplace_back(id, weight->second);
+    }
+    return;
+  }
+  const OpDef* op = nullptr;
+  try {
+    op = &find_op(node.op());
+  } catch (const Error&) {
+    reject("unknown op '", node.op(), "': this build of oneflow_lite does not have it");
+  }
+  Program::Step step;
+  step.node = name;
+  step.op = op;
+  step.attrs = graph::attrs_of(node);
+  std::vector<TensorMeta> in_metas;
+  for (const auto& input : node.inputs()) {
+    if (!value_ids.count(input)) reject("reads an unknown value '", input, "'");
+    step.inputs.push_back(value_ids.at(input));
+    in_metas.push_back(metas.at(input));
+  }
+  try {
+    step.out_metas = op->infer(in_metas, step.attrs);
+  } catch (const Error& e) {
+    reject("does not accept its inputs at batch ", batch, ": ", e.what());
+  }
+  if (static_cast<int>(step.out_metas.size()) != node.outputs_size()) reject("has a wrong output count");
+  if (!op->view) {
+    const DType dtype = op->dispatch_dtype(in_metas, step.out_metas);
+    const Device device = step.out_metas.empty() ? in_metas.at(0).device : step.out_metas[0].device;
+    if (!op->kernels.count({device.type, dtype})) {
+      reject("op '", node.op(), "' has no kernel for ", dtype_name(dtype), " on ", device.str(), " in this build");
+    }
+  }
+  for (int j = 0; j < node.outputs_size(); ++j) {
+    const TensorMeta& meta = step.out_metas[j];
+    const TensorMeta recorded = graph::meta_of(node.outputs(j));
+    if (!rebatch && !(recorded.shape == meta.shape && recorded.dtype == meta.dtype && recorded.device == meta.device)) {
+      reject("records output ", meta_str(recorded), " but its op infers ", meta_str(meta));
+    }
+    *node.mutable_outputs(j) = graph::describe(meta);
+    step.outputs.push_back(add_value(j, meta));
+  }
+  program.steps.push_back(std::move(step));
+}
 
 std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
   proto::Job job = exported.job();
@@ -123,69 +217,14 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
   std::map<std::string, int> value_ids;
   std::map<std::string, TensorMeta> metas;
   std::map<int64_t, int> input_of_index, output_of_index;
+  // Every check below rejects a damaged file here, at load, with the node named; a third-party
+  // exception (protobuf, oneDNN, the standard library) becomes a flow::Error too.
   for (auto& node : *job.mutable_nodes()) {
-    const std::string& name = node.name();
-    if (node.op() == kOutputOp) {
-      if (node.inputs_size() != 1 || !value_ids.count(node.inputs(0))) invalid("output node '", name, "' reads an unknown value");
-      output_of_index[node.attrs().at("index").i()] = value_ids.at(node.inputs(0));
-      continue;
-    }
-    if (node.op() == kInputOp || node.op() == kConstantOp) {
-      if (node.outputs_size() != 1) invalid("node '", name, "' must have one output");
-      if (node.op() == kInputOp && rebatch) node.mutable_outputs(0)->set_shape(0, batch);
-      const std::string value = graph::value_name(name, 0);
-      metas[value] = graph::meta_of(node.outputs(0));
-      value_ids[value] = program->num_values++;
-      if (node.op() == kInputOp) {
-        input_of_index[node.attrs().at("index").i()] = value_ids[value];
-      } else {
-        auto weight = weights.find(name);
-        if (weight == weights.end()) invalid("missing weight '", name, "' in weights.safetensors");
-        program->constants.emplace_back(value_ids[value], weight->second);
-      }
-      continue;
-    }
-    const OpDef* op = nullptr;
     try {
-      op = &find_op(node.op());
-    } catch (const Error&) {
-      invalid("unknown op '", node.op(), "' (node '", name, "'): this build of oneflow_lite does not have it");
+      add_node(node, batch, rebatch, *program, value_ids, metas, input_of_index, output_of_index);
+    } catch (const std::exception& e) {
+      invalid("model.pb: node '", node.name(), "' (", node.op(), "): ", e.what());
     }
-    Program::Step step;
-    step.op = op;
-    step.attrs = graph::attrs_of(node);
-    std::vector<TensorMeta> in_metas;
-    for (const auto& input : node.inputs()) {
-      if (!value_ids.count(input)) invalid("node '", name, "' reads an unknown value '", input, "'");
-      step.inputs.push_back(value_ids.at(input));
-      in_metas.push_back(metas.at(input));
-    }
-    try {
-      step.out_metas = op->infer(in_metas, step.attrs);
-    } catch (const Error& e) {
-      invalid("node '", name, "' does not accept its inputs at batch ", batch, ": ", e.what());
-    }
-    if (static_cast<int>(step.out_metas.size()) != node.outputs_size()) invalid("node '", name, "' has a wrong output count");
-    if (!op->view) {
-      const DType dtype = op->dispatch_dtype(in_metas, step.out_metas);
-      const Device device = step.out_metas.empty() ? in_metas.at(0).device : step.out_metas[0].device;
-      if (!op->kernels.count({device.type, dtype})) {
-        invalid("op '", node.op(), "' has no kernel for ", dtype_name(dtype), " on ", device.str(), " in this build");
-      }
-    }
-    for (int j = 0; j < node.outputs_size(); ++j) {
-      const TensorMeta& meta = step.out_metas[j];
-      const TensorMeta recorded = graph::meta_of(node.outputs(j));
-      if (!rebatch && !(recorded.shape == meta.shape && recorded.dtype == meta.dtype && recorded.device == meta.device)) {
-        invalid("node '", name, "' records output ", meta_str(recorded), " but its op infers ", meta_str(meta));
-      }
-      *node.mutable_outputs(j) = graph::describe(meta);
-      const std::string value = graph::value_name(name, j);
-      metas[value] = meta;
-      value_ids[value] = program->num_values++;
-      step.outputs.push_back(value_ids[value]);
-    }
-    program->steps.push_back(std::move(step));
   }
   for (int64_t i = 0; i < static_cast<int64_t>(inputs.size()); ++i) {
     if (!input_of_index.count(i)) invalid("the Job has no node for input ", i);
@@ -196,7 +235,11 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
     program->output_values.push_back(output_of_index.at(i));
   }
 
-  program->plan = graph::make_plan(job);
+  try {
+    program->plan = graph::make_plan(job);
+  } catch (const std::exception& e) {
+    invalid("model.pb: cannot plan the memory of the Job at batch ", batch, ": ", e.what());
+  }
   for (const auto& [device, bytes] : program->plan.block_bytes) program->planned_bytes += bytes;
   size_t step_index = 0;
   for (const auto& node : job.nodes()) {
@@ -257,11 +300,20 @@ std::shared_ptr<const Model> Model::load(const std::string& dir) {
   auto impl = std::make_unique<Impl>();
   impl->dir = dir;
   impl->exported = read_exported(dir);
-  impl->inputs = specs_of(impl->exported.inputs());
-  impl->outputs = specs_of(impl->exported.outputs());
+  try {
+    impl->inputs = specs_of(impl->exported.inputs());
+    impl->outputs = specs_of(impl->exported.outputs());
+  } catch (const std::exception& e) {
+    impl->invalid("model.pb: input/output specs: ", e.what());
+  }
   std::map<int64_t, Device> input_devices;
   for (const auto& node : impl->exported.job().nodes()) {
-    if (node.op() == kInputOp && node.outputs_size() == 1) input_devices[node.attrs().at("index").i()] = Device(node.outputs(0).device());
+    if (node.op() != kInputOp || node.outputs_size() != 1) continue;
+    try {
+      input_devices[io_index(node, impl->inputs.size())] = Device(node.outputs(0).device());
+    } catch (const std::exception& e) {
+      impl->invalid("model.pb: node '", node.name(), "' (input): ", e.what());
+    }
   }
   for (const auto& [index, device] : input_devices) impl->input_devices.push_back(device);
   if (impl->input_devices.size() != impl->inputs.size()) impl->invalid("the Job's input nodes do not match its ", impl->inputs.size(), " inputs");
@@ -270,13 +322,19 @@ std::shared_ptr<const Model> Model::load(const std::string& dir) {
   StateDict weights;
   try {
     weights = flow::load(weights_path);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     impl->invalid("weights.safetensors: ", e.what());
   }
   for (const auto& node : impl->exported.job().nodes()) {
     if (node.op() != kConstantOp) continue;
     if (!weights.contains(node.name())) impl->invalid("missing weight '", node.name(), "' in weights.safetensors");
-    const TensorMeta expected = graph::meta_of(node.outputs(0));
+    if (node.outputs_size() != 1) impl->invalid("model.pb: node '", node.name(), "' (constant): must have one output");
+    TensorMeta expected;
+    try {
+      expected = graph::meta_of(node.outputs(0));
+    } catch (const std::exception& e) {
+      impl->invalid("model.pb: node '", node.name(), "' (constant): ", e.what());
+    }
     const Tensor& weight = weights.at(node.name());
     if (!(weight.shape() == expected.shape) || weight.dtype() != expected.dtype) {
       impl->invalid("weight '", node.name(), "' is ", shape_str(weight.shape().vec()), " ", dtype_name(weight.dtype()), " but the model expects ",
@@ -286,7 +344,29 @@ std::shared_ptr<const Model> Model::load(const std::string& dir) {
   }
   // Checks every op, kernel and meta now, and plans the exported batch size once.
   impl->program(impl->exported.batch_size());
-  return std::shared_ptr<const Model>(new Model(std::move(impl)));
+  auto model = std::shared_ptr<const Model>(new Model(std::move(impl)));
+  model->check_by_running();
+  return model;
+}
+
+void Model::check_by_running() const {
+  // A trial run on zeros at the exported batch size: a kernel that refuses its node's attributes
+  // (a oneDNN primitive that cannot be created, say) is then reported at load, not at the first
+  // request.
+  TensorList zeros;
+  for (size_t i = 0; i < inputs().size(); ++i) {
+    std::vector<int64_t> dims = inputs()[i].shape;
+    if (!dims.empty() && dims[0] == -1) dims[0] = exported_batch();
+    // Zero bytes, not flow::zeros: storage-only dtypes (uint16, ...) have no fill kernel.
+    Tensor zero = make_tensor(Shape(dims), inputs()[i].dtype, kCPU);
+    std::memset(zero.data_ptr(), 0, static_cast<size_t>(zero.nbytes()));
+    zeros.push_back(zero.to(impl_->input_devices.at(i)));
+  }
+  try {
+    run(zeros);
+  } catch (const std::exception& e) {
+    impl_->invalid("a trial run on zeros fails: ", e.what());
+  }
 }
 
 const std::string& Model::name() const { return impl_->exported.name(); }
@@ -345,7 +425,14 @@ TensorList Model::run(const TensorList& given) const {
         outputs.push_back(planned[j].defined() ? planned[j] : make_tensor(step.out_metas[j].shape, step.out_metas[j].dtype, step.out_metas[j].device));
       }
     }
-    TensorList results = execute_op(*step.op, inputs, step.attrs, step.out_metas, std::move(outputs));
+    TensorList results;
+    try {
+      results = execute_op(*step.op, inputs, step.attrs, step.out_metas, std::move(outputs));
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail("oneflow_lite", "model '", name(), "': node '", step.node, "' (", step.op->name, "): ", e.what());
+    }
     for (size_t j = 0; j < results.size(); ++j) values[step.outputs[j]] = std::move(results[j]);
   }
   TensorList results;

@@ -22,8 +22,10 @@ struct TensorSpec {
 class Model {
  public:
   // Loads an export directory. Throws flow::Error("[oneflow_lite] <dir>: <what is wrong>") for a
-  // missing or corrupt file, a format version this build does not read, an unknown op, an op
-  // without a kernel for the device, or a missing or mis-sized weight.
+  // missing or corrupt file, a format version this build does not read, an unknown op, a node
+  // its op's checks reject (arity, ranks, attributes; the node is named), an op without a kernel
+  // for the device, or a missing or mis-sized weight. A trial run on zeros at the exported batch
+  // size makes a kernel's refusal a load error too: a model that loads runs.
   static std::shared_ptr<const Model> load(const std::string& dir);
   ~Model();
   Model(const Model&) = delete;
@@ -47,6 +49,7 @@ class Model {
  private:
   struct Impl;
   explicit Model(std::unique_ptr<Impl> impl);
+  void check_by_running() const;
   std::unique_ptr<Impl> impl_;
 };
 

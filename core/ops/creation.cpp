@@ -42,9 +42,6 @@ const OpDef& kRandint = random_source_op("randint", {"low", "high", "seed", "off
 const OpDef& kRandperm = random_source_op("randperm", {"seed", "offset"});
 
 Attrs source_attrs(const char* op, const Shape& shape, DType dtype, const TensorOptions& options) {
-  for (int64_t d : shape) {
-    if (d < 0) fail(op, "negative dimension in shape ", shape);
-  }
   shape.nbytes(itemsize(dtype), op);
   return Attrs().set("shape", shape).set("dtype", dtype).set("device", options.device_);
 }

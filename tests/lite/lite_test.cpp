@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <thread>
 
@@ -307,7 +308,48 @@ TEST_F(LiteTest, CApiRunsTheModel) {
   input.nbytes = 4;
   EXPECT_EQ(flow_lite_model_run(handle, &input, 1, &outputs, &num_outputs), -1);
   EXPECT_NE(std::string(flow_lite_last_error()).find("4 bytes for a tensor of"), std::string::npos);
+
+  // Shapes whose element count wraps modulo 2^64, or that would need more memory than exists, are
+  // refused by their byte count before anything is allocated or run.
+  const auto refuses = [&](std::vector<int64_t> dims, size_t nbytes, const std::string& message) {
+    flow_lite_tensor bad{"float32", static_cast<int64_t>(dims.size()), dims.data(), x.data_ptr(), nbytes};
+    EXPECT_EQ(flow_lite_model_run(handle, &bad, 1, &outputs, &num_outputs), -1) << flow::Shape(dims);
+    EXPECT_NE(std::string(flow_lite_last_error()).find(message), std::string::npos) << flow_lite_last_error();
+  };
+  refuses({(int64_t{1} << 61) + 1, 1, 28, 28}, 3136, "more bytes than int64 can count");
+  refuses({int64_t{1} << 40, 1, 28, 28}, 3136, "3136 bytes for a tensor of shape (1099511627776,1,28,28) float32, which needs");
+  refuses({-1, 1, 28, 28}, 3136, "negative dimension");
   flow_lite_model_free(handle);
+}
+
+// Damaged model.pb files are refused at load with the node named, never crash.
+TEST_F(LiteLoadErrors, DamagedNodesAreRefusedAtLoad) {
+  const auto refused = [&](const std::function<void(flow::graph::proto::Node&)>& damage, const std::string& kind,
+                           const std::string& message) {
+    auto model = exported_;
+    std::string damaged;
+    for (auto& node : *model.mutable_job()->mutable_nodes()) {
+      const bool is_op = node.op() != "input" && node.op() != "constant" && node.op() != "output";
+      if (node.op() == kind || (kind == "op" && is_op) || (kind == "op with attrs" && is_op && node.attrs_size() > 0)) {
+        damage(node);
+        damaged = node.name();
+        break;
+      }
+    }
+    ASSERT_FALSE(damaged.empty()) << kind;
+    write_model(model);
+    EXPECT_THROW_MSG(flow::lite::Model::load(dir()), "node '" + damaged + "'");
+    EXPECT_THROW_MSG(flow::lite::Model::load(dir()), message);
+  };
+  refused([](auto& node) { node.mutable_attrs()->erase("index"); }, "input", "has no integer 'index' attribute");
+  refused([](auto& node) { (*node.mutable_attrs())["index"].set_i(5); }, "output", "index 5 is out of range for 1 model outputs");
+  refused([](auto& node) { node.mutable_outputs(0)->set_dtype("float33"); }, "input", "unknown dtype name 'float33'");
+  refused([](auto& node) { node.mutable_outputs(0)->set_device("cuda:x"); }, "input", "invalid device string");
+  refused([](auto& node) { node.clear_inputs(); }, "op", "expects");
+  refused([](auto& node) { node.add_inputs(node.inputs(0)); node.add_inputs(node.inputs(0)); node.add_inputs(node.inputs(0)); }, "op",
+          "expects");
+  refused([](auto& node) { for (auto& [name, value] : *node.mutable_attrs()) value.set_s("garbage"); }, "op with attrs", "has another type");
+  refused([&](auto& node) { node.set_name(exported_.job().nodes(0).name()); }, "op", "a second node is named");
 }
 
 }  // namespace
