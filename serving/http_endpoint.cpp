@@ -11,8 +11,6 @@
 namespace flow::serving {
 namespace {
 
-constexpr const char* kMethods[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
-
 // Keep-alive connections serve this many requests before they are closed.
 constexpr size_t kKeepAliveMaxRequests = 1000;
 
@@ -20,10 +18,12 @@ void add_route(httplib::Server& server, const std::string& method, const std::st
                httplib::Server::Handler handler) {
   if (method == "GET") server.Get(pattern, std::move(handler));
   if (method == "POST") server.Post(pattern, std::move(handler));
-  if (method == "PUT") server.Put(pattern, std::move(handler));
-  if (method == "PATCH") server.Patch(pattern, std::move(handler));
-  if (method == "DELETE") server.Delete(pattern, std::move(handler));
-  if (method == "OPTIONS") server.Options(pattern, std::move(handler));
+}
+
+// Whether the request's body is still unread on the connection.
+bool has_body(const httplib::Request& request) {
+  return request.has_header("Transfer-Encoding") ||
+         (request.has_header("Content-Length") && request.get_header_value("Content-Length") != "0");
 }
 
 }  // namespace
@@ -45,15 +45,34 @@ HttpEndpoint::HttpEndpoint(HttpOptions options)
   server_->set_tcp_nodelay(true);
   // httplib's default socket options set SO_REUSEPORT, which would let a second server share the
   // port silently: a port another server holds must be an error.
-  server_->set_socket_options([](httplib::socket_t socket) {
+  server_->set_socket_options([](int socket) {
     const int on = 1;
     setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+  });
+  // 404 and 405 are answered before httplib reads a body: it would wait for one a request with
+  // no Content-Length never sends.
+  server_->set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
+    for (const Route& route : routes_) {
+      if (!std::regex_match(request.path, route.pattern)) continue;
+      if (route.methods.count(request.method) || (request.method == "HEAD" && route.methods.count("GET"))) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      std::string allow;
+      for (const std::string& method : route.methods) allow += (allow.empty() ? "" : ", ") + method;
+      response.set_header("Allow", allow);
+      send_error(response, 405, "[serving] method " + request.method + " not allowed on " + request.path);
+      break;
+    }
+    if (response.status != 405) send_error(response, 404, "[serving] no such path: " + request.method + " " + request.path);
+    // A body left unread would be taken for the next request.
+    if (has_body(request)) response.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
   });
   // Statuses that httplib sets itself (404, 413, 400, ...) get the same JSON body as ours.
   server_->set_error_handler([](const httplib::Request& request, httplib::Response& response) {
     if (!response.body.empty()) return;
-    const std::string what = response.status == 404 ? "no such path" : "HTTP status " + std::to_string(response.status);
-    send_error(response, response.status, "[serving] " + what + ": " + request.method + " " + request.path);
+    send_error(response, response.status,
+               "[serving] HTTP status " + std::to_string(response.status) + ": " + request.method + " " + request.path);
   });
   server_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
@@ -73,22 +92,13 @@ HttpEndpoint::HttpEndpoint(HttpOptions options)
 HttpEndpoint::~HttpEndpoint() { stop(); }
 
 void HttpEndpoint::route(const std::string& method, const std::string& pattern, Handler handler) {
-  methods_[pattern].insert(method);
+  auto known = std::find_if(routes_.begin(), routes_.end(), [&](const Route& route) { return route.text == pattern; });
+  if (known == routes_.end()) known = routes_.insert(routes_.end(), Route{pattern, std::regex(pattern), {}});
+  known->methods.insert(method);
   add_route(*server_, method, pattern, std::move(handler));
 }
 
 void HttpEndpoint::start() {
-  for (const auto& [pattern, routed] : methods_) {
-    std::string allow;
-    for (const std::string& method : routed) allow += (allow.empty() ? "" : ", ") + method;
-    for (const char* method : kMethods) {
-      if (routed.count(method)) continue;
-      add_route(*server_, method, pattern, [allow](const httplib::Request& request, httplib::Response& response) {
-        response.set_header("Allow", allow);
-        send_error(response, 405, "[serving] method " + request.method + " not allowed on " + request.path);
-      });
-    }
-  }
   listener_ = std::thread([this] {
     server_->listen_after_bind();
     listener_done_ = true;

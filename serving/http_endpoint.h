@@ -8,11 +8,12 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
-#include <map>
 #include <memory>
+#include <regex>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace httplib {
 class Server;
@@ -42,7 +43,7 @@ class HttpEndpoint {
   HttpEndpoint(const HttpEndpoint&) = delete;
   HttpEndpoint& operator=(const HttpEndpoint&) = delete;
 
-  // Answers `method` ("GET", "POST") requests whose whole path matches the regular expression
+  // Answers `method` ("GET" or "POST") requests whose whole path matches the regular expression
   // `pattern` (its groups in request.matches). Before start() only.
   void route(const std::string& method, const std::string& pattern, Handler handler);
   // Starts accepting connections on a thread of its own.
@@ -56,7 +57,12 @@ class HttpEndpoint {
  private:
   const HttpOptions options_;
   std::unique_ptr<httplib::Server> server_;
-  std::map<std::string, std::set<std::string>> methods_;  // pattern -> methods routed
+  struct Route {
+    std::string text;
+    std::regex pattern;
+    std::set<std::string> methods;
+  };
+  std::vector<Route> routes_;
   int port_ = 0;
   std::thread listener_;
   std::atomic<bool> listener_done_{false};

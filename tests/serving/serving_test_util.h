@@ -19,6 +19,7 @@
 
 #include "core/functional.h"
 #include "graph/export.h"
+#include "nn/conv_norm.h"
 #include "nn/modules.h"
 #include "serving/client.h"
 #include "serving/metrics_text.h"
