@@ -26,7 +26,8 @@ struct ModelMetrics {
   prometheus::Counter* exec_count = nullptr;       // model runs (a merged batch counts once)
   prometheus::Counter* request_duration_us = nullptr;
   prometheus::Counter* queue_duration_us = nullptr;
-  // Copying the request's tensors out of the message and merging the batch.
+  // Decoding the request's tensors out of the message (for REST, parsing its JSON too) and
+  // merging the batch.
   prometheus::Counter* compute_input_duration_us = nullptr;
   prometheus::Counter* compute_infer_duration_us = nullptr;  // the model run
   // Splitting the batch's outputs and writing the request's into its response.
