@@ -74,7 +74,8 @@ flow::serving::ServerOptions parse_args(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kernel-threads", kernel_threads,
                  "threads of the CPU kernels, shared by all models (default: all cores)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->default_str("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
