@@ -24,7 +24,7 @@ done
 
 serve() {  # repository, grpc port
   # shellcheck disable=SC2086
-  "$build/serving/flow_serve" --model-repository "$1" --address 127.0.0.1 --grpc-port "$2" --metrics-port "$(($2 + 1))" \
+  "$build/serving/flow_serve" --model-repository "$1" --address 127.0.0.1 --grpc-port "$2" --metrics-port "$(($2 + 1))" --http-port -1 \
     --repository-poll-secs 0 ${FLOW_SERVE_ARGS:-} > "$work/serve_$2.log" 2>&1 &
   for _ in $(seq 100); do
     "$build/serving/flow_client" --url "127.0.0.1:$2" ready > /dev/null 2>&1 && return 0

@@ -17,79 +17,93 @@ std::string spec_names(const Specs& specs) {
   return names;
 }
 
-std::string shape_str(const google::protobuf::RepeatedField<int64_t>& shape) {
-  return Shape(shape.begin(), shape.end()).str();
+// A request's shape for a message: a shape of any rank may arrive, the message stays short.
+std::string shape_text(const std::vector<int64_t>& dims) {
+  constexpr size_t kShown = 8;
+  if (dims.size() <= kShown) return Shape(dims).str();
+  std::string text = "(";
+  for (size_t d = 0; d < kShown; ++d) text += std::to_string(dims[d]) + ",";
+  return text + "... " + std::to_string(dims.size()) + " dimensions)";
 }
 
-// The shape must have the spec's rank and match it in every dimension but a -1 one.
-void check_shape(const inference::ModelInferRequest::InferInputTensor& input, const lite::TensorSpec& spec,
-                 const std::string& what) {
-  bool ok = input.shape_size() == static_cast<int>(spec.shape.size());
-  for (int d = 0; ok && d < input.shape_size(); ++d) {
-    const int64_t expected = spec.shape[static_cast<size_t>(d)];
-    ok = expected == -1 ? input.shape(d) >= 1 : input.shape(d) == expected;
+// The shape must have the spec's rank and match it in every dimension; -1 in the spec takes any
+// size >= 1. The message names the first dimension that does not fit and why.
+void check_shape(const RequestInput& input, const lite::TensorSpec& spec, const std::string& what) {
+  const Shape expected(spec.shape);
+  if (input.shape.size() != spec.shape.size()) {
+    fail_status(StatusCode::INVALID_ARGUMENT, what, ": shape ", shape_text(input.shape), " has ", input.shape.size(),
+                " dimensions, the model's ", expected.str(), " has ", spec.shape.size());
   }
-  if (!ok) {
-    fail_status(StatusCode::INVALID_ARGUMENT, what, ": expected shape ", Shape(spec.shape).str(), " (-1: any size), got ",
-                shape_str(input.shape()));
+  for (size_t d = 0; d < spec.shape.size(); ++d) {
+    const int64_t got = input.shape[d];
+    const int64_t want = spec.shape[d];
+    if (want == -1 && got < 1) {
+      fail_status(StatusCode::INVALID_ARGUMENT, what, ": dimension ", d, " of shape ", shape_text(input.shape), " is ",
+                  got, "; it is variable in the model's shape ", expected.str(), " and must be at least 1");
+    }
+    if (want != -1 && got != want) {
+      fail_status(StatusCode::INVALID_ARGUMENT, what, ": dimension ", d, " of shape ", shape_text(input.shape), " is ",
+                  got, "; the model's shape ", expected.str(), " needs ", want);
+    }
   }
 }
 
-Tensor tensor_from_bytes(const std::string& bytes, const Shape& shape, DType dtype, const std::string& what) {
+// The input's data as a tensor of `shape`: the byte count (overflow-checked) is compared with
+// the data before the tensor is allocated.
+Tensor input_tensor(const RequestInput& input, const Shape& shape, DType dtype, const std::string& what) {
+  int64_t nbytes = 0;
+  try {
+    nbytes = shape.nbytes(itemsize(dtype), "serving");
+  } catch (const Error&) {
+    fail_status(StatusCode::INVALID_ARGUMENT, what, ": shape ", shape.str(), " of ", input.datatype,
+                " has more bytes than int64 can count");
+  }
+  std::string typed_bytes;
+  std::string_view bytes;
+  if (input.raw) {
+    bytes = *input.raw;
+  } else {
+    try {
+      typed_bytes = input.typed(dtype, shape.numel(), what);
+    } catch (const ServingError&) {
+      throw;
+    } catch (const Error& error) {
+      throw ServingError(StatusCode::INVALID_ARGUMENT, error.what());
+    }
+    bytes = typed_bytes;
+  }
+  if (bytes.size() != static_cast<uint64_t>(nbytes)) {
+    fail_status(StatusCode::INVALID_ARGUMENT, what, ": shape ", shape.str(), " of ", input.datatype, " needs ", nbytes,
+                " bytes, got ", bytes.size());
+  }
   Tensor tensor = make_tensor(shape, dtype, kCPU);
-  const size_t expected = static_cast<size_t>(shape.numel()) * itemsize(dtype);
-  if (bytes.size() != expected) {
-    fail_status(StatusCode::INVALID_ARGUMENT, what, ": shape ", shape.str(), " of ", kserve_datatype(dtype), " needs ",
-                expected, " bytes, got ", bytes.size());
-  }
-  if (expected > 0) std::memcpy(tensor.data_ptr(), bytes.data(), expected);
+  if (nbytes > 0) std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
   return tensor;
 }
 
 }  // namespace
 
-DecodedRequest decode_infer_request(const inference::ModelInferRequest& request, const lite::Model& model,
+DecodedRequest decode_infer_request(const std::vector<RequestInput>& inputs,
+                                    const std::vector<std::string>& requested_outputs, const lite::Model& model,
                                     const std::string& model_label, int64_t max_batch_size) {
   const auto& specs = model.inputs();
-  const bool raw = request.raw_input_contents_size() > 0;
-  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
-    fail_status(StatusCode::INVALID_ARGUMENT, model_label, ": ", request.inputs_size(), " inputs but ",
-                request.raw_input_contents_size(), " raw_input_contents");
-  }
-
   DecodedRequest decoded;
   decoded.inputs.resize(specs.size());
-  for (int i = 0; i < request.inputs_size(); ++i) {
-    const auto& input = request.inputs(i);
-    const std::string what = model_label + ", input '" + input.name() + "'";
+  for (const RequestInput& input : inputs) {
+    const std::string what = model_label + ", input '" + input.name + "'";
     size_t index = 0;
-    while (index < specs.size() && specs[index].name != input.name()) ++index;
+    while (index < specs.size() && specs[index].name != input.name) ++index;
     if (index == specs.size()) {
       fail_status(StatusCode::INVALID_ARGUMENT, what, ": no such input (inputs: ", spec_names(specs), ")");
     }
     if (decoded.inputs[index].defined()) fail_status(StatusCode::INVALID_ARGUMENT, what, ": given twice");
     const lite::TensorSpec& spec = specs[index];
-    if (input.datatype() != kserve_datatype(spec.dtype)) {
+    if (input.datatype != kserve_datatype(spec.dtype)) {
       fail_status(StatusCode::INVALID_ARGUMENT, what, ": expected datatype ", kserve_datatype(spec.dtype), ", got '",
-                  input.datatype(), "'");
+                  input.datatype, "'");
     }
     check_shape(input, spec, what);
-    const Shape shape(input.shape().begin(), input.shape().end());
-    if (raw && input.has_contents()) {
-      fail_status(StatusCode::INVALID_ARGUMENT, what, ": typed contents in a request using raw_input_contents");
-    }
-    if (raw) {
-      decoded.inputs[index] = tensor_from_bytes(request.raw_input_contents(i), shape, spec.dtype, what);
-    } else {
-      try {
-        decoded.inputs[index] = tensor_from_bytes(
-            typed_contents_to_raw(input.contents(), spec.dtype, shape.numel(), what), shape, spec.dtype, what);
-      } catch (const ServingError&) {
-        throw;
-      } catch (const Error& error) {
-        throw ServingError(StatusCode::INVALID_ARGUMENT, error.what());
-      }
-    }
+    decoded.inputs[index] = input_tensor(input, Shape(input.shape), spec.dtype, what);
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     if (!decoded.inputs[i].defined()) {
@@ -112,11 +126,11 @@ DecodedRequest decode_infer_request(const inference::ModelInferRequest& request,
   }
 
   const auto& output_specs = model.outputs();
-  for (const auto& requested : request.outputs()) {
+  for (const std::string& requested : requested_outputs) {
     size_t index = 0;
-    while (index < output_specs.size() && output_specs[index].name != requested.name()) ++index;
+    while (index < output_specs.size() && output_specs[index].name != requested) ++index;
     if (index == output_specs.size()) {
-      fail_status(StatusCode::INVALID_ARGUMENT, model_label, ", output '", requested.name(),
+      fail_status(StatusCode::INVALID_ARGUMENT, model_label, ", output '", requested,
                   "': no such output (outputs: ", spec_names(output_specs), ")");
     }
     decoded.outputs.push_back(index);
@@ -127,17 +141,18 @@ DecodedRequest decode_infer_request(const inference::ModelInferRequest& request,
   return decoded;
 }
 
-void encode_infer_outputs(const lite::Model& model, const TensorList& outputs, const std::vector<size_t>& selected,
-                          inference::ModelInferResponse& response) {
+std::string_view ResponseOutput::bytes() const {
+  return {static_cast<const char*>(tensor.data_ptr()), static_cast<size_t>(tensor.numel()) * itemsize(tensor.dtype())};
+}
+
+std::vector<ResponseOutput> select_outputs(const lite::Model& model, const TensorList& outputs,
+                                           const std::vector<size_t>& selected) {
+  std::vector<ResponseOutput> answer;
   for (size_t index : selected) {
-    const Tensor tensor = outputs[index].cpu().contiguous();
-    auto* output = response.add_outputs();
-    output->set_name(model.outputs()[index].name);
-    output->set_datatype(kserve_datatype(tensor.dtype()));
-    for (int64_t dim : tensor.shape()) output->add_shape(dim);
-    const size_t nbytes = static_cast<size_t>(tensor.numel()) * itemsize(tensor.dtype());
-    response.add_raw_output_contents()->assign(static_cast<const char*>(tensor.data_ptr()), nbytes);
+    Tensor tensor = outputs[index].cpu().contiguous();
+    answer.push_back({model.outputs()[index].name, kserve_datatype(tensor.dtype()), std::move(tensor)});
   }
+  return answer;
 }
 
 }  // namespace flow::serving

@@ -1,8 +1,10 @@
-// flow_serve: serves a model repository over the KServe v2 gRPC protocol.
-//   flow_serve --model-repository <dir> [--grpc-port 8001] [--metrics-port 8002] ...
+// flow_serve: serves a model repository over the KServe v2 protocol, gRPC and REST.
+//   flow_serve --model-repository <dir> [--grpc-port 8001] [--http-port 8000] [--metrics-port 8002] ...
 // SIGTERM or SIGINT shut it down gracefully.
 #include <glog/logging.h>
 #include <unistd.h>
+
+#include <CLI/CLI.hpp>
 
 #include <cerrno>
 #include <csignal>
@@ -44,57 +46,45 @@ int wait_for_stop_signal() {
   return byte;
 }
 
-constexpr const char* kUsage = R"(usage: flow_serve --model-repository <dir> [options]
-  --grpc-port N               gRPC port (default 8001; 0: any free port)
-  --metrics-port N            Prometheus metrics port (default 8002; 0: any free port; -1: off)
-  --address ADDR              address to listen on (default 0.0.0.0)
-  --max-message-mb N          largest request/response message in MiB (default 512)
-  --repository-poll-secs S    rescan the repository for new versions every S seconds (default 5; 0: off)
-  --shutdown-timeout-secs S   how long SIGTERM waits for in-flight requests (default 30)
-  --kernel-threads N          threads of the CPU kernels, shared by all models (default: all cores)
-)";
-
-[[noreturn]] void usage_error(const std::string& message) {
-  std::cerr << "flow_serve: " << message << "\n" << kUsage;
-  std::exit(2);
-}
-
+// The command line; exits with CLI11's usage message for --help or a bad flag.
 flow::serving::ServerOptions parse_args(int argc, char** argv) {
   flow::serving::ServerOptions options;
-  options.repository_poll_interval = std::chrono::seconds(5);
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    }
-    if (i + 1 >= argc) usage_error("missing value for " + flag);
-    const std::string value = argv[++i];
-    try {
-      if (flag == "--model-repository") {
-        options.model_repository = value;
-      } else if (flag == "--grpc-port") {
-        options.grpc_port = std::stoi(value);
-      } else if (flag == "--metrics-port") {
-        options.metrics_port = std::stoi(value);
-      } else if (flag == "--address") {
-        options.address = value;
-      } else if (flag == "--max-message-mb") {
-        options.max_message_bytes = std::stoi(value) << 20;
-      } else if (flag == "--repository-poll-secs") {
-        options.repository_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(std::stod(value) * 1000));
-      } else if (flag == "--shutdown-timeout-secs") {
-        options.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::stod(value) * 1000));
-      } else if (flag == "--kernel-threads") {
-        flow::set_num_threads(std::stoi(value));
-      } else {
-        usage_error("unknown option " + flag);
-      }
-    } catch (const std::logic_error&) {
-      usage_error("bad value '" + value + "' for " + flag);
-    }
+  double poll_secs = 5;
+  double shutdown_secs = 30;
+  int max_message_mb = options.max_message_bytes >> 20;
+  int kernel_threads = 0;
+  CLI::App app("flow_serve: serves a model repository over the KServe v2 protocol (gRPC and REST)");
+  app.option_defaults()->always_capture_default();
+  app.add_option("--model-repository", options.model_repository, "model repository directory")->required();
+  app.add_option("--grpc-port", options.grpc_port, "gRPC port (0: any free port)")->check(CLI::Range(0, 65535));
+  app.add_option("--http-port", options.http_port, "KServe v2 REST port (0: any free port; -1: off)")
+      ->check(CLI::Range(-1, 65535));
+  app.add_option("--metrics-port", options.metrics_port,
+                 "Prometheus metrics port (0: any free port; -1: off; the --http-port: served there)")
+      ->check(CLI::Range(-1, 65535));
+  app.add_option("--address", options.address, "address every endpoint listens on");
+  app.add_option("--http-thread-count", options.http_threads,
+                 "threads of each HTTP server; every open connection holds one")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--max-message-mb", max_message_mb, "largest gRPC message or HTTP body in MiB")
+      ->check(CLI::Range(1, 2047));
+  app.add_option("--repository-poll-secs", poll_secs, "rescan the repository for new versions every S seconds (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--shutdown-timeout-secs", shutdown_secs, "how long SIGTERM waits for in-flight requests")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kernel-threads", kernel_threads,
+                 "threads of the CPU kernels, shared by all models (default: all cores)")
+      ->check(CLI::PositiveNumber)
+      ->default_str("");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    std::exit(app.exit(error));
   }
-  if (options.model_repository.empty()) usage_error("--model-repository is required");
+  options.max_message_bytes = max_message_mb << 20;
+  options.repository_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(poll_secs * 1000));
+  options.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(shutdown_secs * 1000));
+  if (kernel_threads > 0) flow::set_num_threads(kernel_threads);
   return options;
 }
 
@@ -110,7 +100,7 @@ int main(int argc, char** argv) {
   try {
     flow::serving::Server server(options);
     std::cout << "flow_serve: gRPC port " << server.grpc_port() << ", metrics port " << server.metrics_port()
-              << std::endl;
+              << ", HTTP port " << server.http_port() << std::endl;
     const int signal = wait_for_stop_signal();
     LOG(INFO) << "[serving] signal " << signal << ": shutting down";
     // The drain honours the timeout; a model run that never returns must not keep the process.

@@ -6,22 +6,35 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include <array>
 #include <memory>
 #include <string>
 
 namespace flow::serving {
 
-// The counters (and the pending-requests gauge) of one model version. Durations are cumulative microseconds, as in Triton;
-// queue and compute durations add, per request, the time its batch waited and ran.
+// Why a request failed: Triton's `reason` label of nv_inference_request_failure.
+enum class FailureReason { kRejected, kCanceled, kBackend, kOther };
+inline constexpr std::array<const char*, 4> kFailureReasonNames{"REJECTED", "CANCELED", "BACKEND", "OTHER"};
+
+// The counters (and the pending-requests gauge) of one model version. Durations are cumulative
+// microseconds of successful requests, as in Triton; a request counts the whole time of the batch
+// it ran in for queue, compute input, compute infer and compute output.
 struct ModelMetrics {
   prometheus::Counter* request_success = nullptr;
-  prometheus::Counter* request_failure = nullptr;
+  std::array<prometheus::Counter*, 4> request_failure{};  // by FailureReason
   prometheus::Counter* inference_count = nullptr;  // rows (batch elements) inferred
   prometheus::Counter* exec_count = nullptr;       // model runs (a merged batch counts once)
   prometheus::Counter* request_duration_us = nullptr;
   prometheus::Counter* queue_duration_us = nullptr;
-  prometheus::Counter* compute_infer_duration_us = nullptr;
+  // Decoding the request's tensors out of the message (for REST, parsing its JSON too) and
+  // merging the batch.
+  prometheus::Counter* compute_input_duration_us = nullptr;
+  prometheus::Counter* compute_infer_duration_us = nullptr;  // the model run
+  // Splitting the batch's outputs and writing the request's into its response.
+  prometheus::Counter* compute_output_duration_us = nullptr;
   prometheus::Gauge* pending_request_count = nullptr;  // requests queued, not yet running
+
+  void count_failure(FailureReason reason) const { request_failure[static_cast<size_t>(reason)]->Increment(); }
 };
 
 class Metrics {
@@ -39,7 +52,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& exec_count_;
   prometheus::Family<prometheus::Counter>& request_duration_us_;
   prometheus::Family<prometheus::Counter>& queue_duration_us_;
+  prometheus::Family<prometheus::Counter>& compute_input_duration_us_;
   prometheus::Family<prometheus::Counter>& compute_infer_duration_us_;
+  prometheus::Family<prometheus::Counter>& compute_output_duration_us_;
   prometheus::Family<prometheus::Gauge>& pending_request_count_;
 };
 

@@ -138,35 +138,40 @@ void Scheduler::run(Batch batch) {
 
   TensorList outputs;
   grpc::Status status;
+  Clock::duration input{}, compute{};
+  int64_t rows = 0;
+  for (const auto& job : batch) rows += job->batch;
   try {
     TensorList inputs = batch.front()->inputs;
     if (batch.size() > 1) {
-      int64_t rows = 0;
-      for (const auto& job : batch) rows += job->batch;
       for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = concat_rows(batch, i);
-      outputs = model_->run(inputs);
+    }
+    const Clock::time_point run_start = Clock::now();
+    input = run_start - start;
+    outputs = model_->run(inputs);
+    compute = Clock::now() - run_start;
+    if (batch.size() > 1) {
       for (const Tensor& output : outputs) {
         if (output.dim() == 0 || output.size(0) != rows) fail("serving", "an output does not have the batch's ", rows, " rows");
       }
-    } else {
-      outputs = model_->run(inputs);
     }
   } catch (const std::exception& error) {
     status = grpc::Status(grpc::StatusCode::INTERNAL, model_label_ + ": the model failed: " + error.what());
   }
-  const Clock::duration compute = Clock::now() - start;
   if (status.ok() && options_.on_execution) options_.on_execution();
 
   int64_t offset = 0;
   for (auto& job : batch) {
-    const JobTimes times{start - job->enqueued, compute};
+    JobTimes times{start - job->enqueued, input, compute, {}};
     if (!status.ok() || batch.size() == 1) {
       job->done(status, outputs, times);
       continue;
     }
+    const Clock::time_point split_start = Clock::now();
     TensorList own(outputs.size());
     for (size_t i = 0; i < outputs.size(); ++i) own[i] = outputs[i].narrow(0, offset, job->batch);
     offset += job->batch;
+    times.output = Clock::now() - split_start;
     job->done(status, own, times);
   }
 }

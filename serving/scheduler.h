@@ -23,7 +23,9 @@ using Clock = std::chrono::steady_clock;
 
 struct JobTimes {
   Clock::duration queue{};    // from submit to the start of its batch
+  Clock::duration input{};    // merging its batch's inputs
   Clock::duration compute{};  // the model run of its batch
+  Clock::duration output{};   // splitting its batch's outputs
 };
 
 // One request waiting for an instance.

@@ -6,9 +6,17 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "serving/inference_service.h"
-#include "serving/metrics_endpoint.h"
+#include "serving/http_endpoint.h"
+#include "serving/rest_service.h"
 
 namespace flow::serving {
+namespace {
+
+// The service name a gRPC health check may ask about besides "" (the whole server).
+constexpr const char* kInferenceServiceName = "inference.GRPCInferenceService";
+
+}  // namespace
+
 Server::Server(ServerOptions options)
     : options_(std::move(options)), repository_(options_.model_repository, metrics_) {
   const int failures = repository_.poll();
@@ -30,14 +38,32 @@ Server::Server(ServerOptions options)
   if (!grpc_server_ || grpc_port_ == 0) {
     fail("serving", "cannot listen for gRPC on ", options_.address, ":", options_.grpc_port);
   }
+  grpc_server_->GetHealthCheckService()->SetServingStatus(kInferenceServiceName, true);
   grpc_server_->GetHealthCheckService()->SetServingStatus(true);
 
-  if (options_.metrics_port >= 0) {
-    metrics_endpoint_ = std::make_unique<MetricsEndpoint>(options_.address, options_.metrics_port, metrics_.registry());
-    metrics_port_ = metrics_endpoint_->port();
+  HttpOptions http;
+  http.address = options_.address;
+  http.threads = options_.http_threads;
+  http.max_body_bytes = static_cast<size_t>(options_.max_message_bytes);
+  const bool shared_port = options_.http_port > 0 && options_.http_port == options_.metrics_port;
+  if (options_.http_port >= 0) {
+    http.port = options_.http_port;
+    http_endpoint_ = std::make_unique<HttpEndpoint>(http);
+    add_kserve_routes(*http_endpoint_, repository_, tracker_);
+    if (shared_port) add_metrics_route(*http_endpoint_, metrics_.registry());
+    http_port_ = http_endpoint_->port();
   }
+  if (options_.metrics_port >= 0 && !shared_port) {
+    http.port = options_.metrics_port;
+    metrics_endpoint_ = std::make_unique<HttpEndpoint>(http);
+    add_metrics_route(*metrics_endpoint_, metrics_.registry());
+  }
+  metrics_port_ = shared_port ? http_port_ : metrics_endpoint_ ? metrics_endpoint_->port() : -1;
+  if (http_endpoint_) http_endpoint_->start();
+  if (metrics_endpoint_) metrics_endpoint_->start();
   if (options_.repository_poll_interval.count() > 0) poller_ = std::thread([this] { poll_loop(); });
-  LOG(INFO) << "[serving] gRPC on " << options_.address << ":" << grpc_port_ << ", metrics on port " << metrics_port_;
+  LOG(INFO) << "[serving] gRPC on " << options_.address << ":" << grpc_port_ << ", HTTP on port " << http_port_
+            << ", metrics on port " << metrics_port_;
 }
 
 Server::~Server() { shutdown(); }
@@ -71,8 +97,9 @@ void Server::shutdown() {
   // Every inference request has ended (or the timeout passed): cancel whatever else is open now
   // rather than wait for clients to close their connections.
   grpc_server_->Shutdown(std::chrono::system_clock::now());
+  if (http_endpoint_) http_endpoint_->stop();
   repository_.clear();
-  metrics_endpoint_.reset();
+  if (metrics_endpoint_) metrics_endpoint_->stop();
   {
     std::lock_guard lock(mutex_);
     stopped_ = true;

@@ -1,6 +1,7 @@
 #pragma once
 // flow_serve's server: the model repository, the KServe v2 gRPC service with gRPC health and
-// reflection, and the Prometheus metrics endpoint.
+// reflection, the KServe v2 REST endpoint and the Prometheus metrics endpoint (one HTTP server
+// for both when they are given the same port).
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -20,14 +21,18 @@ class Server;
 namespace flow::serving {
 
 class InferenceService;
-class MetricsEndpoint;
+class HttpEndpoint;
 
 struct ServerOptions {
   std::string model_repository;
-  std::string address = "0.0.0.0";  // of both the gRPC and the metrics endpoint
+  std::string address = "0.0.0.0";  // of every endpoint
   int grpc_port = 8001;              // 0: any free port (see Server::grpc_port())
-  int metrics_port = 8002;           // 0: any free port; -1: no metrics endpoint
-  // Largest request or response message; the default carries 256 MiB tensors with room to spare.
+  int http_port = 8000;              // KServe v2 REST; 0: any free port; -1: none
+  int metrics_port = 8002;           // 0: any free port; -1: none; http_port's: served by that server
+  // Threads of each HTTP server: each open connection holds one while it lasts.
+  int http_threads = 8;
+  // Largest request or response message (gRPC) or request body (HTTP); the default carries
+  // 256 MiB tensors with room to spare.
   int max_message_bytes = 512 << 20;
   // How often the repository is rescanned for new versions; 0: only at start-up.
   std::chrono::milliseconds repository_poll_interval{0};
@@ -45,7 +50,8 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int grpc_port() const { return grpc_port_; }
-  int metrics_port() const { return metrics_port_; }
+  int http_port() const { return http_port_; }        // -1: none
+  int metrics_port() const { return metrics_port_; }  // -1: none
   ModelRepository& repository() { return repository_; }
   // Inference requests admitted and not yet answered.
   int64_t in_flight() const { return tracker_.in_flight(); }
@@ -68,8 +74,10 @@ class Server {
   RequestTracker tracker_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
+  std::unique_ptr<HttpEndpoint> http_endpoint_;
+  std::unique_ptr<HttpEndpoint> metrics_endpoint_;  // none when http_endpoint_ serves the metrics
   int grpc_port_ = 0;
+  int http_port_ = -1;
   int metrics_port_ = -1;
 
   std::mutex mutex_;

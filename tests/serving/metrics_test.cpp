@@ -27,13 +27,21 @@ class MetricsTest : public ::testing::Test {
 
 TEST_F(MetricsTest, EndpointServesTritonNamesWithModelAndVersionLabels) {
   const std::string text = flow::serving::fetch_metrics("127.0.0.1", server_->metrics_port());
-  for (const char* name : {"nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
-                           "nv_inference_exec_count", "nv_inference_request_duration_us",
-                           "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
-                           "nv_inference_pending_request_count"}) {
+  for (const char* name : {"nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count",
+                           "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
+                           "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
+                           "nv_inference_compute_output_duration_us", "nv_inference_pending_request_count"}) {
     const bool gauge = std::string(name) == "nv_inference_pending_request_count";
     EXPECT_NE(text.find(std::string("# TYPE ") + name + (gauge ? " gauge" : " counter")), std::string::npos) << name;
     EXPECT_NE(text.find(std::string(name) + "{model=\"plain\",version=\"1\"} 0"), std::string::npos) << name << "\n" << text;
+  }
+  // Failures by Triton's reasons.
+  EXPECT_NE(text.find("# TYPE nv_inference_request_failure counter"), std::string::npos);
+  for (const char* reason : {"REJECTED", "CANCELED", "BACKEND", "OTHER"}) {
+    EXPECT_NE(text.find(std::string("nv_inference_request_failure{model=\"plain\",reason=\"") + reason +
+                        "\",version=\"1\"} 0"),
+              std::string::npos)
+        << reason << "\n" << text;
   }
 }
 
@@ -45,11 +53,17 @@ TEST_F(MetricsTest, CountersMoveByExactlyTheExpectedAmounts) {
   EXPECT_EQ(metric("nv_inference_exec_count"), 3);
   const double request_us = metric("nv_inference_request_duration_us");
   EXPECT_GT(request_us, 0);
-  EXPECT_GE(request_us, metric("nv_inference_queue_duration_us") + metric("nv_inference_compute_infer_duration_us"));
+  EXPECT_GT(metric("nv_inference_compute_input_duration_us") + metric("nv_inference_compute_output_duration_us"), 0);
+  EXPECT_GE(request_us, metric("nv_inference_queue_duration_us") + metric("nv_inference_compute_input_duration_us") +
+                            metric("nv_inference_compute_infer_duration_us") +
+                            metric("nv_inference_compute_output_duration_us"));
 
   EXPECT_EQ(send(1, 5).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(send(1, 3).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(metric("nv_inference_request_failure"), 2);
+  EXPECT_EQ(flow::serving::metric_value(flow::serving::fetch_metrics("127.0.0.1", server_->metrics_port()),
+                                        "nv_inference_request_failure", {{"model", "plain"}, {"reason", "OTHER"}}),
+            2);
   EXPECT_EQ(metric("nv_inference_request_success"), 3);
   EXPECT_EQ(metric("nv_inference_count"), 6);
   EXPECT_EQ(metric("nv_inference_exec_count"), 3);

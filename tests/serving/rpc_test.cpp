@@ -35,6 +35,8 @@ TEST_F(RpcTest, HealthAndReadiness) {
   EXPECT_FALSE(client_->model_ready("affine", "2"));
   EXPECT_FALSE(client_->model_ready("nope"));
   EXPECT_EQ(client_->health(), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(client_->health("inference.GRPCInferenceService"), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_THROW(client_->health("no.such.Service"), flow::serving::RpcError);
 }
 
 TEST_F(RpcTest, ServerMetadata) {
@@ -168,11 +170,17 @@ TEST(PortTest, APortInUseIsAnErrorNotShared) {
   options.model_repository = repo.root().string();
   options.address = "127.0.0.1";
   options.grpc_port = first->grpc_port();
+  options.http_port = -1;
   options.metrics_port = -1;
   EXPECT_THROW_MSG(flow::serving::Server{options}, "cannot listen for gRPC");
   options.grpc_port = 0;
   options.metrics_port = first->metrics_port();
-  EXPECT_THROW_MSG(flow::serving::Server{options}, "cannot listen for metrics");
+  EXPECT_THROW_MSG(flow::serving::Server{options}, "cannot listen for HTTP on 127.0.0.1:" +
+                                                       std::to_string(first->metrics_port()));
+  options.metrics_port = -1;
+  options.http_port = first->http_port();
+  EXPECT_THROW_MSG(flow::serving::Server{options}, "cannot listen for HTTP on 127.0.0.1:" +
+                                                       std::to_string(first->http_port()));
 }
 
 }  // namespace

@@ -2,6 +2,10 @@
 // Shared by the serving tests: tiny Graphs exported with flow::save into a temporary model
 // repository, a server on 127.0.0.1 with free ports, and request helpers.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +19,7 @@
 
 #include "core/functional.h"
 #include "graph/export.h"
+#include "nn/conv_norm.h"
 #include "nn/modules.h"
 #include "serving/client.h"
 #include "serving/metrics_text.h"
@@ -63,6 +68,13 @@ struct SlowGraph : flow::nn::Graph {
   std::vector<std::shared_ptr<flow::nn::Linear>> layers;
 };
 
+// A convolution first, as in the CNN users serve: a shape that reached its kernel could crash it.
+struct ConvGraph : flow::nn::Graph {
+  ConvGraph() { conv = register_module("conv", std::make_shared<flow::nn::Conv2d>(1, 2, 3)); }
+  TensorList build(const TensorList& in) override { return {flow::relu(conv->forward(in[0]))}; }
+  std::shared_ptr<flow::nn::Conv2d> conv;
+};
+
 // Exports graph, called once on `example`, into dir with the given input and output names.
 inline void export_graph(flow::nn::Graph& graph, const TensorList& example, const fs::path& dir,
                          std::vector<std::string> inputs, std::vector<std::string> outputs) {
@@ -91,6 +103,12 @@ inline void export_sum_product(const fs::path& dir) {
 inline void export_slow(const fs::path& dir) {
   SlowGraph graph;
   export_graph(graph, {flow::zeros({2, 512})}, dir, {"x"}, {"y"});
+}
+
+// "image" (-1, 1, 28, 28) float32 -> "features" (-1, 2, 26, 26) through ConvGraph.
+inline void export_conv(const fs::path& dir) {
+  ConvGraph graph;
+  export_graph(graph, {flow::zeros({2, 1, 28, 28})}, dir, {"image"}, {"features"});
 }
 
 inline void write_file(const fs::path& path, const std::string& text) {
@@ -134,6 +152,7 @@ inline std::unique_ptr<flow::serving::Server> start_server(const fs::path& repos
   options.model_repository = repository.string();
   options.address = "127.0.0.1";
   options.grpc_port = 0;
+  options.http_port = 0;
   options.metrics_port = 0;
   return std::make_unique<flow::serving::Server>(options);
 }
@@ -164,6 +183,68 @@ bool eventually(Cond cond, std::chrono::seconds limit = std::chrono::seconds(30)
   }
   return true;
 }
+
+// A port free on 127.0.0.1 when this returns (bound to 0 by the kernel, then let go).
+inline int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  close(fd);
+  return ok ? ntohs(address.sin_port) : 0;
+}
+
+// A flow_serve process on 127.0.0.1 with free ports, read from the line it prints first.
+struct ServeProcess {
+  pid_t pid = -1;
+  int grpc_port = 0, metrics_port = 0, http_port = 0;
+
+  // Starts it on `repository`; pid stays -1 when the ports could not be read.
+  explicit ServeProcess(const fs::path& repository) {
+    // Everything the child needs is prepared before fork: it only calls dup2, close and execl.
+    const std::string root = repository.string();
+    int out[2];
+    if (pipe(out) != 0) return;
+    const pid_t child = fork();
+    if (child == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      close(out[0]);
+      execl(FLOW_SERVE_PATH, FLOW_SERVE_PATH, "--model-repository", root.c_str(), "--address", "127.0.0.1",
+            "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0", "--shutdown-timeout-secs", "20",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(out[1]);
+    std::string line;
+    for (char c; child > 0 && line.find('\n') == std::string::npos && read(out[0], &c, 1) == 1;) line += c;
+    close(out[0]);
+    if (sscanf(line.c_str(), "flow_serve: gRPC port %d, metrics port %d, HTTP port %d", &grpc_port, &metrics_port,
+               &http_port) == 3) {
+      pid = child;
+    } else if (child > 0) {
+      kill(child, SIGKILL);
+      waitpid(child, nullptr, 0);
+    }
+  }
+  // SIGTERM, then the exit status (waitpid's), or -1.
+  int terminate() {
+    if (pid <= 0) return -1;
+    int status = -1;
+    kill(pid, SIGTERM);
+    waitpid(pid, &status, 0);
+    pid = -1;
+    return status;
+  }
+  ~ServeProcess() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
 
 // The value of a metric of model m (version v) scraped from the server's metrics endpoint.
 inline double metric(const flow::serving::Server& server, const std::string& name, const std::string& model,

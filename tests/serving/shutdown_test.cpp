@@ -1,8 +1,5 @@
 // Graceful shutdown: readiness goes false, new calls get UNAVAILABLE, the slow request already
 // in flight completes; and flow_serve does the same on SIGTERM.
-#include <signal.h>
-#include <sys/wait.h>
-
 #include "serving_test_util.h"
 
 namespace st = serving_test;
@@ -50,36 +47,17 @@ TEST(ShutdownTest, SlowInFlightRequestCompletesAndNewCallsAreRefused) {
 TEST(ShutdownTest, FlowServeExitsCleanlyOnSigterm) {
   st::Repository repo;
   st::export_affine(repo.version_dir("affine", 1), 3.0f);
-  // Everything the child needs is prepared before fork: it only calls dup2, close and execl.
-  const std::string root = repo.root().string();
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    close(out[0]);
-    execl(FLOW_SERVE_PATH, FLOW_SERVE_PATH, "--model-repository", root.c_str(), "--address", "127.0.0.1",
-          "--grpc-port", "0", "--metrics-port", "0", "--shutdown-timeout-secs", "20", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(out[1]);
-  std::string line;
-  for (char c; line.find('\n') == std::string::npos && read(out[0], &c, 1) == 1;) line += c;
-  close(out[0]);
-  int grpc_port = 0, metrics_port = 0;
-  ASSERT_EQ(sscanf(line.c_str(), "flow_serve: gRPC port %d, metrics port %d", &grpc_port, &metrics_port), 2) << line;
+  st::ServeProcess serve(repo.root());
+  ASSERT_GT(serve.pid, 0);
 
-  flow::serving::Client client("127.0.0.1:" + std::to_string(grpc_port));
+  flow::serving::Client client("127.0.0.1:" + std::to_string(serve.grpc_port));
   const auto outputs = client.infer("affine", {st::fp32_tensor("x", {1, 4}, {1, 2, 3, 4})});
   EXPECT_EQ(st::fp32_values(outputs.at(0).data), (std::vector<float>{3, 6, 9, 12}));
-  EXPECT_EQ(flow::serving::metric_value(flow::serving::fetch_metrics("127.0.0.1", metrics_port),
+  EXPECT_EQ(flow::serving::metric_value(flow::serving::fetch_metrics("127.0.0.1", serve.metrics_port),
                                         "nv_inference_request_success", {{"model", "affine"}}),
             1);
 
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
-  int wait_status = 0;
-  ASSERT_EQ(waitpid(pid, &wait_status, 0), pid);
+  const int wait_status = serve.terminate();
   EXPECT_TRUE(WIFEXITED(wait_status));
   EXPECT_EQ(WEXITSTATUS(wait_status), 0);
 }

@@ -1,0 +1,167 @@
+#include "serving/rest_service.h"
+
+#include <httplib.h>
+#include <prometheus/text_serializer.h>
+
+#include <future>
+
+#include "serving/infer_call.h"
+#include "serving/metadata.h"
+#include "serving/rest_codec.h"
+#include "serving/status.h"
+
+namespace flow::serving {
+namespace {
+
+using nlohmann::json;
+
+// /v2/models/{name} with an optional /versions/{version}: groups 1 and 2.
+const std::string kModelPath = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
+
+void send_json(httplib::Response& response, const json& body) {
+  response.status = 200;
+  response.set_content(json_text(body), "application/json");
+}
+
+void send_status(httplib::Response& response, const grpc::Status& status) {
+  send_error(response, http_status(status.error_code()), status.error_message());
+}
+
+json tensor_metadata_json(const inference::ModelMetadataResponse::TensorMetadata& tensor) {
+  return {{"name", tensor.name()},
+          {"datatype", tensor.datatype()},
+          {"shape", std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end())}};
+}
+
+json model_metadata_json(const inference::ModelMetadataResponse& metadata) {
+  json inputs = json::array(), outputs = json::array();
+  for (const auto& tensor : metadata.inputs()) inputs.push_back(tensor_metadata_json(tensor));
+  for (const auto& tensor : metadata.outputs()) outputs.push_back(tensor_metadata_json(tensor));
+  return {{"name", metadata.name()},
+          {"versions", std::vector<std::string>(metadata.versions().begin(), metadata.versions().end())},
+          {"platform", metadata.platform()},
+          {"inputs", std::move(inputs)},
+          {"outputs", std::move(outputs)}};
+}
+
+// Runs one inference on the calling (HTTP) thread: queued like a gRPC call, waited for here.
+void infer(const httplib::Request& http_request, httplib::Response& http_response, ModelRepository& repository,
+           RequestTracker& tracker) {
+  if (!tracker.begin()) {
+    send_error(http_response, 503, "[serving] the server is shutting down");
+    return;
+  }
+  struct Admitted {
+    RequestTracker& tracker;
+    ~Admitted() { tracker.end(); }
+  } admitted{tracker};
+  std::optional<std::string> header_length;
+  if (http_request.has_header(kInferenceHeaderContentLength)) {
+    header_length = http_request.get_header_value(kInferenceHeaderContentLength);
+  }
+  RestBody body;
+  RestInferRequest request;
+  RestResponseBody answer;
+  // Owned by the call too: the scheduler thread may still be inside set_value when this thread
+  // has its answer and returns.
+  auto done = std::make_shared<std::promise<grpc::Status>>();
+  std::future<grpc::Status> status = done->get_future();
+
+  InferCall call;
+  call.model_name = http_request.matches[1];
+  call.model_version = http_request.matches[2];
+  call.decode = [&](const ServedModel& served) {
+    body = parse_rest_body(http_request.body, header_length, served.label());
+    request = rest_infer_request(body, served.label());
+    return decode_infer_request(request.inputs, request.outputs, served.model(), served.label(),
+                                served.config().max_batch_size());
+  };
+  // HTTP/1.1 gives no word of a client that went away until its answer is written.
+  call.cancelled = [] { return false; };
+  call.respond = [&](const ServedModel& served, std::vector<ResponseOutput> outputs) {
+    answer = rest_infer_response(served.name(), served.version_string(), request, outputs);
+  };
+  call.finish = [done](const grpc::Status& result) { done->set_value(result); };
+  start_infer(repository, std::move(call));
+  const grpc::Status result = status.get();
+
+  if (!result.ok()) {
+    send_status(http_response, result);
+    return;
+  }
+  http_response.status = 200;
+  if (answer.header_length) {
+    http_response.set_header(kInferenceHeaderContentLength, std::to_string(*answer.header_length));
+  }
+  http_response.set_header("Content-Type", answer.content_type);
+  http_response.body = std::move(answer.body);
+}
+
+}  // namespace
+
+int http_status(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return 200;
+    case grpc::StatusCode::NOT_FOUND:
+      return 404;
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return 503;
+    case grpc::StatusCode::INTERNAL:
+      return 500;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return 501;
+    default:
+      return 400;
+  }
+}
+
+void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, RequestTracker& tracker) {
+  endpoint.route("GET", "/v2/health/live", [](const httplib::Request&, httplib::Response& response) {
+    response.status = 200;
+  });
+  // Not ready is 400, as Triton answers.
+  endpoint.route("GET", "/v2/health/ready", [&tracker](const httplib::Request&, httplib::Response& response) {
+    if (server_ready(tracker)) {
+      response.status = 200;
+    } else {
+      send_error(response, 400, "[serving] not ready: the server is shutting down");
+    }
+  });
+  endpoint.route("GET", "/v2", [](const httplib::Request&, httplib::Response& response) {
+    send_json(response, {{"name", kServerName}, {"version", kServerVersion}, {"extensions", json::array({"binary_tensor_data"})}});
+  });
+  endpoint.route("GET", kModelPath, [&repository](const httplib::Request& request, httplib::Response& response) {
+    try {
+      send_json(response, model_metadata_json(model_metadata(repository, request.matches[1], request.matches[2])));
+    } catch (const std::exception& error) {
+      send_status(response, status_of(error));
+    }
+  });
+  endpoint.route("GET", kModelPath + "/ready",
+                 [&repository, &tracker](const httplib::Request& request, httplib::Response& response) {
+                   if (model_ready(repository, tracker, request.matches[1], request.matches[2])) {
+                     response.status = 200;
+                   } else {
+                     const std::string version = request.matches[2];
+                     send_error(response, 400,
+                                "[serving] model '" + std::string(request.matches[1]) + "'" +
+                                    (version.empty() ? "" : " version " + version) + " is not ready");
+                   }
+                 });
+  endpoint.route("POST", kModelPath + "/infer",
+                 [&repository, &tracker](const httplib::Request& request, httplib::Response& response) {
+                   infer(request, response, repository, tracker);
+                 });
+}
+
+void add_metrics_route(HttpEndpoint& endpoint, std::shared_ptr<prometheus::Registry> registry) {
+  endpoint.route("GET", "/metrics", [registry](const httplib::Request&, httplib::Response& response) {
+    response.status = 200;
+    response.set_content(prometheus::TextSerializer().Serialize(registry->Collect()),
+                         "text/plain; version=0.0.4; charset=utf-8");
+  });
+}
+
+}  // namespace flow::serving
