@@ -63,7 +63,7 @@ inline CLI::Validator host_port() {
         }
         return "";
       },
-      "HOST:PORT");
+      "");
 }
 
 }  // namespace flow::cli

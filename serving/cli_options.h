@@ -56,7 +56,7 @@ inline void add_input_options(CLI::App& app, ModelArgs& args) {
             std::pair<std::string, std::vector<double>> input;
             return parse_input(text, input) ? "" : "'" + text + "' is not NAME=v1,v2,... with numbers";
           },
-          "NAME=v1,v2,..."));
+          ""));
 }
 
 // One tensor per input of the model's metadata, shaped with args.batch: the values of its --input,

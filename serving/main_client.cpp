@@ -52,7 +52,10 @@ int main(int argc, char** argv) {
   CLI::App app("Health, metadata and inference against a KServe v2 gRPC server.", "flow_client");
   // Options of the tool itself (--url) may also follow the command.
   app.fallthrough();
-  app.require_subcommand(1);
+  // Checked after parsing rather than with require_subcommand, so that a misspelt command is named.
+  app.callback([&app] {
+    if (app.get_subcommands().empty()) throw CLI::RequiredError("A command (live, ready, health, metadata or infer)");
+  });
   fs::cli::ModelArgs args;
   std::string service;
   std::vector<std::string> outputs;

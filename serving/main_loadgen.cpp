@@ -36,6 +36,7 @@ std::optional<int> parse_args(int argc, char** argv, Args& args) {
                "flow_loadgen");
   fs::cli::add_url_option(app, args.model);
   app.add_option("--metrics-url", args.metrics_url, "the server's Prometheus endpoint, for the server-side breakdown")
+      ->type_name("HOST:PORT")
       ->check(flow::cli::host_port());
   fs::cli::add_model_options(app, args.model, false);
   fs::cli::add_input_options(app, args.model);
@@ -46,7 +47,7 @@ std::optional<int> parse_args(int argc, char** argv, Args& args) {
       ->check(flow::cli::positive())
       ->excludes(concurrency);
   CLI::Option* requests = app.add_option("--requests", args.load.requests, "stop after N requests")->check(flow::cli::at_least<int64_t>(1));
-  app.add_option("--seconds", args.seconds, "stop after S seconds (unless --requests)")
+  app.add_option("--seconds", args.seconds, "stop after S seconds")
       ->check(flow::cli::positive())
       ->excludes(requests)
       ->capture_default_str();

@@ -58,7 +58,7 @@ TEST_F(ServingCliTest, ClientCommandLine) {
   test_cli::expect_help_lists(client_, {"--url", "live", "ready", "health", "metadata", "infer"});
   test_cli::expect_help_lists(client_ + " infer", {"--model", "--version", "--batch", "--input", "--output"});
   test_cli::expect_help_lists(client_ + " health", {"--service"});
-  test_cli::expect_usage_error(client_, "", "subcommand");
+  test_cli::expect_usage_error(client_, "", "A command (live, ready, health, metadata or infer) is required");
   test_cli::expect_usage_error(client_, "frobnicate", "frobnicate");
   test_cli::expect_usage_error(client_, "--bogus 1 live", "--bogus");
   test_cli::expect_usage_error(client_, "live --url", "--url");
