@@ -199,9 +199,9 @@ LoadReport run_load(Client& client, const LoadOptions& options, const RequestMak
       tally.started();
       ++sent;
       const Clock::time_point start = Clock::now();
-      client.infer_async(*request, [&tally, &backoff, &check, request, start, seq, permit = *permit](
+      client.infer_async(*request, [&tally, &backoff, &check, request, start, seq, granted = *permit](
                                        const grpc::Status& status, const inference::ModelInferResponse& response) {
-        backoff.release(permit, answered(status));
+        backoff.release(granted, answered(status));
         record(tally, check, seq, Clock::now() - start, status, response);
       });
     }
