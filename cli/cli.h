@@ -4,8 +4,9 @@
 // pointer to --help on stderr and exits with status 2, as POSIX tools do.
 #include <CLI/CLI.hpp>
 
-#include <cmath>
+#include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <type_traits>
 
@@ -45,10 +46,12 @@ CLI::Validator at_least(T minimum) {
                            ">=" + std::to_string(minimum));
 }
 
-// A finite number greater than 0 (a rate, a duration).
-inline CLI::Validator positive() {
-  return detail::number<double>([](double value) { return value > 0 && std::isfinite(value); }, "a finite number greater than 0",
-                                ">0");
+// A number greater than 0 and at most maximum (a rate, a duration).
+inline CLI::Validator positive(double maximum = std::numeric_limits<double>::max()) {
+  std::ostringstream rule;
+  rule << "greater than 0";
+  if (maximum < std::numeric_limits<double>::max()) rule << " and at most " << maximum;
+  return detail::number<double>([maximum](double value) { return value > 0 && value <= maximum; }, rule.str(), ">0");
 }
 
 // The value must be HOST:PORT with a port in 1..65535 (a Prometheus endpoint, a listening address).

@@ -21,6 +21,8 @@ namespace fs = flow::serving;
 
 namespace {
 
+constexpr double kSecondsPerYear = 365.0 * 24 * 3600;
+
 struct Args {
   fs::cli::ModelArgs model;
   std::string metrics_url;  // host:port; empty: no server-side breakdown
@@ -48,7 +50,7 @@ std::optional<int> parse_args(int argc, char** argv, Args& args) {
       ->excludes(concurrency);
   CLI::Option* requests = app.add_option("--requests", args.load.requests, "stop after N requests")->check(flow::cli::at_least<int64_t>(1));
   app.add_option("--seconds", args.seconds, "stop after S seconds")
-      ->check(flow::cli::positive())
+      ->check(flow::cli::positive(kSecondsPerYear))
       ->excludes(requests)
       ->capture_default_str();
   CLI::Option* empty = app.add_option("--empty-rpcs", args.empty_rpcs,

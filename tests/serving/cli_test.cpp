@@ -94,6 +94,8 @@ TEST_F(ServingCliTest, LoadgenCommandLine) {
   test_cli::expect_usage_error(loadgen_, "--model m --concurrency 0", "--concurrency");
   test_cli::expect_usage_error(loadgen_, "--model m --rate -1", "--rate");
   test_cli::expect_usage_error(loadgen_, "--model m --seconds abc", "--seconds");
+  test_cli::expect_usage_error(loadgen_, "--model m --seconds 1e300", "--seconds");
+  test_cli::expect_usage_error(loadgen_, "--model m --rate inf", "--rate");
   test_cli::expect_usage_error(loadgen_, "--model m --requests=-5", "--requests");
   test_cli::expect_usage_error(loadgen_, "--model m --batch 0", "--batch");
   test_cli::expect_usage_error(loadgen_, "--model m --metrics-url localhost", "--metrics-url");
