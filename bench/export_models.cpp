@@ -4,24 +4,27 @@
 // Usage: export_bench_models <repository>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 
 #include "bench/bench_models.h"
 #include "bench/predict_graph.h"
+#include "cli/cli.h"
 #include "core/flow.h"
 #include "graph/export.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: export_bench_models <repository>\n");
-    return 2;
-  }
+  CLI::App app("Writes the deploy benchmarks' models (untrained) as a model repository: <repository>/mlp/1 and\n"
+               "<repository>/cnn/1.",
+               "export_bench_models");
+  std::string repository;
+  app.add_option("repository", repository, "the model repository to write into")->required();
+  if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   flow::manual_seed(0);
-  const std::filesystem::path repository = argv[1];
   using MakeModel = std::shared_ptr<flow::nn::Module> (*)();
   for (const auto& [name, make] : {std::pair<const char*, MakeModel>{"mlp", bench::mlp}, {"cnn", bench::cnn}}) {
     bench::PredictGraph graph(make());
     graph(flow::rand({2, 1, 28, 28}));
-    const std::filesystem::path dir = repository / name / "1";
+    const std::filesystem::path dir = std::filesystem::path(repository) / name / "1";
     flow::save(graph, dir.string(), flow::ExportOptions().input_names({"image"}).output_names({"logits"}));
     std::printf("%s\n", dir.c_str());
   }

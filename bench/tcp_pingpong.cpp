@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli.h"
+
 namespace {
 
 [[noreturn]] void die(const char* what) {
@@ -50,11 +52,10 @@ void write_all(int socket_fd, const char* data, size_t size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int round_trips = argc > 1 ? std::stoi(argv[1]) : 5000;
-  if (round_trips < 1) {
-    std::fprintf(stderr, "usage: tcp_pingpong [round trips >= 1]\n");
-    return 2;
-  }
+  CLI::App app("The floor under any RPC: a 64-byte TCP ping-pong between two processes over 127.0.0.1.", "tcp_pingpong");
+  int round_trips = 5000;
+  app.add_option("round_trips", round_trips, "round trips to time")->check(flow::cli::at_least(1))->capture_default_str();
+  if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;

@@ -1,7 +1,6 @@
 // The quickstart of the seed tutorial in C++: FashionMNIST, an MLP, SGD, 5 epochs, save.
-// Usage: quickstart_eager [--epochs N] [--data DIR] [--out FILE]
+// Usage: quickstart_eager [--epochs N] [--data DIR] [--out FILE]   (--help says more)
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <string>
 
@@ -9,6 +8,7 @@
 #include "core/flow.h"
 #include "data/dataloader.h"
 #include "data/vision.h"
+#include "examples/quickstart_options.h"
 #include "nn/modules.h"
 #include "optim/optimizer.h"
 
@@ -62,17 +62,15 @@ void test(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropy
 }
 
 int main(int argc, char** argv) {
-  int epochs = 5;
-  std::string root = flow::data::FashionMNIST::kDefaultRoot, out = "model.safetensors";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--data")) root = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--out")) out = argv[i + 1];
-  }
+  CLI::App app("The FashionMNIST quickstart in eager mode: trains an MLP with SGD and saves its state.", "quickstart_eager");
+  QuickstartOptions options;
+  options.out = "model.safetensors";
+  add_quickstart_options(app, options);
+  if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   try {
     flow::manual_seed(0);
-    auto training_data = std::make_shared<flow::data::FashionMNIST>(root, true);
-    auto test_data = std::make_shared<flow::data::FashionMNIST>(root, false);
+    auto training_data = std::make_shared<flow::data::FashionMNIST>(options.data, true);
+    auto test_data = std::make_shared<flow::data::FashionMNIST>(options.data, false);
     const int64_t batch_size = 64;
     flow::data::DataLoader train_dataloader(training_data, flow::data::DataLoaderOptions().batch_size(batch_size).shuffle(true).num_workers(1));
     flow::data::DataLoader test_dataloader(test_data, flow::data::DataLoaderOptions().batch_size(batch_size).num_workers(1));
@@ -80,14 +78,14 @@ int main(int argc, char** argv) {
     std::cout << *model << "\n";
     nn::CrossEntropyLoss loss_fn;
     flow::optim::SGD optimizer(model->parameters(), flow::optim::SGDOptions(1e-3));
-    for (int t = 0; t < epochs; ++t) {
+    for (int t = 0; t < options.epochs; ++t) {
       std::printf("Epoch %d\n-------------------------------\n", t + 1);
       train(train_dataloader, *model, loss_fn, optimizer);
       test(test_dataloader, *model, loss_fn);
     }
     std::printf("Done!\n");
-    flow::save(model->state_dict(), out);
-    std::printf("Saved flow Model State to %s\n", out.c_str());
+    flow::save(model->state_dict(), options.out);
+    std::printf("Saved flow Model State to %s\n", options.out.c_str());
   } catch (const flow::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

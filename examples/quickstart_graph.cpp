@@ -3,9 +3,8 @@
 // backward and the SGD update in one Job) and evaluation runs an inference Graph. At the end the
 // prediction graph is exported for deployment (graph + weights, no model code needed) into a
 // model repository that oneflow_lite_run and flow_serve read.
-// Usage: quickstart_graph [--epochs N] [--data DIR] [--out FILE] [--export DIR]
+// Usage: quickstart_graph [--epochs N] [--data DIR] [--out FILE] [--export DIR]   (--help says more)
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <map>
 #include <string>
@@ -13,6 +12,7 @@
 #include "core/flow.h"
 #include "data/dataloader.h"
 #include "data/vision.h"
+#include "examples/quickstart_options.h"
 #include "graph/export.h"
 #include "graph/graph.h"
 #include "nn/modules.h"
@@ -73,19 +73,19 @@ struct GraphNeuralNetworkPredict : nn::Graph {
 };
 
 int main(int argc, char** argv) {
-  int epochs = 5;
-  std::string root = flow::data::FashionMNIST::kDefaultRoot, out = "model_graph.safetensors";
+  CLI::App app("The FashionMNIST quickstart in Graph mode: trains an MLP with SGD as a compiled nn::Graph, saves the\n"
+               "Graph state and exports the prediction graph for oneflow_lite_run and flow_serve.",
+               "quickstart_graph");
+  QuickstartOptions options;
+  options.out = "model_graph.safetensors";
+  add_quickstart_options(app, options);
   std::string export_dir = "model_repository/fashion_mnist/1";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--data")) root = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--out")) out = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--export")) export_dir = argv[i + 1];
-  }
+  app.add_option("--export", export_dir, "the export directory of the prediction graph")->capture_default_str();
+  if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   try {
     flow::manual_seed(0);
-    auto training_data = std::make_shared<flow::data::FashionMNIST>(root, true);
-    auto test_data = std::make_shared<flow::data::FashionMNIST>(root, false);
+    auto training_data = std::make_shared<flow::data::FashionMNIST>(options.data, true);
+    auto test_data = std::make_shared<flow::data::FashionMNIST>(options.data, false);
     const int64_t batch_size = 64;
     // A compiled graph has static shapes: training drops the last partial batch.
     flow::data::DataLoader train_dataloader(
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     // One inference graph per batch shape (the test set ends with a smaller batch).
     std::map<int64_t, std::unique_ptr<GraphNeuralNetworkEval>> eval_graphs;
     const int64_t size = train_dataloader.dataset_size();
-    for (int t = 0; t < epochs; ++t) {
+    for (int t = 0; t < options.epochs; ++t) {
       std::printf("Epoch %d\n-------------------------------\n", t + 1);
       int64_t batch_index = 0;
       for (const auto& batch : train_dataloader) {
@@ -127,8 +127,8 @@ int main(int argc, char** argv) {
                   100.0 * static_cast<double>(correct) / static_cast<double>(test_dataloader.dataset_size()), test_loss);
     }
     std::printf("Done!\n");
-    flow::save(train_graph.state_dict(), out);
-    std::printf("Saved flow Graph state (model, optimizer, train step) to %s\n", out.c_str());
+    flow::save(train_graph.state_dict(), options.out);
+    std::printf("Saved flow Graph state (model, optimizer, train step) to %s\n", options.out.c_str());
     GraphNeuralNetworkPredict predict(model);
     predict(test_dataloader.begin()->data);
     flow::save(predict, export_dir, flow::ExportOptions().input_names({"image"}).output_names({"logits"}));

@@ -1,18 +1,15 @@
 // oneflow_lite_run: loads an export directory and runs it once (printing the outputs) or as a
 // latency benchmark.
 // Usage: oneflow_lite_run <dir> [--input FILE.safetensors] [--batch N] [--bench N] [--warmup N]
-//   --input   tensors named after the model's inputs (safetensors, e.g. written by flow::save);
-//             without it the inputs are random normal (floating) or zeros (integers)
-//   --batch   the batch size of generated inputs (a model with a dynamic batch dimension)
-//   --bench   runs N timed inferences after --warmup (default 10) and prints latency percentiles
+// (`oneflow_lite_run --help` says what each does).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "cli/cli.h"
 #include "core/flow.h"
 #include "oneflow_lite/model.h"
 
@@ -52,29 +49,22 @@ void print_specs(const char* kind, const std::vector<flow::lite::TensorSpec>& sp
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help")) {
-    std::fprintf(stderr, "usage: %s <export dir> [--input FILE.safetensors] [--batch N] [--bench N] [--warmup N]\n", argv[0]);
-    return 2;
-  }
-  const std::string dir = argv[1];
-  std::string input_path;
+  CLI::App app("Loads an export directory (written by flow::save(graph, dir)) and runs it once, printing the\n"
+               "outputs, or with --bench as a latency benchmark.",
+               "oneflow_lite_run");
+  std::string dir, input_path;
   int64_t batch = 0, bench = 0, warmup = 10;
-  for (int i = 2; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "%s needs a value\n", flag.c_str());
-      return 2;
-    }
-    const char* value = argv[++i];
-    if (flag == "--input") input_path = value;
-    else if (flag == "--batch") batch = std::atoll(value);
-    else if (flag == "--bench") bench = std::atoll(value);
-    else if (flag == "--warmup") warmup = std::atoll(value);
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
-      return 2;
-    }
-  }
+  app.add_option("dir", dir, "the export directory")->required()->check(CLI::ExistingDirectory);
+  app.add_option("--input", input_path,
+                 "tensors named after the model's inputs (safetensors, e.g. written by flow::save);\n"
+                 "without it the inputs are random normal (floating) or zeros (integers)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--batch", batch, "the batch size of generated inputs (default: the exported batch)")
+      ->check(flow::cli::at_least<int64_t>(1));
+  app.add_option("--bench", bench, "run N timed inferences after --warmup and print latency percentiles")
+      ->check(flow::cli::at_least<int64_t>(1));
+  app.add_option("--warmup", warmup, "untimed inferences before --bench")->check(flow::cli::at_least<int64_t>(0))->capture_default_str();
+  if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   try {
     const auto start = Clock::now();
     const auto model = flow::lite::Model::load(dir);

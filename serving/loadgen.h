@@ -1,6 +1,9 @@
 #pragma once
 // Load generation against a KServe v2 server: fixed concurrency (closed loop, N requests always
 // outstanding) or fixed rate (open loop, requests started on a schedule whatever the latency).
+// While the server does not answer (UNAVAILABLE: down, unreachable or shutting down) it backs
+// off instead of failing as fast as the machine can: one probe at a time, after a delay that
+// doubles from backoff_initial up to backoff_max, and full speed again at the first answer.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -17,6 +20,8 @@ struct LoadOptions {
   // When to stop sending: after `requests` requests, or after `duration` when requests is 0.
   int64_t requests = 0;
   std::chrono::milliseconds duration{0};
+  std::chrono::milliseconds backoff_initial{1};
+  std::chrono::milliseconds backoff_max{500};
 };
 
 struct LoadReport {
@@ -25,8 +30,9 @@ struct LoadReport {
   int64_t failed = 0;
   std::map<std::string, int64_t> failures;  // by status code name (or "MISMATCH" from the check)
   std::string first_failure;
-  double seconds = 0;
-  double throughput = 0;  // succeeded per second
+  double seconds = 0;       // the whole run
+  double down_seconds = 0;  // of which the server did not answer (from a failure to the next answer)
+  double throughput = 0;    // succeeded per second of up time (seconds - down_seconds)
   double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0;  // of the successful requests
 };
 

@@ -1,74 +1,20 @@
 // flow_client: health, metadata and inference against a KServe v2 gRPC server.
-//   flow_client [--url localhost:8001] live | ready | health [--service S]
+//   flow_client [--url localhost:8001] live | ready [--model M [--version V]] | health [--service S]
 //   flow_client [--url ...] metadata [--model M [--version V]]
 //   flow_client [--url ...] infer --model M [--version V] [--batch N] [--input NAME=v1,v2,...]...
 //                                 [--output NAME]...
 // infer reads the input shapes and datatypes from the model's metadata (-1 becomes --batch);
-// an input without values is filled with 0, 1, 2, ...
-#include <cstdlib>
+// an input without values is filled with 0, 1, 2, ... `flow_client --help` (or COMMAND --help)
+// lists the options.
 #include <iostream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "serving/client.h"
+#include "serving/cli_options.h"
 
 namespace fs = flow::serving;
 
 namespace {
-
-struct Args {
-  std::string url = "localhost:8001";
-  std::string command;
-  std::string model, version, service;
-  int64_t batch = 1;
-  std::map<std::string, std::vector<double>> inputs;
-  std::vector<std::string> outputs;
-};
-
-[[noreturn]] void usage_error(const std::string& message) {
-  std::cerr << "flow_client: " << message
-            << "\nusage: flow_client [--url HOST:PORT] live|ready|health|metadata|infer [--model M] [--version V]"
-               " [--service S] [--batch N] [--input NAME=v1,v2,...] [--output NAME]\n";
-  std::exit(2);
-}
-
-std::vector<double> parse_values(const std::string& text) {
-  std::vector<double> values;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) values.push_back(std::stod(item));
-  return values;
-}
-
-Args parse_args(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (!arg.starts_with("--")) {
-      if (!args.command.empty()) usage_error("unexpected argument " + arg);
-      args.command = arg;
-      continue;
-    }
-    if (i + 1 >= argc) usage_error("missing value for " + arg);
-    const std::string value = argv[++i];
-    try {
-      if (arg == "--url") args.url = value;
-      else if (arg == "--model") args.model = value;
-      else if (arg == "--version") args.version = value;
-      else if (arg == "--service") args.service = value;
-      else if (arg == "--batch") args.batch = std::stoll(value);
-      else if (arg == "--output") args.outputs.push_back(value);
-      else if (arg == "--input" && value.find('=') != std::string::npos)
-        args.inputs[value.substr(0, value.find('='))] = parse_values(value.substr(value.find('=') + 1));
-      else usage_error("unknown option " + arg + " " + value);
-    } catch (const std::logic_error&) {
-      usage_error("bad value '" + value + "' for " + arg);
-    }
-  }
-  if (args.command.empty()) usage_error("no command");
-  return args;
-}
 
 void print_metadata(const inference::ModelMetadataResponse& metadata) {
   std::cout << "model " << metadata.name() << " (platform " << metadata.platform() << "), versions:";
@@ -85,26 +31,11 @@ void print_metadata(const inference::ModelMetadataResponse& metadata) {
   print("output", metadata.outputs());
 }
 
-int infer(fs::Client& client, const Args& args) {
-  if (args.model.empty()) usage_error("infer needs --model");
+int infer(fs::Client& client, const fs::cli::ModelArgs& args, const std::vector<std::string>& outputs) {
   const inference::ModelMetadataResponse metadata = client.model_metadata(args.model, args.version);
-  std::vector<fs::WireTensor> inputs;
-  for (const auto& spec : metadata.inputs()) {
-    int64_t count = 0;
-    fs::WireTensor tensor = fs::input_for(spec, args.batch, count);
-    std::vector<double> values(static_cast<size_t>(count));
-    if (auto it = args.inputs.find(spec.name()); it != args.inputs.end()) {
-      if (static_cast<int64_t>(it->second.size()) != count) {
-        usage_error("input " + spec.name() + " needs " + std::to_string(count) + " values");
-      }
-      values = it->second;
-    } else {
-      for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i);
-    }
-    tensor.data = fs::encode_values(tensor.datatype, values);
-    inputs.push_back(std::move(tensor));
-  }
-  for (const fs::WireTensor& output : client.infer(args.model, inputs, args.outputs, args.version)) {
+  const std::vector<fs::WireTensor> inputs =
+      fs::cli::metadata_inputs(metadata, args, [](size_t i) { return static_cast<double>(i); });
+  for (const fs::WireTensor& output : client.infer(args.model, inputs, outputs, args.version)) {
     std::cout << output.name << " " << output.datatype << " [";
     for (size_t d = 0; d < output.shape.size(); ++d) std::cout << (d ? "," : "") << output.shape[d];
     std::cout << "]:";
@@ -118,34 +49,58 @@ int infer(fs::Client& client, const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse_args(argc, argv);
+  CLI::App app("Health, metadata and inference against a KServe v2 gRPC server.", "flow_client");
+  // Options of the tool itself (--url) may also follow the command.
+  app.fallthrough();
+  // Checked after parsing rather than with require_subcommand, so that a misspelt command is named.
+  app.callback([&app] {
+    if (app.get_subcommands().empty()) throw CLI::RequiredError("A command (live, ready, health, metadata or infer)");
+  });
+  fs::cli::ModelArgs args;
+  std::string service;
+  std::vector<std::string> outputs;
+  fs::cli::add_url_option(app, args);
+  CLI::App* live = app.add_subcommand("live", "is the server live (exit status 0 when it is)");
+  CLI::App* ready = app.add_subcommand("ready", "is the server, or with --model that model, ready (exit status 0 when it is)");
+  fs::cli::add_model_options(*ready, args, false);
+  CLI::App* health = app.add_subcommand("health", "grpc.health.v1 status of the server or of a service");
+  health->add_option("--service", service, "the service to check (default: the whole server)");
+  CLI::App* metadata = app.add_subcommand("metadata", "the server's metadata, or with --model the model's inputs and outputs");
+  fs::cli::add_model_options(*metadata, args, false);
+  CLI::App* infer_command = app.add_subcommand("infer", "one inference; prints the outputs");
+  fs::cli::add_model_options(*infer_command, args, true);
+  fs::cli::add_input_options(*infer_command, args);
+  infer_command->add_option("--output", outputs, "an output to ask for (repeatable; default: all)")->type_name("NAME");
+  if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
+
   try {
     fs::Client client(args.url);
-    if (args.command == "live") {
-      const bool live = client.server_live();
-      std::cout << "live: " << (live ? "true" : "false") << "\n";
-      return live ? 0 : 1;
-    } else if (args.command == "ready") {
-      const bool ready = args.model.empty() ? client.server_ready() : client.model_ready(args.model, args.version);
-      std::cout << "ready: " << (ready ? "true" : "false") << "\n";
-      return ready ? 0 : 1;
-    } else if (args.command == "health") {
-      std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(client.health(args.service)) << "\n";
-    } else if (args.command == "metadata") {
+    if (live->parsed()) {
+      const bool is_live = client.server_live();
+      std::cout << "live: " << (is_live ? "true" : "false") << "\n";
+      return is_live ? 0 : 1;
+    }
+    if (ready->parsed()) {
+      const bool is_ready = args.model.empty() ? client.server_ready() : client.model_ready(args.model, args.version);
+      std::cout << "ready: " << (is_ready ? "true" : "false") << "\n";
+      return is_ready ? 0 : 1;
+    }
+    if (health->parsed()) {
+      std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(client.health(service)) << "\n";
+      return 0;
+    }
+    if (metadata->parsed()) {
       if (args.model.empty()) {
-        const auto metadata = client.server_metadata();
-        std::cout << "server " << metadata.name() << " " << metadata.version() << "\n";
+        const auto server = client.server_metadata();
+        std::cout << "server " << server.name() << " " << server.version() << "\n";
       } else {
         print_metadata(client.model_metadata(args.model, args.version));
       }
-    } else if (args.command == "infer") {
-      return infer(client, args);
-    } else {
-      usage_error("unknown command " + args.command);
+      return 0;
     }
+    return infer(client, args, outputs);
   } catch (const std::exception& error) {
     std::cerr << "flow_client: " << error.what() << "\n";
     return 1;
   }
-  return 0;
 }

@@ -1,17 +1,19 @@
 // flow_loadgen: load against one model of a KServe v2 gRPC server, with the server-side
 // queue/compute breakdown read from its Prometheus metrics.
 //   flow_loadgen --model M [--url localhost:8001] [--metrics-url localhost:8002]
-//                [--concurrency N | --rate R] [--requests N | --seconds S] [--batch N]
-// Inputs follow the model's metadata (-1 becomes --batch), filled with 0, 1, 2, ...
+//                [--concurrency N | --rate R] [--requests N | --seconds S] [--batch N] [--input NAME=v1,...]
+// Inputs follow the model's metadata (-1 becomes --batch); those without --input are filled with
+// 0, 1, 2, ... (modulo 100). `flow_loadgen --help` lists the options.
 //   flow_loadgen --empty-rpcs N [--url ...]: the floor instead, N blocking ServerLive round trips
 //                (an empty request and answer) with their latency percentiles.
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "serving/cli_options.h"
 #include "serving/loadgen.h"
 #include "serving/metrics_text.h"
 
@@ -19,47 +21,48 @@ namespace fs = flow::serving;
 
 namespace {
 
+constexpr double kSecondsPerYear = 365.0 * 24 * 3600;
+
 struct Args {
-  std::string url = "localhost:8001";
+  fs::cli::ModelArgs model;
   std::string metrics_url;  // host:port; empty: no server-side breakdown
-  std::string model, version;
-  int64_t batch = 1;
   int64_t empty_rpcs = 0;
+  double seconds = 10;
   fs::LoadOptions load;
 };
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::cerr << "flow_loadgen: " << message
-            << "\nusage: flow_loadgen --model M [--version V] [--url HOST:PORT] [--metrics-url HOST:PORT]"
-               " [--concurrency N | --rate R] [--requests N | --seconds S] [--batch N]\n       flow_loadgen --empty-rpcs N [--url HOST:PORT]\n";
-  std::exit(2);
-}
-
-Args parse_args(int argc, char** argv) {
-  Args args;
-  args.load.duration = std::chrono::seconds(10);
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) usage_error("missing value for " + flag);
-    const std::string value = argv[++i];
-    try {
-      if (flag == "--url") args.url = value;
-      else if (flag == "--metrics-url") args.metrics_url = value;
-      else if (flag == "--model") args.model = value;
-      else if (flag == "--version") args.version = value;
-      else if (flag == "--batch") args.batch = std::stoll(value);
-      else if (flag == "--empty-rpcs") args.empty_rpcs = std::stoll(value);
-      else if (flag == "--concurrency") args.load.concurrency = std::stoi(value);
-      else if (flag == "--rate") args.load.rate = std::stod(value);
-      else if (flag == "--requests") args.load.requests = std::stoll(value);
-      else if (flag == "--seconds") args.load.duration = std::chrono::milliseconds(static_cast<int64_t>(std::stod(value) * 1000));
-      else usage_error("unknown option " + flag);
-    } catch (const std::logic_error&) {
-      usage_error("bad value '" + value + "' for " + flag);
-    }
-  }
-  if (args.model.empty() && args.empty_rpcs <= 0) usage_error("--model is required");
-  return args;
+// Fills args from the command line; returns the status to exit with when the tool should not go on.
+std::optional<int> parse_args(int argc, char** argv, Args& args) {
+  CLI::App app("Load against one model of a KServe v2 gRPC server; with --metrics-url also the server-side\n"
+               "queue and compute time per request. Inputs follow the model's metadata (-1 becomes --batch).",
+               "flow_loadgen");
+  fs::cli::add_url_option(app, args.model);
+  app.add_option("--metrics-url", args.metrics_url, "the server's Prometheus endpoint, for the server-side breakdown")
+      ->type_name("HOST:PORT")
+      ->check(flow::cli::host_port());
+  fs::cli::add_model_options(app, args.model, false);
+  fs::cli::add_input_options(app, args.model);
+  CLI::Option* concurrency = app.add_option("--concurrency", args.load.concurrency, "requests kept outstanding (closed loop)")
+                                 ->check(flow::cli::at_least(1))
+                                 ->capture_default_str();
+  app.add_option("--rate", args.load.rate, "requests started per second whatever the latency (open loop)")
+      ->check(flow::cli::positive())
+      ->excludes(concurrency);
+  CLI::Option* requests = app.add_option("--requests", args.load.requests, "stop after N requests")->check(flow::cli::at_least<int64_t>(1));
+  app.add_option("--seconds", args.seconds, "stop after S seconds")
+      ->check(flow::cli::positive(kSecondsPerYear))
+      ->excludes(requests)
+      ->capture_default_str();
+  CLI::Option* empty = app.add_option("--empty-rpcs", args.empty_rpcs,
+                                      "instead of load: N blocking ServerLive round trips (an empty request and answer)\n"
+                                      "and their latency percentiles, the floor under any call")
+                           ->check(flow::cli::at_least<int64_t>(1));
+  app.callback([&] {
+    if (empty->count() == 0 && args.model.model.empty()) throw CLI::RequiredError("--model");
+  });
+  if (const auto status = flow::cli::parse(app, argc, argv)) return status;
+  args.load.duration = std::chrono::milliseconds(static_cast<int64_t>(args.seconds * 1000));
+  return std::nullopt;
 }
 
 struct ServerTotals {
@@ -69,8 +72,8 @@ struct ServerTotals {
 ServerTotals server_totals(const Args& args) {
   const size_t colon = args.metrics_url.rfind(':');
   const std::string text = fs::fetch_metrics(args.metrics_url.substr(0, colon), std::stoi(args.metrics_url.substr(colon + 1)));
-  std::map<std::string, std::string> labels{{"model", args.model}};
-  if (!args.version.empty()) labels["version"] = args.version;
+  std::map<std::string, std::string> labels{{"model", args.model.model}};
+  if (!args.model.version.empty()) labels["version"] = args.model.version;
   return {fs::metric_value(text, "nv_inference_request_success", labels),
           fs::metric_value(text, "nv_inference_queue_duration_us", labels),
           fs::metric_value(text, "nv_inference_compute_infer_duration_us", labels),
@@ -95,24 +98,18 @@ void empty_round_trips(fs::Client& client, int64_t count) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse_args(argc, argv);
+  Args args;
+  if (const auto status = parse_args(argc, argv, args)) return *status;
   try {
-    fs::Client client(args.url);
+    fs::Client client(args.model.url);
     if (args.empty_rpcs > 0) {
       empty_round_trips(client, args.empty_rpcs);
       return 0;
     }
-    const inference::ModelMetadataResponse metadata = client.model_metadata(args.model, args.version);
-    std::vector<fs::WireTensor> inputs;
-    for (const auto& spec : metadata.inputs()) {
-      int64_t count = 0;
-      fs::WireTensor tensor = fs::input_for(spec, args.batch, count);
-      std::vector<double> values(static_cast<size_t>(count));
-      for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i % 100);
-      tensor.data = fs::encode_values(tensor.datatype, values);
-      inputs.push_back(std::move(tensor));
-    }
-    const inference::ModelInferRequest request = fs::make_infer_request(args.model, inputs, {}, args.version);
+    const inference::ModelMetadataResponse metadata = client.model_metadata(args.model.model, args.model.version);
+    const std::vector<fs::WireTensor> inputs =
+        fs::cli::metadata_inputs(metadata, args.model, [](size_t i) { return static_cast<double>(i % 100); });
+    const inference::ModelInferRequest request = fs::make_infer_request(args.model.model, inputs, {}, args.model.version);
 
     ServerTotals before;
     if (!args.metrics_url.empty()) before = server_totals(args);
@@ -122,7 +119,7 @@ int main(int argc, char** argv) {
     } else {
       std::cout << "concurrency " << args.load.concurrency;
     }
-    std::cout << ", batch " << args.batch << "\n" << fs::format_report(report);
+    std::cout << ", batch " << args.model.batch << "\n" << fs::format_report(report);
     if (!args.metrics_url.empty()) {
       const ServerTotals after = server_totals(args);
       const double requests = after.success - before.success;

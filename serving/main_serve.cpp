@@ -4,15 +4,15 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
-
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "cli/cli.h"
 #include "core/thread_pool.h"
 #include "serving/server.h"
 
@@ -46,7 +46,7 @@ int wait_for_stop_signal() {
   return byte;
 }
 
-// The command line; exits with CLI11's usage message for --help or a bad flag.
+// The command line; exits 0 after --help, 2 after a usage error (flow::cli::parse).
 flow::serving::ServerOptions parse_args(int argc, char** argv) {
   flow::serving::ServerOptions options;
   double poll_secs = 5;
@@ -76,11 +76,7 @@ flow::serving::ServerOptions parse_args(int argc, char** argv) {
                  "threads of the CPU kernels, shared by all models (default: all cores)")
       ->check(CLI::PositiveNumber)
       ->default_str("");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    std::exit(app.exit(error));
-  }
+  if (const std::optional<int> status = flow::cli::parse(app, argc, argv)) std::exit(*status);
   options.max_message_bytes = max_message_mb << 20;
   options.repository_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(poll_secs * 1000));
   options.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(shutdown_secs * 1000));

@@ -1,15 +1,15 @@
 // ONNX export: the MLP, the CNN (batch norm folded) and the ResNet-style net pass onnx.checker
 // (full check) and, evaluated by tests/onnx/check_onnx.py, give the Graph's outputs; dynamic batch
-// is a symbolic dim; the CLI converts an export directory; unsupported ops and bad files fail
+// is a symbolic dim; the CLI converts an export directory and checks its command line; unsupported ops and bad files fail
 // clearly.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "common/command_line.h"
 #include "common/graphs.h"
 #include "common/models.h"
 #include "common/test_util.h"
@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 using flow::Tensor;
 using flow::TensorList;
 using EvalGraph = test_graphs::PredictGraph;
+using test_cli::run_command;
 
 namespace {
 
@@ -30,17 +31,6 @@ struct FunctionGraph : nn::Graph {
   TensorList build(const TensorList& in) override { return {fn(in[0])}; }
   std::function<Tensor(const Tensor&)> fn;
 };
-
-// Exit status and output (stdout and stderr) of a shell command.
-std::pair<int, std::string> run_command(const std::string& command) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string output;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
 
 std::string dims_arg(const Tensor& t) {
   std::string text;
@@ -306,11 +296,22 @@ TEST_F(OnnxExportTest, CliConvertsAnExportDirectory) {
   EXPECT_NE(output.find("opset 17"), std::string::npos) << output;
   python_check(path("cli.onnx"), x, expected);
 
-  const auto [missing_status, missing_output] = run_command(cli + " " + path("nowhere") + " " + path("x.onnx"));
+  fs::create_directories(path("empty"));
+  const auto [missing_status, missing_output] = run_command(cli + " " + path("empty") + " " + path("x.onnx"));
   EXPECT_EQ(missing_status, 1);
   EXPECT_NE(missing_output.find("[onnx_export]"), std::string::npos) << missing_output;
   EXPECT_NE(missing_output.find("missing model.pb"), std::string::npos) << missing_output;
-  EXPECT_EQ(run_command(cli).first, 2) << "no arguments: usage";
+}
+
+TEST_F(OnnxExportTest, CliCommandLine) {
+  const std::string cli = FLOW_ONNX_EXPORT_CLI;
+  test_cli::expect_help_lists(cli, {"export_dir", "model.onnx", "opset 17"});
+  test_cli::expect_usage_error(cli, "", "export_dir is required");
+  test_cli::expect_usage_error(cli, path("nowhere") + " " + path("x.onnx"), "export_dir");
+  test_cli::expect_usage_error(cli, path("nowhere") + " " + path("x.onnx"), "does not exist");
+  fs::create_directories(path("dir"));
+  test_cli::expect_usage_error(cli, path("dir") + " " + path("x.onnx") + " --opset 13", "--opset");
+  test_cli::expect_usage_error(cli, path("dir"), "model.onnx is required");
 }
 
 TEST_F(OnnxExportTest, CorruptExportDirectoryIsAnError) {

@@ -1,0 +1,20 @@
+#pragma once
+// The command line both quickstarts share: --epochs, --data and --out.
+#include <string>
+
+#include "cli/cli.h"
+#include "data/vision.h"
+
+struct QuickstartOptions {
+  int epochs = 5;
+  std::string data = flow::data::FashionMNIST::kDefaultRoot;
+  std::string out;  // the checkpoint file; each quickstart sets its default
+};
+
+inline void add_quickstart_options(CLI::App& app, QuickstartOptions& options) {
+  app.add_option("--epochs", options.epochs, "training epochs")->check(flow::cli::at_least(0))->capture_default_str();
+  app.add_option("--data", options.data, "the FashionMNIST directory (IDX files, gzip or raw)")
+      ->check(CLI::ExistingDirectory)
+      ->capture_default_str();
+  app.add_option("--out", options.out, "where to save the trained state (safetensors)")->capture_default_str();
+}

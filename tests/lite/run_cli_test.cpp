@@ -1,0 +1,89 @@
+// oneflow_lite_run, the command line of oneflow_lite: prints a model's outputs for given or
+// generated inputs, benchmarks it, and rejects bad flags with exit status 2 naming the flag.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "common/command_line.h"
+#include "common/graphs.h"
+#include "common/models.h"
+#include "core/serialization.h"
+#include "graph/export.h"
+#include "oneflow_lite/model.h"
+
+namespace fs = std::filesystem;
+using test_cli::contains;
+using test_cli::run_command;
+
+namespace {
+
+class LiteRunCliTest : public ::testing::Test {
+ protected:
+  // The quickstart MLP exported with a dynamic batch: input "image" (-1, 1, 28, 28), output "logits".
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("flow_lite_run_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    flow::manual_seed(0);
+    test_graphs::PredictGraph graph(test_models::mlp());
+    graph(flow::randn({2, 1, 28, 28}));
+    flow::save(graph, model_dir(), flow::ExportOptions().input_names({"image"}).output_names({"logits"}));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string model_dir() const { return (dir_ / "model").string(); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  const std::string tool_ = FLOW_LITE_RUN_PATH;
+  fs::path dir_;
+};
+
+TEST_F(LiteRunCliTest, PrintsTheOutputsOfGivenInputs) {
+  const flow::Tensor images = flow::randn({3, 1, 28, 28});
+  flow::StateDict inputs;
+  inputs.insert("image", images);
+  flow::save(inputs, path("images.safetensors"));
+  std::ostringstream expected;
+  expected << "logits = " << flow::lite::Model::load(model_dir())->run({images}).at(0);
+
+  const auto [status, output] = run_command(tool_ + " " + model_dir() + " --input=" + path("images.safetensors"));
+  ASSERT_EQ(status, 0) << output;
+  EXPECT_TRUE(contains(output, "dynamic batch")) << output;
+  EXPECT_TRUE(contains(output, "input image: float32 (-1, 1, 28, 28)")) << output;
+  EXPECT_TRUE(contains(output, expected.str())) << output << "\nexpected:\n" << expected.str();
+}
+
+TEST_F(LiteRunCliTest, GeneratesInputsOfTheGivenBatchAndBenchmarks) {
+  const auto [status, output] = run_command(tool_ + " " + model_dir() + " --batch 5");
+  ASSERT_EQ(status, 0) << output;
+  const size_t logits = output.find("logits = tensor([");
+  ASSERT_NE(logits, std::string::npos) << output;
+  EXPECT_EQ(std::count(output.begin() + static_cast<std::ptrdiff_t>(logits), output.end(), '['), 1 + 5) << "5 rows:\n" << output;
+
+  const auto [bench_status, bench_output] = run_command(tool_ + " " + model_dir() + " --batch 2 --bench 3 --warmup=1");
+  ASSERT_EQ(bench_status, 0) << bench_output;
+  EXPECT_TRUE(contains(bench_output, "latency over 3 runs (us): p50")) << bench_output;
+}
+
+TEST_F(LiteRunCliTest, CommandLineErrorsNameTheFlag) {
+  test_cli::expect_help_lists(tool_, {"--input", "--batch", "--bench", "--warmup", "dir"});
+  test_cli::expect_usage_error(tool_, "", "dir is required");
+  test_cli::expect_usage_error(tool_, path("nowhere"), "does not exist");
+  test_cli::expect_usage_error(tool_, model_dir() + " --batch -3", "--batch");
+  test_cli::expect_usage_error(tool_, model_dir() + " --batch abc", "--batch");
+  test_cli::expect_usage_error(tool_, model_dir() + " --bench 0", "--bench");
+  test_cli::expect_usage_error(tool_, model_dir() + " --warmup", "--warmup");
+  test_cli::expect_usage_error(tool_, model_dir() + " --input " + path("none.safetensors"), "--input");
+  test_cli::expect_usage_error(tool_, model_dir() + " --threads 2", "--threads");
+}
+
+TEST_F(LiteRunCliTest, AModelErrorExitsWithStatusOne) {
+  flow::StateDict inputs;
+  inputs.insert("pixels", flow::randn({1, 1, 28, 28}));
+  flow::save(inputs, path("wrong.safetensors"));
+  const auto [status, output] = run_command(tool_ + " " + model_dir() + " --input " + path("wrong.safetensors"));
+  EXPECT_EQ(status, 1) << output;
+  EXPECT_TRUE(contains(output, "has no tensor named 'image'")) << output;
+}
+
+}  // namespace
