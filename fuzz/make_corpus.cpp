@@ -231,6 +231,9 @@ int main(int argc, char** argv) {
   const fs::path root = argc > 2 ? argv[2] : flow::data::FashionMNIST::kDefaultRoot;
   const fs::path corpus = fuzz / "corpus";
   try {
+    for (const char* target : {"safetensors", "lite_model", "lite_weights", "idx", "cifar", "infer_request"}) {
+      fs::create_directories(corpus / target);
+    }
     flow::manual_seed(0);
     auto test_set = std::make_shared<flow::data::FashionMNIST>(root.string(), false);
 
