@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "fuzz_util.h"
+#include "quiet_protobuf.h"
 #include "oneflow_lite/model.h"
 #include "serving/infer_codec.h"
 

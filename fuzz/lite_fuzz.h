@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/functional.h"
 #include "fuzz_util.h"
 #include "oneflow_lite/model.h"
 

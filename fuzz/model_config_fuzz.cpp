@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "fuzz_util.h"
+#include "quiet_protobuf.h"
 #include "serving/model_config.h"
 
 namespace {
