@@ -4,6 +4,7 @@
 // multiple of 8, then every tensor's raw little-endian bytes in header order.
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,11 +36,18 @@ class StateDict {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes atomically (a temporary file renamed into place). Tensors on any device are written
-// from CPU copies.
+// Crash-safe: writes `<path>.tmp`, fsyncs it, renames it over `path` and fsyncs the directory
+// (core/atomic_file.h), so a process killed at any moment leaves the old or the new checkpoint.
+// Tensors on any device are written from CPU copies.
 void save(const StateDict& state, const std::string& path);
-// Reads CPU tensors in the file's order. A missing, truncated or malformed file throws
+// Reads CPU tensors in the file's header order (the file is memory-mapped, and read through
+// load_bytes). A missing, truncated or malformed file throws
 // flow::Error("[load] <path>: <what is wrong>").
 StateDict load(const std::string& path);
+// Parses a safetensors image held in memory; `source` names it in errors. Rejects, as the format
+// does: a header that is not a JSON object or names a key twice, unknown dtypes, shapes whose byte
+// count overflows or differs from data_offsets, offsets past the data, overlapping or leaving a
+// hole, trailing bytes, and BOOL bytes other than 0 and 1. Tensors may be in any order in the data.
+StateDict load_bytes(std::string_view bytes, const std::string& source);
 
 }  // namespace flow

@@ -53,10 +53,13 @@ Tensor read_idx(const std::string& path, int expected_dims, const std::string& d
   const size_t header = 4 + 4 * static_cast<size_t>(expected_dims);
   if (bytes.size() < header) fail(dataset_name, path, ": truncated header");
   std::vector<int64_t> dims;
-  uint64_t count = 1;
-  for (int d = 0; d < expected_dims; ++d) {
-    dims.push_back(big_endian(bytes, 4 + 4 * static_cast<size_t>(d)));
-    count *= static_cast<uint64_t>(dims.back());
+  for (int d = 0; d < expected_dims; ++d) dims.push_back(big_endian(bytes, 4 + 4 * static_cast<size_t>(d)));
+  // Three 32-bit dims can multiply past 64 bits; a wrapped count could match a small file.
+  uint64_t count = 0;
+  try {
+    count = static_cast<uint64_t>(Shape(dims).numel());
+  } catch (const Error&) {
+    fail(dataset_name, path, ": shape ", Shape(dims), " in the header has more elements than int64 can count");
   }
   if (bytes.size() - header != count) {
     fail(dataset_name, path, ": expected ", count, " data bytes for shape ", Shape(dims), ", found ", bytes.size() - header,

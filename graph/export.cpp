@@ -1,18 +1,25 @@
 #include "graph/export.h"
 
+#include <fcntl.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "core/serialization.h"
 #include "graph/passes.h"
 
 namespace flow {
 namespace graph {
 namespace {
+
+namespace fs = std::filesystem;
 
 struct Traced {
   proto::Job job;
@@ -193,24 +200,85 @@ InferenceExport export_inference(nn::Graph& graph, const ExportOptions& options)
   return out;
 }
 
-}  // namespace graph
+namespace {
 
-void save(nn::Graph& graph, const std::string& dir, const ExportOptions& options) {
-  const graph::InferenceExport exported = graph::export_inference(graph, options);
+constexpr const char* kExportFiles[] = {"model.pb", "model.pbtxt", "weights.safetensors"};
+
+// Swaps two directory entries in one step (Linux renameat2). Returns false when the file system
+// cannot (EINVAL: e.g. some network file systems).
+bool exchange(const fs::path& a, const fs::path& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  if (errno == EINVAL) return false;
+  fail("export", "cannot exchange ", a.string(), " and ", b.string(), ": ", std::strerror(errno));
+}
+
+void rename_or_fail(const fs::path& from, const fs::path& to) {
   std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) fail("export", "cannot create ", dir, ": ", error.message());
-  const std::filesystem::path root(dir);
-  std::ofstream binary(root / "model.pb", std::ios::binary | std::ios::trunc);
-  if (!binary || !exported.model.SerializeToOstream(&binary)) fail("export", "cannot write ", (root / "model.pb").string());
-  binary.close();
+  fs::rename(from, to, error);
+  if (error) fail("export", "cannot rename ", from.string(), " to ", to.string(), ": ", error.message());
+}
+
+}  // namespace
+
+void write_export(const InferenceExport& exported, const std::string& dir) {
+  fs::path target = fs::absolute(dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  const fs::path parent = target.parent_path();
+  // Beside the target, hidden: a model repository skips names starting with "." (and versions
+  // are numbers), so a server never sees a half-written export.
+  const fs::path staging = parent / ("." + target.filename().string() + ".export-staging");
+  std::error_code error;
+  if (fs::exists(target, error)) {
+    if (!fs::is_directory(target, error)) fail("export", dir, " exists and is not a directory");
+    // The export replaces the whole directory: never take anything else with it.
+    for (const auto& entry : fs::directory_iterator(target, error)) {
+      const std::string name = entry.path().filename().string();
+      if (std::find(std::begin(kExportFiles), std::end(kExportFiles), name) == std::end(kExportFiles)) {
+        fail("export", dir, " holds '", name, "', which is not part of an export; export into an empty or new directory");
+      }
+    }
+    if (error) fail("export", "cannot list ", dir, ": ", error.message());
+  }
+  fs::create_directories(parent, error);
+  if (error) fail("export", "cannot create ", parent.string(), ": ", error.message());
+  fs::remove_all(staging, error);  // what an export killed part way left
+  if (error || !fs::create_directory(staging, error)) fail("export", "cannot create ", staging.string(), ": ", error.message());
+
+  std::string binary;
+  if (!exported.model.SerializeToString(&binary)) fail("export", "cannot serialize the model of ", dir);
+  write_file_atomically((staging / "model.pb").string(), binary, "export");
   std::string text;
   google::protobuf::TextFormat::PrintToString(exported.model, &text);
-  std::ofstream(root / "model.pbtxt", std::ios::trunc) << text;
+  write_file_atomically((staging / "model.pbtxt").string(), text, "export");
   StateDict weights;
   for (const auto& [name, tensor] : exported.constants) weights.insert(name, tensor.contiguous());
   weights.metadata()["format"] = "flow-export";
-  flow::save(weights, (root / "weights.safetensors").string());
+  flow::save(weights, (staging / "weights.safetensors").string());
+
+  if (!fs::exists(target)) {
+    rename_or_fail(staging, target);
+    sync_directory(parent.string(), "export");
+    return;
+  }
+  if (exchange(staging, target)) {
+    sync_directory(parent.string(), "export");
+    fs::remove_all(staging);  // now the previous export
+    return;
+  }
+  // Without an atomic exchange there is a moment with no directory at `dir`: the previous export
+  // waits under a second hidden name until the new one is in place.
+  const fs::path previous = parent / ("." + target.filename().string() + ".export-previous");
+  fs::remove_all(previous);
+  rename_or_fail(target, previous);
+  rename_or_fail(staging, target);
+  sync_directory(parent.string(), "export");
+  fs::remove_all(previous);
+}
+
+}  // namespace graph
+
+void save(nn::Graph& graph, const std::string& dir, const ExportOptions& options) {
+  graph::write_export(graph::export_inference(graph, options), dir);
 }
 
 }  // namespace flow

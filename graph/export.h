@@ -39,10 +39,18 @@ struct InferenceExport {
 // Throws flow::Error before the graph's first call.
 InferenceExport export_inference(nn::Graph& graph, const ExportOptions& options = {});
 
+// Writes the export into `dir` (see save below).
+void write_export(const InferenceExport& exported, const std::string& dir);
+
 }  // namespace graph
 
 // Writes <dir>/model.pb (binary), <dir>/model.pbtxt (text, for people) and
-// <dir>/weights.safetensors; creates dir if needed.
+// <dir>/weights.safetensors, creating dir's parents if needed. Crash-safe and atomic for readers:
+// the files are written and fsynced in a hidden staging directory beside dir
+// (".<name>.export-staging"), which is then swapped with dir in one rename (renameat2
+// RENAME_EXCHANGE) or renamed to dir when there is none; the previous export is removed after.
+// A process killed at any moment leaves dir holding the old or the new complete export. A
+// directory holding anything but an export's files is not replaced (flow::Error).
 void save(nn::Graph& graph, const std::string& dir, const ExportOptions& options = {});
 
 }  // namespace flow

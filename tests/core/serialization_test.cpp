@@ -110,3 +110,51 @@ TEST(Serialization, CorruptFilesAreReportedNotCrashed) {
   }
   EXPECT_THROW_MSG(flow::load(temp_path("does_not_exist")), "does_not_exist: cannot open file");
 }
+
+TEST(Serialization, RejectsWhatTheFormatForbids) {
+  const std::string four(4, '\0'), eight(8, '\0');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // A repeated name: the JSON parser keeps one value, so one tensor would silently vanish.
+      {safetensors(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight),
+       "names the key 'x' twice"},
+      {safetensors(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
+                   R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", eight),
+       "names the key 'a' twice"},
+      {safetensors(R"({"x":{"dtype":"F32","dtype":"I32","shape":[1],"data_offsets":[0,4]}})", four), "names the key 'dtype' twice"},
+      {safetensors(R"({"__metadata__":{"k":"1","k":"2"}})", ""), "names the key 'k' twice"},
+      {safetensors(R"({"x":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,4]}})", four), "invalid dimension"},
+      {safetensors(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", four),
+       "has more bytes than int64 can count"},
+      // An empty tensor still gets strides: the other dims must not overflow either.
+      {safetensors(R"({"x":{"dtype":"F32","shape":[0,4611686018427387904,4],"data_offsets":[0,0]}})", ""),
+       "has more bytes than int64 can count"},
+      {safetensors(R"({"x":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", eight), "invalid dimension 2.0"},
+      {safetensors(R"({"x":{"dtype":"f32","shape":[2],"data_offsets":[0,8]}})", eight), "unknown dtype \"f32\""},
+      {safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight),
+       "overlap those of tensor 'a'"},
+      {safetensors(R"({"x":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", std::string("\x01\x02", 2)),
+       "holds the byte 2"},
+  };
+  for (const auto& [bytes, message] : cases) {
+    SCOPED_TRACE(message);
+    EXPECT_THROW_MSG(flow::load_bytes(bytes, "in memory"), message);
+  }
+  EXPECT_THROW_MSG(flow::load_bytes("abc", "in memory"), "[load] in memory: file is 3 bytes");
+  EXPECT_THROW_MSG(flow::load(::testing::TempDir()), "not a regular file");
+}
+
+TEST(Serialization, TensorsMayBeStoredInAnyOrder) {
+  // Other writers (Python's safetensors) order the data by dtype alignment, not like the header.
+  float floats[2] = {1.5f, -2.0f};
+  int32_t three = 3;
+  std::string data(reinterpret_cast<const char*>(&three), 4);
+  data += std::string(reinterpret_cast<const char*>(floats), 8);
+  const StateDict state = flow::load_bytes(
+      safetensors(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},"n":{"dtype":"I32","shape":[],"data_offsets":[0,4]},)"
+                  R"("e":{"dtype":"F32","shape":[0,5],"data_offsets":[4,4]}})", data),
+      "in memory");
+  EXPECT_EQ(state.keys(), (std::vector<std::string>{"w", "n", "e"}));
+  EXPECT_EQ(state.at("w").tolist<float>(), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(state.at("n").item<int32_t>(), 3);
+  EXPECT_EQ(state.at("e").numel(), 0);
+}

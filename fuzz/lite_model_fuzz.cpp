@@ -1,0 +1,7 @@
+// oneflow_lite's Model::load of a fuzzed model.pb beside the real weights (fuzz/lite_fuzz.h).
+#include "lite_fuzz.h"
+#include "quiet_protobuf.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return flow_fuzz::load_and_run_export("model.pb", data, size);
+}
