@@ -161,7 +161,7 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
       in_metas.push_back(metas.at(input));
     }
     try {
-      step.out_metas = op->infer(in_metas, step.attrs);
+      step.out_metas = checked_infer(*op, in_metas, step.attrs);
     } catch (const Error& e) {
       invalid("node '", name, "' does not accept its inputs at batch ", batch, ": ", e.what());
     }
