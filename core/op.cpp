@@ -151,7 +151,14 @@ std::vector<TensorMeta> checked_infer(const OpDef& op, const std::vector<TensorM
   check_attrs(op, attrs);
   std::vector<TensorMeta> outputs = op.infer(inputs, attrs);
   CHECK(!outputs.empty()) << op.name << " inferred no outputs";
-  for (size_t i = 0; i < outputs.size(); ++i) check_meta(op, outputs[i], "output", i);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    check_meta(op, outputs[i], "output", i);
+    // An in-place op's output i is its input i itself.
+    if (op.inplace && (i >= inputs.size() || !(outputs[i].shape == inputs[i].shape) || outputs[i].dtype != inputs[i].dtype ||
+                       outputs[i].device != inputs[i].device)) {
+      fail(op.name, "writes output ", i, " ", outputs[i].shape, " in place, but input ", i, " cannot hold it");
+    }
+  }
   if (!op.view) {
     const Device device = op.kernel_device(inputs, outputs);
     backend_for(device, op.name.c_str());

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "core/interpreter.h"
-#include "core/ops/copy.h"
 #include "core/ops/checks.h"
+#include "core/ops/copy.h"
 #include "core/ops/creation.h"
 #include "core/ops/elementwise_util.h"
 #include "core/ops/reduce.h"

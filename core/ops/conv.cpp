@@ -75,7 +75,9 @@ Shape conv_output_shape(const std::string& op, const Shape& x, const Shape& w, c
   if (groups < 1 || x[1] % groups != 0 || w[0] % groups != 0) {
     fail(op, "groups ", groups, " must divide input channels ", x[1], " and output channels ", w[0]);
   }
-  if (w[1] * groups != x[1]) fail(op, "weight ", w, " expects ", w[1] * groups, " input channels, but input ", x, " has ", x[1]);
+  if (x[1] / groups != w[1]) {
+    fail(op, "weight ", w, " expects ", saturated(static_cast<Wide>(w[1]) * groups), " input channels, but input ", x, " has ", x[1]);
+  }
   const int64_t oh = out_size(x[2], w[2], s[0], p[0], d[0]), ow = out_size(x[3], w[3], s[1], p[1], d[1]);
   if (oh < 1 || ow < 1) {
     fail(op, "calculated padded input size per channel: (", saturated(static_cast<Wide>(x[2]) + 2 * p[0]), " x ",

@@ -1,6 +1,7 @@
 // Creation ops: sources with no inputs whose shape, dtype and device come from attributes.
 #include "core/ops/creation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 

@@ -47,7 +47,9 @@ std::vector<std::string> split(const std::string& text, char separator) {
 std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, const Attrs& attrs, bool inplace) {
   if (!inplace && attrs.has("destinations")) fail("fused_elementwise", "only the in-place form takes destinations");
   const int64_t destinations = inplace ? attrs.get<int64_t>("destinations") : 0;
-  if (destinations < 0 || destinations > static_cast<int64_t>(all_inputs.size())) fail("fused_elementwise", "bad destination count");
+  if (destinations < (inplace ? 1 : 0) || destinations > static_cast<int64_t>(all_inputs.size())) {
+    fail("fused_elementwise", "bad destination count ", destinations, " for ", all_inputs.size(), " inputs");
+  }
   const std::vector<TensorMeta> in(all_inputs.begin() + destinations, all_inputs.end());
   if (in.empty()) fail("fused_elementwise", "expected at least one operand");
   const Shape shape(attrs.get<std::vector<int64_t>>("shape"));

@@ -183,10 +183,11 @@ int64_t normalized_ndim(const char* op, const TensorMeta& input, const Attrs& at
 const OpDef& kLayerNormGrad = OpBuilder("layer_norm_grad")
                                   .inputs({"grad_out", "input", "mean", "rstd", "weight"}, /*variadic=*/true)
                                   .outputs({"grad_input", "grad_weight", "grad_bias"})
-                                  .attrs({{"normalized_ndim", AttrType::kInt}})
+                                  .attrs({{"normalized_ndim", AttrType::kInt}, {"eps", AttrType::kDouble}})
                                   .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
                                     const char* op = "layer_norm_grad";
                                     if (in.size() != 4 && in.size() != 5) fail(op, "expected grad_out, input, mean, rstd and optional weight");
+                                    check_eps(op, attrs);
                                     const TensorMeta& input = in[1];
                                     const int64_t k = normalized_ndim(op, input, attrs);
                                     const TensorMeta rows{row_shape(input, k), input.dtype, input.device};

@@ -6,9 +6,9 @@
 
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
+#include "core/ops/checks.h"
 #include "core/ops/copy.h"
 #include "core/ops/creation.h"
-#include "core/ops/checks.h"
 #include "core/ops/elementwise_util.h"
 
 namespace flow {
@@ -16,7 +16,7 @@ namespace {
 
 std::vector<TensorMeta> same_meta(const std::vector<TensorMeta>& in, const Attrs&) { return {in[0]}; }
 
-// neg, relu and clamp of bool have no meaning (PyTorch refuses them too).
+// neg and relu of bool have no meaning (PyTorch refuses them too).
 InferFn not_bool(const char* op) {
   return [op](const std::vector<TensorMeta>& in, const Attrs&) {
     if (in[0].dtype == kBool) fail(op, "not supported for bool tensors; use logical_not for negation");
@@ -28,6 +28,7 @@ void check_approximate(const char* op, const Attrs& attrs) {
   const std::string& approximate = attrs.get<std::string>("approximate");
   if (approximate != "none" && approximate != "tanh") fail(op, "approximate must be 'none' or 'tanh', got '", approximate, "'");
 }
+
 std::vector<TensorMeta> bool_meta(const std::vector<TensorMeta>& in, const Attrs&) {
   return {{in[0].shape, kBool, in[0].device}};
 }

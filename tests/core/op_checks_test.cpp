@@ -6,12 +6,15 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <random>
 #include <sstream>
 
 #include "common/test_util.h"
 #include "core/flow.h"
 #include "core/interpreter.h"
+#include "core/ops/fused.h"
+#include "core/ops/optimizer_update.h"
 
 namespace {
 
@@ -35,9 +38,10 @@ std::vector<TensorMeta> infer(const std::string& op, const std::vector<TensorMet
 }
 
 TEST(OpChecks, PoolingOutputSizeFloorsLikePyTorch) {
-  // (3 - 5) / 1 + 1 truncates to 1 in C++; PyTorch floors to -1 and refuses.
+  // The stride defaults to the kernel: (3 - 5) / 5 + 1 truncates to 1 in C++; PyTorch floors to 0 and refuses.
   EXPECT_THROW_MSG(flow::max_pool2d(flow::randn({1, 1, 3, 4}), {5, 5}),
-                   "[max_pool2d] given input size: (1x3x4). Calculated output size: (1x-1x0). Output size is too small");
+                   "[max_pool2d] given input size: (1x3x4). Calculated output size: (1x0x0). Output size is too small");
+  EXPECT_THROW_MSG(flow::max_pool2d(flow::randn({1, 1, 3, 4}), {5, 5}, {1, 1}), "Calculated output size: (1x-1x0)");
   EXPECT_THROW_MSG(flow::avg_pool2d(flow::randn({1, 1, 3, 4}), {5, 5}), "Output size is too small");
   EXPECT_EQ(flow::max_pool2d(flow::randn({1, 1, 5, 5}), {5, 5}).shape(), (Shape{1, 1, 1, 1}));
   EXPECT_EQ(flow::max_pool2d(flow::randn({1, 1, 6, 7}), {2, 3}, {2, 2}, {1, 1}).shape(), (Shape{1, 1, 4, 4}));
@@ -97,7 +101,7 @@ TEST(OpChecks, GradientOpsCheckTheirShapeAttributesAgainstTheirInputs) {
                    "[avg_pool2d_grad] grad (1,1,2,2) does not match the forward output (1,1,4,4)");
   EXPECT_THROW_MSG(infer("slice_grad", {meta({2})}, Attrs().set("input_shape", Shape{5}).set("dim", 0).set("start", 0).set("end", 5).set("step", 1)),
                    "[slice_grad] grad (2,) does not match the slice (5,)");
-  EXPECT_THROW_MSG(infer("layer_norm_grad", {meta({2, 3}), meta({2, 3}), meta({3}), meta({2})}, Attrs().set("normalized_ndim", 1)),
+  EXPECT_THROW_MSG(infer("layer_norm_grad", {meta({2, 3}), meta({2, 3}), meta({3}), meta({2})}, Attrs().set("normalized_ndim", 1).set("eps", 1e-5)),
                    "[layer_norm_grad] mean should have shape (2,), got (3,)");
   EXPECT_THROW_MSG(infer("batch_norm_train_grad", {meta({2, 3}), meta({3}), meta({3}), meta({2, 3}), meta({3}), meta({4})}, Attrs().set("eps", 1e-5)),
                    "[batch_norm] invstd should have shape (3,)");
@@ -125,7 +129,7 @@ TEST(OpChecks, AttributeValuesAreCheckedWhereTheOpIsDefined) {
   EXPECT_THROW_MSG(infer("index_select", {meta({}), meta({3}, flow::kInt64)}, Attrs().set("dim", 0)), "a 0-d input takes one index, got 3");
   EXPECT_THROW_MSG(infer("scatter", {meta({2}), meta({2}, flow::kInt64), meta({2})}, Attrs().set("dim", 0).set("reduce", "mul")),
                    "[scatter] reduce must be 'none' or 'add'");
-  EXPECT_THROW_MSG(infer("full", {}, Attrs().set("shape", Shape{2}).set("dtype", flow::kInt32).set("device", flow::kCPU).set("value", 1e10)),
+  EXPECT_THROW_MSG(infer("full", {}, Attrs().set("shape", Shape{2}).set("dtype", flow::kInt32).set("device", flow::kCPU).set("value", flow::Scalar(1e10))),
                    "[full] value 1e+10 cannot be converted to type int32 without overflow");
   EXPECT_THROW_MSG(infer("add_scalar", {meta({2}, flow::kUInt8)}, Attrs().set("scalar", flow::Scalar(1000))), "cannot be converted to type uint8");
   EXPECT_THROW_MSG(infer("randint", {},
@@ -153,12 +157,81 @@ TEST(OpChecks, IntegerArithmeticWrapsInsteadOfOverflowing) {
 
 // ---- The property test -------------------------------------------------------------------------
 
-// Deterministic random malformed calls of one op.
+// A call as inference sees it.
+struct Call {
+  std::vector<TensorMeta> inputs;
+  Attrs attrs;
+};
+
+// Records every op call (forwarding it to eager) so that valid calls seed the mutations.
+class RecordingInterpreter final : public flow::Interpreter {
+ public:
+  flow::TensorList apply(const flow::OpDef& op, const flow::TensorList& inputs, const Attrs& attrs) override {
+    Call call{{}, attrs};
+    for (const auto& t : inputs) call.inputs.push_back({t.shape(), t.dtype(), t.device()});
+    calls[op.name].push_back(std::move(call));
+    return eager.apply(op, inputs, attrs);
+  }
+  std::map<std::string, std::vector<Call>> calls;
+  flow::EagerInterpreter eager;
+};
+
+// Valid calls of the ops whose arguments random generation rarely gets right (windows, channel
+// counts, gradient shapes, programs).
+std::map<std::string, std::vector<Call>> valid_calls() {
+  using flow::Tensor;
+  RecordingInterpreter recorder;
+  flow::InterpreterGuard guard(&recorder);
+  auto apply = [](const char* op, const flow::TensorList& inputs, const Attrs& attrs) { return flow::apply(flow::find_op(op), inputs, attrs); };
+  for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
+    const flow::TensorOptions options(dtype);
+    const Tensor x = flow::randn({2, 4, 7, 6}, options), w = flow::randn({6, 2, 3, 2}, options), b = flow::randn({6}, options);
+    const Tensor y = flow::conv2d(x, w, b, {2, 1}, {1, 0}, {1, 2}, 2);
+    flow::conv_transpose2d(y, w, Tensor(), {2, 1}, {1, 0}, {1, 0}, {1, 2}, 2);
+    const Attrs conv = conv_attrs({2, 1}, {1, 0}, {1, 2}, 2);
+    apply("conv2d_grad_weight", {y, x}, Attrs(conv).set("weight_shape", w.shape()));
+    const Attrs pool = pool_attrs({3, 2}, {2, 1}, {1, 1});
+    const flow::TensorList pooled = apply("max_pool2d", {x}, pool);
+    apply("max_pool2d_inference", {x}, pool);
+    apply("max_pool2d_grad", {pooled[0], pooled[1]}, Attrs(pool).set("input_shape", x.shape()));
+    const Tensor averaged = flow::avg_pool2d(x, {3, 2}, {2, 1}, {1, 1});
+    apply("avg_pool2d_grad", {averaged}, Attrs(pool).set("input_shape", x.shape()));
+    const Tensor channel = flow::rand({4}, options) + 0.5;
+    flow::batch_norm_eval(x, channel, channel, channel, channel, 1e-5);
+    const flow::BatchNormTrainResult train = flow::batch_norm_train(x, channel, channel, 1e-5);
+    apply("batch_norm_train_grad", {x, channel, channel, x, train.mean, train.invstd, channel}, Attrs().set("eps", 1e-5));
+    const flow::TensorList normed = apply("layer_norm", {x, flow::ones({7, 6}, options), flow::zeros({7, 6}, options)},
+                                          Attrs().set("normalized_ndim", 2).set("eps", 1e-5));
+    apply("layer_norm_grad", {x, x, normed[1], normed[2], flow::ones({7, 6}, options)}, Attrs().set("normalized_ndim", 2).set("eps", 1e-5));
+    const Tensor features = flow::randn({3, 5}, options), weight = flow::randn({4, 5}, options);
+    flow::linear(features, weight, flow::randn({4}, options));
+    apply("gelu_grad", {features, features}, Attrs().set("approximate", "tanh"));
+    const std::string program = "mul|0,1|;relu|-1|;out|1";
+    apply("fused_linear", {features, weight, flow::randn({4}, options), flow::randn({4}, options)},
+          Attrs().set("program", program).set("shape", Shape{3, 4}).set("linear_inputs", 2));
+    flow::fused::fused_elementwise_({flow::zeros({3, 5}, options)}, {features, flow::randn({5}, options)},
+                                    flow::fused::decode(program));
+    Tensor param = flow::randn({3, 5}, options), buffer = flow::zeros({3, 5}, options);
+    flow::sgd_update_(param, features, &buffer, 0.1, 0.9, 0, 1e-4, true, false);
+    const Tensor index = flow::randint(0, 3, {2, 5});
+    flow::scatter_add(features, 0, index, features.narrow(0, 0, 2));
+    apply("slice_grad", {features.narrow(1, 1, 2)}, Attrs().set("input_shape", Shape{3, 5}).set("dim", 1).set("start", 1).set("end", 3).set("step", 1));
+  }
+  return recorder.calls;
+}
+
+// Deterministic random malformed calls of one op: mutations of valid calls where there are
+// some, and random ones.
 class CaseGenerator {
  public:
-  explicit CaseGenerator(const flow::OpDef& op) : op_(op), rng_(std::hash<std::string>()(op.name)) {}
+  CaseGenerator(const flow::OpDef& op, const std::vector<Call>* seeds)
+      : op_(op), seeds_(seeds), rng_(std::hash<std::string>()(op.name)) {}
 
   void next() {
+    if (seeds_ != nullptr && chance(0.6)) {
+      mutate((*seeds_)[uniform(0, static_cast<int>(seeds_->size()) - 1)]);
+      return;
+    }
     coherent_ = chance(0.6);  // plausible calls reach the deeper checks and the kernels
     dtype_ = coherent_ ? pick<flow::DType>({flow::kFloat32, flow::kFloat64, flow::kFloat32, flow::kInt64, flow::kBool}) : any_dtype();
     rank_ = uniform(0, 5);
@@ -202,6 +275,42 @@ class CaseGenerator {
   T pick(std::initializer_list<T> values) { return *(values.begin() + uniform(0, static_cast<int>(values.size()) - 1)); }
 
   flow::DType any_dtype() { return static_cast<flow::DType>(uniform(0, 12)); }
+
+  // A valid call with up to three changes: an attribute, a dim, a rank, a dtype or an input.
+  void mutate(const Call& seed) {
+    coherent_ = true;
+    inputs = seed.inputs;
+    attrs = seed.attrs;
+    const int changes = uniform(0, 3);
+    for (int c = 0; c < changes; ++c) {
+      const int what = uniform(0, 5);
+      if (what <= 1 && !op_.attr_names.empty()) {
+        const size_t i = uniform(0, static_cast<int>(op_.attr_names.size()) - 1);
+        const auto* list = std::get_if<std::vector<int64_t>>(&attrs.values().at(op_.attr_names[i]));
+        if (list != nullptr && !list->empty() && chance(0.6)) {
+          std::vector<int64_t> tweaked = *list;
+          tweaked[uniform(0, static_cast<int>(tweaked.size()) - 1)] += pick<int64_t>({-2, -1, 1, 2});
+          attrs.set(op_.attr_names[i], tweaked);
+        } else {
+          set_random(op_.attr_names[i], chance(0.9) ? op_.attr_types[i] : static_cast<AttrType>(uniform(0, 7)));
+        }
+      } else if (inputs.empty()) {
+        continue;
+      } else if (TensorMeta& m = inputs[uniform(0, static_cast<int>(inputs.size()) - 1)]; what == 2 && m.shape.ndim() > 0) {
+        int64_t& d = m.shape[uniform(0, static_cast<int>(m.shape.ndim()) - 1)];
+        d = std::max<int64_t>(0, d + pick<int64_t>({-2, -1, 1, 2}));
+      } else if (what == 3) {
+        if (chance(0.5) && m.shape.ndim() > 0) m.shape.erase(m.shape.size() - 1);
+        else m.shape.insert(0, uniform(1, 3));
+      } else if (what == 4) {
+        m.dtype = any_dtype();
+      } else if (chance(0.5)) {
+        inputs.pop_back();
+      } else {
+        inputs.push_back(inputs[0]);
+      }
+    }
+  }
 
   TensorMeta random_meta() {
     const int rank = coherent_ && chance(0.8) ? rank_ : uniform(0, 5);
@@ -255,6 +364,7 @@ class CaseGenerator {
   }
 
   const flow::OpDef& op_;
+  const std::vector<Call>* seeds_;
   std::mt19937_64 rng_;
   bool coherent_ = false;
   flow::DType dtype_ = flow::kFloat32;
@@ -273,10 +383,12 @@ bool small(const std::vector<TensorMeta>& metas) {
 TEST(OpChecks, EveryOpRefusesMalformedCallsOrRunsItsKernelSafely) {
   constexpr int kCasesPerOp = 600;
   size_t ops_run = 0;
+  const std::map<std::string, std::vector<Call>> seeds = valid_calls();
   const std::vector<std::string> names = flow::registered_ops();
   for (const std::string& name : names) {
     const flow::OpDef& op = flow::find_op(name);
-    CaseGenerator cases(op);
+    auto seed = seeds.find(name);
+    CaseGenerator cases(op, seed == seeds.end() ? nullptr : &seed->second);
     int kernel_runs = 0;
     for (int c = 0; c < kCasesPerOp; ++c) {
       cases.next();
