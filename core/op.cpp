@@ -106,6 +106,9 @@ std::vector<std::string> registered_ops() {
 }
 
 namespace {
+// Variadic ops whose one input name repeats (cat, fused programs) take at most this many inputs.
+constexpr size_t kMaxVariadicInputs = size_t{1} << 20;
+
 // Dims must be non-negative and the byte size countable: a meta read from a file may be anything.
 // Kernels multiply subsets of the dims (rows, planes), so even an empty tensor's non-zero dims
 // must have a product int64 can hold.

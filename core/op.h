@@ -154,11 +154,9 @@ OpDef& op_def(const std::string& name);
 const OpDef& find_op(const std::string& name);
 std::vector<std::string> registered_ops();
 
-// Variadic ops whose one input name repeats (cat, fused programs) take at most this many inputs.
-inline constexpr size_t kMaxVariadicInputs = 4096;
-
 // Meta inference with every check, for every caller (eager and lazy interpreters, Graph passes,
-// oneflow_lite loading a Job): the input count against the schema, input metas (non-negative
+// oneflow_lite loading a Job): the input count against the schema (at most 2^20 for variadic
+// ops whose one input name repeats, such as cat), input metas (non-negative
 // dims, sizes int64 can count, one device unless the op moves data), each declared attribute
 // present with its declared type, then the op's own infer, then the outputs' sizes and that a
 // kernel exists for the resulting dtype and device. Once it returns, the kernel can run on
