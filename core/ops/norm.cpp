@@ -174,7 +174,7 @@ Shape normalized_shape_of(const TensorMeta& input, int64_t normalized_ndim) {
 int64_t normalized_ndim(const char* op, const TensorMeta& input, const Attrs& attrs) {
   const int64_t k = attrs.get<int64_t>("normalized_ndim");
   if (k < 1 || k > input.shape.ndim()) fail(op, "cannot normalize the last ", k, " dims of input ", input.shape);
-  checks::check_floating(op, input, "input");
+  if (!is_floating(input.dtype)) fail(op, "expected a floating input, got ", dtype_name(input.dtype));
   return k;
 }
 
