@@ -35,20 +35,13 @@ InterpreterGuard::InterpreterGuard(Interpreter* interpreter) : previous_(thread_
 InterpreterGuard::~InterpreterGuard() { thread_interpreter() = previous_; }
 
 std::vector<TensorMeta> check_and_infer(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  CHECK(op.infer) << "op '" << op.name << "' is used but has no definition";
-  if (!op.variadic_inputs && inputs.size() != op.input_names.size()) {
-    fail(op.name, "expected ", op.input_names.size(), " inputs, got ", inputs.size());
-  }
   std::vector<TensorMeta> metas;
   metas.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) fail(op.name, "input ", i, " is an undefined tensor");
     metas.push_back(meta_of(inputs[i]));
-    if (!op.mixed_devices && metas[i].device != metas[0].device) {
-      fail(op.name, "expected all tensors on the same device, got ", metas[0].device, " and ", metas[i].device);
-    }
   }
-  return op.infer(metas, attrs);
+  return checked_infer(op, metas, attrs);
 }
 
 TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
@@ -84,13 +77,7 @@ TensorList execute_op(const OpDef& op, const TensorList& inputs, const Attrs& at
   std::vector<TensorMeta> in_metas;
   in_metas.reserve(inputs.size());
   for (const auto& t : inputs) in_metas.push_back(meta_of(t));
-  Device device = out_metas.empty() ? in_metas.at(0).device : out_metas[0].device;
-  if (op.mixed_devices) {
-    for (const auto& meta : in_metas) {
-      if (!meta.device.is_cpu()) device = meta.device;  // device moves run on the accelerator's kernel
-    }
-  }
-  const KernelFn& kernel = op.kernel(device.type, op.dispatch_dtype(in_metas, out_metas));
+  const KernelFn& kernel = op.kernel(op.kernel_device(in_metas, out_metas).type, op.dispatch_dtype(in_metas, out_metas));
   if (op.contiguous_inputs) {
     TensorList prepared;
     prepared.reserve(inputs.size());

@@ -41,7 +41,7 @@ class InterpreterGuard {
 TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs = {});
 Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs = {});
 
-// Shared by interpreters: arity, device agreement and meta inference; returns output metas.
+// Shared by interpreters: checked_infer on the inputs' metas (inputs must be defined).
 std::vector<TensorMeta> check_and_infer(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
 
 // Runs op's kernel (or view function) on inputs whose metas were checked, without recording

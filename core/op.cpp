@@ -5,6 +5,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/allocator.h"
+
 namespace flow {
 namespace {
 std::map<std::string, OpDef>& registry() {
@@ -33,6 +35,20 @@ std::ostream& operator<<(std::ostream& out, const AttrValue& value) {
   return out;
 }
 
+const char* attr_type_name(AttrType type) {
+  switch (type) {
+    case AttrType::kBool: return "bool";
+    case AttrType::kInt: return "int";
+    case AttrType::kDouble: return "double";
+    case AttrType::kString: return "string";
+    case AttrType::kInts: return "ints";
+    case AttrType::kDType: return "dtype";
+    case AttrType::kDevice: return "device";
+    case AttrType::kScalar: return "scalar";
+  }
+  return "?";
+}
+
 std::string Sbp::str() const {
   switch (kind) {
     case Kind::kSplit: return "S(" + std::to_string(axis) + ")";
@@ -46,6 +62,16 @@ DType OpDef::dispatch_dtype(const std::vector<TensorMeta>& inputs, const std::ve
   if (!inputs.empty()) return inputs[0].dtype;
   CHECK(!outputs.empty()) << name << " has neither inputs nor outputs";
   return outputs[0].dtype;
+}
+
+Device OpDef::kernel_device(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs) const {
+  Device device = outputs.empty() ? inputs.at(0).device : outputs[0].device;
+  if (mixed_devices) {
+    for (const auto& meta : inputs) {
+      if (!meta.device.is_cpu()) device = meta.device;
+    }
+  }
+  return device;
 }
 
 const KernelFn& OpDef::kernel(DeviceType device, DType dtype) const {
@@ -79,6 +105,71 @@ std::vector<std::string> registered_ops() {
   return names;
 }
 
+namespace {
+// Variadic ops whose one input name repeats (cat, fused programs) take at most this many inputs.
+constexpr size_t kMaxVariadicInputs = size_t{1} << 20;
+
+// Dims must be non-negative and the byte size countable: a meta read from a file may be anything.
+// Kernels multiply subsets of the dims (rows, planes), so even an empty tensor's non-zero dims
+// must have a product int64 can hold.
+void check_meta(const OpDef& op, const TensorMeta& meta, const char* role, size_t index) {
+  int64_t product = 1;
+  for (int64_t d : meta.shape) {
+    if (d < 0) fail(op.name, role, " ", index, " has a negative dimension in shape ", meta.shape);
+    if (d > 0 && __builtin_mul_overflow(product, d, &product)) {
+      fail(op.name, role, " ", index, " shape ", meta.shape, " has dims whose product overflows int64");
+    }
+  }
+  meta.shape.nbytes(itemsize(meta.dtype), op.name.c_str());
+}
+
+void check_attrs(const OpDef& op, const Attrs& attrs) {
+  for (size_t i = 0; i < op.attr_names.size(); ++i) {
+    const std::string& name = op.attr_names[i];
+    auto it = attrs.values().find(name);
+    if (it == attrs.values().end()) fail(op.name, "missing attribute '", name, "'");
+    if (it->second.index() != static_cast<size_t>(op.attr_types[i])) {
+      fail(op.name, "attribute '", name, "' must be of type ", attr_type_name(op.attr_types[i]), ", got ",
+           attr_type_name(static_cast<AttrType>(it->second.index())));
+    }
+  }
+}
+}  // namespace
+
+std::vector<TensorMeta> checked_infer(const OpDef& op, const std::vector<TensorMeta>& inputs, const Attrs& attrs) {
+  CHECK(op.infer) << "op '" << op.name << "' is used but has no definition";
+  const size_t declared = op.input_names.size();
+  if (!op.variadic_inputs && inputs.size() != declared) fail(op.name, "expected ", declared, " inputs, got ", inputs.size());
+  // Variadic ops either repeat their one input name or end in optional inputs.
+  const size_t most = declared == 1 ? kMaxVariadicInputs : declared;
+  if (op.variadic_inputs && (inputs.empty() || inputs.size() > most)) {
+    fail(op.name, "expected 1 to ", most, " inputs, got ", inputs.size());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_meta(op, inputs[i], "input", i);
+    if (!op.mixed_devices && inputs[i].device != inputs[0].device) {
+      fail(op.name, "expected all tensors on the same device, got ", inputs[0].device, " and ", inputs[i].device);
+    }
+  }
+  check_attrs(op, attrs);
+  std::vector<TensorMeta> outputs = op.infer(inputs, attrs);
+  CHECK(!outputs.empty()) << op.name << " inferred no outputs";
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    check_meta(op, outputs[i], "output", i);
+    // An in-place op's output i is its input i itself.
+    if (op.inplace && (i >= inputs.size() || !(outputs[i].shape == inputs[i].shape) || outputs[i].dtype != inputs[i].dtype ||
+                       outputs[i].device != inputs[i].device)) {
+      fail(op.name, "writes output ", i, " ", outputs[i].shape, " in place, but input ", i, " cannot hold it");
+    }
+  }
+  if (!op.view) {
+    const Device device = op.kernel_device(inputs, outputs);
+    backend_for(device, op.name.c_str());
+    op.kernel(device.type, op.dispatch_dtype(inputs, outputs));
+  }
+  return outputs;
+}
+
 KernelRegistration::KernelRegistration(const std::string& op, DeviceType device, const std::vector<DType>& dtypes,
                                        KernelFn fn) {
   OpDef& def = op_def(op);
@@ -94,8 +185,13 @@ OpBuilder& OpBuilder::outputs(std::vector<std::string> names) {
   def_.output_names = std::move(names);
   return *this;
 }
-OpBuilder& OpBuilder::attrs(std::vector<std::string> names) {
-  def_.attr_names = std::move(names);
+OpBuilder& OpBuilder::attrs(std::vector<AttrDef> attrs) {
+  def_.attr_names.clear();
+  def_.attr_types.clear();
+  for (auto& attr : attrs) {
+    def_.attr_names.push_back(std::move(attr.name));
+    def_.attr_types.push_back(attr.type);
+  }
   return *this;
 }
 OpBuilder& OpBuilder::strided_inputs() {

@@ -14,6 +14,16 @@ namespace flow {
 
 using AttrValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>, DType, Device, Scalar>;
 
+// The type of a declared attribute: the AttrValue alternative, in the variant's order.
+enum class AttrType : uint8_t { kBool, kInt, kDouble, kString, kInts, kDType, kDevice, kScalar };
+const char* attr_type_name(AttrType type);  // "bool", "int", "double", "string", "ints", ...
+
+// One attribute of an op's schema.
+struct AttrDef {
+  std::string name;
+  AttrType type;
+};
+
 // Typed attributes of one op call. set() normalises ints to int64_t and floats to double.
 class Attrs {
  public:
@@ -108,6 +118,7 @@ struct OpDef {
   std::vector<std::string> input_names;  // with variadic_inputs, the one name repeats
   std::vector<std::string> output_names;
   std::vector<std::string> attr_names;
+  std::vector<AttrType> attr_types;  // one per attr_names entry
   bool variadic_inputs = false;
   // Kernels receive contiguous inputs unless the op handles strides itself.
   bool contiguous_inputs = true;
@@ -120,6 +131,8 @@ struct OpDef {
   // per call. A Graph reserves fresh ones on every run, and passes never merge or fold it.
   bool random = false;
 
+  // Output metas from input metas: the op's own checks of ranks, dims, dtypes and attribute
+  // values. Callers use checked_infer, which checks the schema first.
   InferFn infer;
   SbpFn sbp;
   VjpFn vjp;
@@ -128,6 +141,9 @@ struct OpDef {
 
   // The dtype that selects the kernel: the first input's, or the first output's for sources.
   DType dispatch_dtype(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs) const;
+  // The device whose kernel runs the op: the outputs' (inputs' for sinks), or for mixed_devices
+  // ops the accelerator among the inputs, since device moves run on its kernel.
+  Device kernel_device(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs) const;
   const KernelFn& kernel(DeviceType device, DType dtype) const;
 };
 
@@ -137,6 +153,15 @@ OpDef& op_def(const std::string& name);
 // The registered op, or flow::Error when no op of that name is defined.
 const OpDef& find_op(const std::string& name);
 std::vector<std::string> registered_ops();
+
+// Meta inference with every check, for every caller (eager and lazy interpreters, Graph passes,
+// oneflow_lite loading a Job): the input count against the schema (at most 2^20 for variadic
+// ops whose one input name repeats, such as cat), input metas (non-negative
+// dims, sizes int64 can count, one device unless the op moves data), each declared attribute
+// present with its declared type, then the op's own infer, then the outputs' sizes and that a
+// kernel exists for the resulting dtype and device. Once it returns, the kernel can run on
+// tensors of these metas. Errors are flow::Error naming the op.
+std::vector<TensorMeta> checked_infer(const OpDef& op, const std::vector<TensorMeta>& inputs, const Attrs& attrs);
 
 // Registers fn as the kernel of op for every dtype listed; used from static initialisers.
 struct KernelRegistration {
@@ -149,7 +174,7 @@ class OpBuilder {
   explicit OpBuilder(const std::string& name) : def_(op_def(name)) { def_.name = name; }
   OpBuilder& inputs(std::vector<std::string> names, bool variadic = false);
   OpBuilder& outputs(std::vector<std::string> names);
-  OpBuilder& attrs(std::vector<std::string> names);
+  OpBuilder& attrs(std::vector<AttrDef> attrs);
   OpBuilder& strided_inputs();
   OpBuilder& mixed_devices();
   OpBuilder& inplace();

@@ -1,4 +1,5 @@
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <type_traits>
@@ -19,7 +20,7 @@ class Scalar {
     } else if constexpr (std::is_floating_point_v<T>) {
       kind_ = Kind::kFloating;
       double_ = static_cast<double>(value);
-      int_ = static_cast<int64_t>(value);
+      int_ = saturated_int(double_);
     } else {
       kind_ = Kind::kIntegral;
       int_ = static_cast<int64_t>(value);
@@ -33,12 +34,20 @@ class Scalar {
   template <typename T>
   T to() const {
     if constexpr (std::is_floating_point_v<T>) return static_cast<T>(double_);
-    else if constexpr (std::is_integral_v<T>) return static_cast<T>(is_floating() ? static_cast<int64_t>(double_) : int_);
+    else if constexpr (std::is_integral_v<T>) return static_cast<T>(int_);
     else return T(static_cast<float>(double_));
   }
   bool operator==(const Scalar& other) const = default;
 
  private:
+  // The value truncated toward zero and clamped to int64 (NaN gives 0): casting a double int64
+  // cannot hold is undefined behaviour, and a scalar may come from a file.
+  static int64_t saturated_int(double value) {
+    if (std::isnan(value)) return 0;
+    if (value >= 0x1p63) return INT64_MAX;
+    if (value < -0x1p63) return INT64_MIN;
+    return static_cast<int64_t>(value);
+  }
   enum class Kind : uint8_t { kIntegral, kFloating, kBool };
   Kind kind_ = Kind::kIntegral;
   int64_t int_ = 0;

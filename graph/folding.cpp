@@ -16,7 +16,7 @@ class NodeWriter {
   std::string add(const std::string& suffix, const std::string& op, const std::vector<std::string>& inputs, const Attrs& attrs = {}) {
     std::vector<TensorMeta> in;
     for (const auto& input : inputs) in.push_back(meta(input));
-    const std::vector<TensorMeta> out = find_op(op).infer(in, attrs);
+    const std::vector<TensorMeta> out = checked_infer(find_op(op), in, attrs);
     proto::Node node;
     node.set_name(like_.name() + ".fold." + suffix);
     node.set_op(op);

@@ -175,18 +175,11 @@ void Model::Impl::add_node(proto::Node& node, int64_t batch, bool rebatch, Progr
     in_metas.push_back(metas.at(input));
   }
   try {
-    step.out_metas = op->infer(in_metas, step.attrs);
+    step.out_metas = checked_infer(*op, in_metas, step.attrs);
   } catch (const Error& e) {
     reject("does not accept its inputs at batch ", batch, ": ", e.what());
   }
   if (static_cast<int>(step.out_metas.size()) != node.outputs_size()) reject("has a wrong output count");
-  if (!op->view) {
-    const DType dtype = op->dispatch_dtype(in_metas, step.out_metas);
-    const Device device = step.out_metas.empty() ? in_metas.at(0).device : step.out_metas[0].device;
-    if (!op->kernels.count({device.type, dtype})) {
-      reject("op '", node.op(), "' has no kernel for ", dtype_name(dtype), " on ", device.str(), " in this build");
-    }
-  }
   for (int j = 0; j < node.outputs_size(); ++j) {
     const TensorMeta& meta = step.out_metas[j];
     const TensorMeta recorded = graph::meta_of(node.outputs(j));

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/interpreter.h"
+#include "core/ops/checks.h"
 #include "core/ops/copy.h"
 #include "core/ops/creation.h"
 #include "core/ops/elementwise_util.h"
@@ -28,14 +29,16 @@ const OpDef& binary(const char* name, VjpFn vjp, bool bool_output = false) {
   return builder.def();
 }
 
-// Tensor-scalar op: the scalar is the attribute "scalar"; output dtype as the input's.
+// Tensor-scalar op: the scalar is the attribute "scalar"; output dtype as the input's. Arithmetic
+// converts the scalar to the input's dtype, comparisons compare in double.
 const OpDef& scalar_op(const char* name, VjpFn vjp, bool bool_output = false) {
   OpBuilder builder(name);
   builder.inputs({"input"})
       .outputs({"out"})
-      .attrs({"scalar"})
+      .attrs({{"scalar", AttrType::kScalar}})
       .strided_inputs()
-      .infer([bool_output](const std::vector<TensorMeta>& in, const Attrs&) {
+      .infer([name, bool_output](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+        if (!bool_output) checks::check_scalar_fits(name, attrs.get<Scalar>("scalar"), in[0].dtype, "scalar");
         return std::vector<TensorMeta>{{in[0].shape, bool_output ? kBool : in[0].dtype, in[0].device}};
       })
       .sbp(sbp::elementwise);
@@ -163,6 +166,7 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   return promoted(kAdd, a, alpha.to_double() == 1.0 ? b : mul(b, alpha));
 }
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  // Checked before promotion, which would turn a bool operand into a number.
   if (a.dtype() == kBool || b.dtype() == kBool) fail("sub", "subtraction of bool tensors is not supported");
   return promoted(kSub, a, alpha.to_double() == 1.0 ? b : mul(b, alpha));
 }

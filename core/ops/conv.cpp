@@ -5,6 +5,7 @@
 #include "core/autograd_meta.h"
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
+#include "core/ops/checks.h"
 #include "core/ops/reduce.h"
 #include "core/ops/view.h"
 
@@ -12,41 +13,106 @@ namespace flow {
 namespace {
 
 using Pair = std::vector<int64_t>;
-const Pair& pair_attr(const Attrs& attrs, const char* name) { return attrs.get<Pair>(name); }
 
-int64_t out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
-  return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
-}
+// Window attributes beyond this are never meaningful and would overflow the kernels' index math.
+constexpr int64_t kMaxWindowAttr = int64_t{1} << 31;
 
-void check_pair(const Pair& p, const char* name, const char* op, int64_t minimum) {
+const Pair& checked_pair(const Attrs& attrs, const char* name, const std::string& op, int64_t minimum) {
+  const Pair& p = attrs.get<Pair>(name);
   if (p.size() != 2) fail(op, name, " must have 2 values, got ", p.size());
   if (p[0] < minimum || p[1] < minimum) fail(op, name, " must be >= ", minimum, ", got ", Shape(p));
+  if (p[0] > kMaxWindowAttr || p[1] > kMaxWindowAttr) fail(op, name, " must be <= ", kMaxWindowAttr, ", got ", Shape(p));
+  return p;
 }
 
-Shape conv_output_shape(const Shape& x, const Shape& w, const Attrs& attrs) {
-  const Pair &s = pair_attr(attrs, "stride"), &p = pair_attr(attrs, "padding"), &d = pair_attr(attrs, "dilation");
+// Size arithmetic runs in 128 bits (the dims of an empty tensor may be as large as int64 allows)
+// and saturates back; a saturated size fails the output's size check.
+using Wide = __int128;
+int64_t saturated(Wide value) {
+  if (value > INT64_MAX) return INT64_MAX;
+  if (value < INT64_MIN) return INT64_MIN;
+  return static_cast<int64_t>(value);
+}
+// Extent of a dilated kernel: dilation * (kernel - 1) + 1.
+Wide kernel_extent(int64_t kernel, int64_t dilation) { return static_cast<Wide>(dilation) * (kernel - 1) + 1; }
+
+// floor((in + 2 * pad - dilation * (kernel - 1) - 1) / stride) + 1. Floor, not C++'s truncation:
+// a window wider than the padded input must give a size below 1, not 1.
+int64_t out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+  const Wide span = static_cast<Wide>(in) + 2 * static_cast<Wide>(pad) - kernel_extent(kernel, dilation);
+  Wide quotient = span / stride;
+  if (span % stride != 0 && span < 0) --quotient;
+  return saturated(quotient + 1);
+}
+
+// The input size a transposed convolution produces: (in - 1) * stride - 2 * pad + dilation * (kernel - 1) + output_padding + 1.
+int64_t transposed_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation, int64_t output_padding) {
+  return saturated(static_cast<Wide>(in - 1) * stride - 2 * static_cast<Wide>(pad) + kernel_extent(kernel, dilation) + output_padding);
+}
+
+void check_4d(const std::string& op, const Shape& shape, const char* what, const char* layout) {
+  if (shape.ndim() != 4) fail(op, "expected 4-d ", what, " ", layout, ", got ", shape);
+}
+
+// The kernels need every dim but the batch non-empty (as PyTorch's convolution and pooling do).
+void check_nonempty_planes(const std::string& op, const Shape& x, const char* what) {
+  if (x[1] == 0 || x[2] == 0 || x[3] == 0) {
+    fail(op, "expected ", what, " with non-zero channels, height and width (only the batch may be empty), got ", x);
+  }
+}
+
+// Checks a convolution of x (N,C,H,W) by weight w (O,C/groups,kH,kW) under attrs; returns the
+// output shape. Shared by conv2d and its two gradient ops, which give x or w as an attribute.
+Shape conv_output_shape(const std::string& op, const Shape& x, const Shape& w, const Attrs& attrs) {
+  check_4d(op, x, "input", "(N,C,H,W)");
+  check_4d(op, w, "weight", "(O,C/groups,kH,kW)");
+  check_nonempty_planes(op, x, "input");
+  if (w[0] == 0 || w[1] == 0 || w[2] == 0 || w[3] == 0) fail(op, "expected a non-empty weight, got ", w);
+  const Pair& s = checked_pair(attrs, "stride", op, 1);
+  const Pair& p = checked_pair(attrs, "padding", op, 0);
+  const Pair& d = checked_pair(attrs, "dilation", op, 1);
+  const int64_t groups = attrs.get<int64_t>("groups");
+  if (groups < 1 || x[1] % groups != 0 || w[0] % groups != 0) {
+    fail(op, "groups ", groups, " must divide input channels ", x[1], " and output channels ", w[0]);
+  }
+  if (x[1] / groups != w[1]) {
+    fail(op, "weight ", w, " expects ", saturated(static_cast<Wide>(w[1]) * groups), " input channels, but input ", x, " has ", x[1]);
+  }
   const int64_t oh = out_size(x[2], w[2], s[0], p[0], d[0]), ow = out_size(x[3], w[3], s[1], p[1], d[1]);
-  if (oh <= 0 || ow <= 0) {
-    fail("conv2d", "input ", x, " is too small for kernel ", Shape{w[2], w[3]}, " with padding ", Shape(p), " and dilation ", Shape(d));
+  if (oh < 1 || ow < 1) {
+    fail(op, "calculated padded input size per channel: (", saturated(static_cast<Wide>(x[2]) + 2 * p[0]), " x ",
+         saturated(static_cast<Wide>(x[3]) + 2 * p[1]), "). Kernel size: (", saturated(kernel_extent(w[2], d[0])), " x ",
+         saturated(kernel_extent(w[3], d[1])), "). Kernel size can't be greater than actual input size");
   }
   return {x[0], w[0], oh, ow};
 }
 
+void check_operands(const std::string& op, const TensorMeta& a, const TensorMeta& b) {
+  if (!is_floating(a.dtype) || a.dtype != b.dtype) {
+    fail(op, "expected floating operands of one dtype, got ", dtype_name(a.dtype), " and ", dtype_name(b.dtype));
+  }
+}
+
+// The gradient ops' shape attribute: a 4-d shape the other operand's dims must agree with.
+Shape shape4_attr(const std::string& op, const Attrs& attrs, const char* name) {
+  const Shape shape = checks::shape_attr(op, attrs, name);
+  if (shape.ndim() != 4) fail(op, name, " must have 4 dims, got ", shape);
+  return shape;
+}
+
+void check_grad_shape(const std::string& op, const Shape& grad, const Shape& expected) {
+  if (!(grad == expected)) fail(op, "grad ", grad, " does not match the forward output ", expected);
+}
+
 std::vector<TensorMeta> conv_infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
-  if (in.size() != 2 && in.size() != 3) fail("conv2d", "expected input, weight and optional bias");
-  const Shape &x = in[0].shape, &w = in[1].shape;
-  if (x.ndim() != 4) fail("conv2d", "expected 4-d input (N,C,H,W), got ", x);
-  if (w.ndim() != 4) fail("conv2d", "expected 4-d weight (O,C/groups,kH,kW), got ", w);
-  if (!is_floating(in[0].dtype) || in[0].dtype != in[1].dtype) {
-    fail("conv2d", "expected floating input and weight of one dtype, got ", dtype_name(in[0].dtype), " and ", dtype_name(in[1].dtype));
+  if (in.size() != 2 && in.size() != 3) fail("conv2d", "expected input, weight and optional bias, got ", in.size(), " tensors");
+  check_operands("conv2d", in[0], in[1]);
+  const Shape out = conv_output_shape("conv2d", in[0].shape, in[1].shape, attrs);
+  if (in.size() == 3) {
+    if (!(in[2].shape == Shape{out[1]})) fail("conv2d", "bias must have shape (", out[1], ",), got ", in[2].shape);
+    checks::check_same_dtype("conv2d", in[0], in[2], "bias");
   }
-  const int64_t groups = attrs.get<int64_t>("groups");
-  if (groups < 1 || x[1] % groups != 0 || w[0] % groups != 0) {
-    fail("conv2d", "groups ", groups, " must divide input channels ", x[1], " and output channels ", w[0]);
-  }
-  if (w[1] * groups != x[1]) fail("conv2d", "weight ", w, " expects ", w[1] * groups, " input channels, but input ", x, " has ", x[1]);
-  if (in.size() == 3 && !(in[2].shape == Shape{w[0]})) fail("conv2d", "bias must have shape (", w[0], ",), got ", in[2].shape);
-  return {{conv_output_shape(x, w, attrs), in[0].dtype, in[0].device}};
+  return {{out, in[0].dtype, in[0].device}};
 }
 
 Attrs conv_attrs(const Pair& stride, const Pair& padding, const Pair& dilation, int64_t groups) {
@@ -56,18 +122,34 @@ Attrs conv_attrs(const Pair& stride, const Pair& padding, const Pair& dilation, 
 const OpDef& kConvGradInput = OpBuilder("conv2d_grad_input")
                                   .inputs({"grad", "weight"})
                                   .outputs({"grad_input"})
-                                  .attrs({"stride", "padding", "dilation", "groups", "input_shape"})
+                                  .attrs({{"stride", AttrType::kInts},
+                                          {"padding", AttrType::kInts},
+                                          {"dilation", AttrType::kInts},
+                                          {"groups", AttrType::kInt},
+                                          {"input_shape", AttrType::kInts}})
                                   .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-                                    return std::vector<TensorMeta>{{Shape(pair_attr(attrs, "input_shape")), in[0].dtype, in[0].device}};
+                                    const char* op = "conv2d_grad_input";
+                                    check_operands(op, in[0], in[1]);
+                                    const Shape input = shape4_attr(op, attrs, "input_shape");
+                                    check_grad_shape(op, in[0].shape, conv_output_shape(op, input, in[1].shape, attrs));
+                                    return std::vector<TensorMeta>{{input, in[0].dtype, in[0].device}};
                                   })
                                   .def();
 
 const OpDef& kConvGradWeight = OpBuilder("conv2d_grad_weight")
                                    .inputs({"grad", "input"})
                                    .outputs({"grad_weight"})
-                                   .attrs({"stride", "padding", "dilation", "groups", "weight_shape"})
+                                   .attrs({{"stride", AttrType::kInts},
+                                           {"padding", AttrType::kInts},
+                                           {"dilation", AttrType::kInts},
+                                           {"groups", AttrType::kInt},
+                                           {"weight_shape", AttrType::kInts}})
                                    .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-                                     return std::vector<TensorMeta>{{Shape(pair_attr(attrs, "weight_shape")), in[0].dtype, in[0].device}};
+                                     const char* op = "conv2d_grad_weight";
+                                     check_operands(op, in[0], in[1]);
+                                     const Shape weight = shape4_attr(op, attrs, "weight_shape");
+                                     check_grad_shape(op, in[0].shape, conv_output_shape(op, in[1].shape, weight, attrs));
+                                     return std::vector<TensorMeta>{{weight, in[0].dtype, in[0].device}};
                                    })
                                    .def();
 
@@ -75,7 +157,7 @@ const OpDef& kConv =
     OpBuilder("conv2d")
         .inputs({"input", "weight", "bias"}, /*variadic=*/true)
         .outputs({"out"})
-        .attrs({"stride", "padding", "dilation", "groups"})
+        .attrs({{"stride", AttrType::kInts}, {"padding", AttrType::kInts}, {"dilation", AttrType::kInts}, {"groups", AttrType::kInt}})
         .infer(conv_infer)
         .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
           std::vector<SbpSignature> signatures{{std::vector<Sbp>(in.size(), Sbp::broadcast()), {Sbp::broadcast()}}};
@@ -122,28 +204,56 @@ struct ConvGradVjps {
   }
 } conv_grad_vjps;
 
-Attrs pool_attrs(const char* op, const Tensor& input, Pair kernel, Pair stride, const Pair& padding) {
+Attrs pool_attrs(Pair kernel, Pair stride, const Pair& padding) {
   if (stride.empty()) stride = kernel;
-  check_pair(kernel, "kernel_size", op, 1);
-  check_pair(stride, "stride", op, 1);
-  check_pair(padding, "padding", op, 0);
-  if (padding[0] * 2 > kernel[0] || padding[1] * 2 > kernel[1]) {
-    fail(op, "pad should be at most half of the kernel size, got padding ", Shape(padding), " and kernel ", Shape(kernel));
-  }
-  if (input.dim() != 4) fail(op, "expected 4-d input (N,C,H,W), got ", input.shape());
   return Attrs().set("kernel_size", kernel).set("stride", stride).set("padding", padding);
+}
+
+const std::vector<AttrDef>& pool_attr_defs(bool with_input_shape) {
+  static const std::vector<AttrDef> forward{
+      {"kernel_size", AttrType::kInts}, {"stride", AttrType::kInts}, {"padding", AttrType::kInts}};
+  static const std::vector<AttrDef> backward = [] {
+    std::vector<AttrDef> defs = forward;
+    defs.push_back({"input_shape", AttrType::kInts});
+    return defs;
+  }();
+  return with_input_shape ? backward : forward;
+}
+
+// Checks pooling input x (N,C,H,W) under attrs; returns the output shape.
+Shape pool_output_shape(const std::string& op, const Shape& x, const Attrs& attrs) {
+  const Pair& k = checked_pair(attrs, "kernel_size", op, 1);
+  const Pair& s = checked_pair(attrs, "stride", op, 1);
+  const Pair& p = checked_pair(attrs, "padding", op, 0);
+  if (p[0] * 2 > k[0] || p[1] * 2 > k[1]) {
+    fail(op, "pad should be at most half of the kernel size, got padding ", Shape(p), " and kernel ", Shape(k));
+  }
+  check_4d(op, x, "input", "(N,C,H,W)");
+  check_nonempty_planes(op, x, "input");
+  const int64_t oh = out_size(x[2], k[0], s[0], p[0], 1), ow = out_size(x[3], k[1], s[1], p[1], 1);
+  if (oh < 1 || ow < 1) {
+    fail(op, "given input size: (", x[1], "x", x[2], "x", x[3], "). Calculated output size: (", x[1], "x", oh, "x", ow,
+         "). Output size is too small");
+  }
+  return {x[0], x[1], oh, ow};
 }
 
 InferFn pool_infer(const char* op, bool with_indices) {
   return [op, with_indices](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-    const Shape& x = in[0].shape;
-    const Pair &k = pair_attr(attrs, "kernel_size"), &s = pair_attr(attrs, "stride"), &p = pair_attr(attrs, "padding");
-    const int64_t oh = out_size(x[2], k[0], s[0], p[0], 1), ow = out_size(x[3], k[1], s[1], p[1], 1);
-    if (oh <= 0 || ow <= 0) fail(op, "input ", x, " is too small for kernel ", Shape(k));
-    std::vector<TensorMeta> metas{{Shape{x[0], x[1], oh, ow}, in[0].dtype, in[0].device}};
-    if (with_indices) metas.push_back({Shape{x[0], x[1], oh, ow}, kInt64, in[0].device});
+    checks::check_floating(op, in[0], "input");
+    const Shape out = pool_output_shape(op, in[0].shape, attrs);
+    std::vector<TensorMeta> metas{{out, in[0].dtype, in[0].device}};
+    if (with_indices) metas.push_back({out, kInt64, in[0].device});
     return metas;
   };
+}
+
+// A pooling gradient: grad of the forward output's shape for input_shape; returns input_shape.
+Shape pool_grad_input_shape(const std::string& op, const TensorMeta& grad, const Attrs& attrs) {
+  checks::check_floating(op, grad, "grad");
+  const Shape input = shape4_attr(op, attrs, "input_shape");
+  check_grad_shape(op, grad.shape, pool_output_shape(op, input, attrs));
+  return input;
 }
 
 // Scatters pooled gradients back through the saved argmax positions (flat h*w per plane). The
@@ -151,16 +261,22 @@ InferFn pool_infer(const char* op, bool with_indices) {
 const OpDef& kMaxPoolGrad = OpBuilder("max_pool2d_grad")
                                 .inputs({"grad", "indices"})
                                 .outputs({"grad_input"})
-                                .attrs({"kernel_size", "stride", "padding", "input_shape"})
+                                .attrs(pool_attr_defs(true))
                                 .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-                                  return std::vector<TensorMeta>{{Shape(pair_attr(attrs, "input_shape")), in[0].dtype, in[0].device}};
+                                  const char* op = "max_pool2d_grad";
+                                  const Shape input = pool_grad_input_shape(op, in[0], attrs);
+                                  if (in[1].dtype != kInt64 || !(in[1].shape == in[0].shape)) {
+                                    fail(op, "indices must be int64 of the grad's shape ", in[0].shape, ", got ", dtype_name(in[1].dtype), " ",
+                                         in[1].shape);
+                                  }
+                                  return std::vector<TensorMeta>{{input, in[0].dtype, in[0].device}};
                                 })
                                 .def();
 
 const OpDef& kMaxPool = OpBuilder("max_pool2d")
                             .inputs({"input"})
                             .outputs({"out", "indices"})
-                            .attrs({"kernel_size", "stride", "padding"})
+                            .attrs(pool_attr_defs(false))
                             .infer(pool_infer("max_pool2d", true))
                             .vjp([](const VjpContext& ctx) {
                               return TensorList{apply_one(kMaxPoolGrad, {ctx.grad(0), ctx.output(1)},
@@ -173,23 +289,23 @@ const OpDef& kMaxPool = OpBuilder("max_pool2d")
 const OpDef& kMaxPoolInference = OpBuilder("max_pool2d_inference")
                                      .inputs({"input"})
                                      .outputs({"out"})
-                                     .attrs({"kernel_size", "stride", "padding"})
+                                     .attrs(pool_attr_defs(false))
                                      .infer(pool_infer("max_pool2d", false))
                                      .def();
 
 const OpDef& kAvgPoolGrad = OpBuilder("avg_pool2d_grad")
                                 .inputs({"grad"})
                                 .outputs({"grad_input"})
-                                .attrs({"kernel_size", "stride", "padding", "input_shape"})
+                                .attrs(pool_attr_defs(true))
                                 .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-                                  return std::vector<TensorMeta>{{Shape(pair_attr(attrs, "input_shape")), in[0].dtype, in[0].device}};
+                                  return std::vector<TensorMeta>{{pool_grad_input_shape("avg_pool2d_grad", in[0], attrs), in[0].dtype, in[0].device}};
                                 })
                                 .def();
 
 const OpDef& kAvgPool = OpBuilder("avg_pool2d")
                             .inputs({"input"})
                             .outputs({"out"})
-                            .attrs({"kernel_size", "stride", "padding"})
+                            .attrs(pool_attr_defs(false))
                             .infer(pool_infer("avg_pool2d", false))
                             .vjp([](const VjpContext& ctx) {
                               return TensorList{apply_one(kAvgPoolGrad, {ctx.grad()},
@@ -210,9 +326,6 @@ struct PoolGradVjps {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride,
               std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
-  check_pair(stride, "stride", "conv2d", 1);
-  check_pair(padding, "padding", "conv2d", 0);
-  check_pair(dilation, "dilation", "conv2d", 1);
   TensorList inputs{input, weight};
   if (bias.defined()) inputs.push_back(bias);
   return apply_one(kConv, inputs, conv_attrs(stride, padding, dilation, groups));
@@ -221,44 +334,47 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, std
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride,
                         std::vector<int64_t> padding, std::vector<int64_t> output_padding, std::vector<int64_t> dilation,
                         int64_t groups) {
-  check_pair(stride, "stride", "conv_transpose2d", 1);
-  check_pair(padding, "padding", "conv_transpose2d", 0);
-  check_pair(output_padding, "output_padding", "conv_transpose2d", 0);
-  check_pair(dilation, "dilation", "conv_transpose2d", 1);
-  if (input.dim() != 4 || weight.dim() != 4) {
-    fail("conv_transpose2d", "expected 4-d input and weight, got ", input.shape(), " and ", weight.shape());
-  }
+  // The transposed convolution is the input-gradient of the convolution it transposes, whose
+  // input shape is computed here; conv2d_grad_input checks the rest.
+  const char* op = "conv_transpose2d";
+  Attrs attrs = conv_attrs(stride, padding, dilation, groups);
+  checked_pair(attrs, "stride", op, 1);
+  checked_pair(attrs, "padding", op, 0);
+  checked_pair(attrs, "dilation", op, 1);
+  checked_pair(Attrs().set("output_padding", output_padding), "output_padding", op, 0);
+  if (input.dim() != 4 || weight.dim() != 4) fail(op, "expected 4-d input and weight, got ", input.shape(), " and ", weight.shape());
   if (groups < 1 || weight.size(0) != input.size(1) || input.size(1) % groups != 0) {
-    fail("conv_transpose2d", "weight ", weight.shape(), " expects ", weight.size(0), " input channels in ", groups,
-         " groups, but input ", input.shape(), " has ", input.size(1));
+    fail(op, "weight ", weight.shape(), " expects ", weight.size(0), " input channels in ", groups, " groups, but input ", input.shape(),
+         " has ", input.size(1));
   }
   for (int d = 0; d < 2; ++d) {
-    if (output_padding[d] >= std::max(stride[d], dilation[d])) {
-      fail("conv_transpose2d", "output padding must be smaller than either stride or dilation, got ", Shape(output_padding));
+    // The gradient kernels (oneDNN's among them) need the forward geometry to give back exactly
+    // this input size, which holds when output_padding < stride.
+    if (output_padding[d] >= stride[d]) {
+      fail(op, "output padding must be smaller than stride, got output_padding ", Shape(output_padding), " and stride ", Shape(stride));
     }
   }
   Shape out{input.size(0), weight.size(1) * groups};
   for (int d = 0; d < 2; ++d) {
-    out.push_back((input.size(2 + d) - 1) * stride[d] - 2 * padding[d] + dilation[d] * (weight.size(2 + d) - 1) + output_padding[d] + 1);
-    if (out[out.size() - 1] <= 0) fail("conv_transpose2d", "input ", input.shape(), " gives an empty output");
+    out.push_back(transposed_size(input.size(2 + d), weight.size(2 + d), stride[d], padding[d], dilation[d], output_padding[d]));
+    if (out[out.size() - 1] <= 0) fail(op, "input ", input.shape(), " gives an empty output");
   }
-  // The transposed convolution is the input-gradient of the convolution it transposes.
-  Tensor y = apply_one(kConvGradInput, {input, weight}, conv_attrs(stride, padding, dilation, groups).set("input_shape", out));
+  Tensor y = apply_one(kConvGradInput, {input, weight}, attrs.set("input_shape", out));
   if (bias.defined()) {
-    if (!(bias.shape() == Shape{out[1]})) fail("conv_transpose2d", "bias must have shape (", out[1], ",), got ", bias.shape());
+    if (!(bias.shape() == Shape{out[1]})) fail(op, "bias must have shape (", out[1], ",), got ", bias.shape());
     y = y + bias.reshape({1, out[1], 1, 1});
   }
   return y;
 }
 
 Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride, std::vector<int64_t> padding) {
-  Attrs attrs = pool_attrs("max_pool2d", input, kernel_size, stride, padding);
+  Attrs attrs = pool_attrs(kernel_size, stride, padding);
   if (is_grad_enabled() && input.requires_grad()) return apply(kMaxPool, {input}, std::move(attrs))[0];
   return apply_one(kMaxPoolInference, {input}, std::move(attrs));
 }
 
 Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride, std::vector<int64_t> padding) {
-  return apply_one(kAvgPool, {input}, pool_attrs("avg_pool2d", input, kernel_size, stride, padding));
+  return apply_one(kAvgPool, {input}, pool_attrs(kernel_size, stride, padding));
 }
 
 }  // namespace flow

@@ -15,7 +15,7 @@ const OpDef& kCopy =
       OpBuilder("copy")
           .inputs({"input"})
           .outputs({"out"})
-          .attrs({"dtype", "device"})
+          .attrs({{"dtype", AttrType::kDType}, {"device", AttrType::kDevice}})
           .strided_inputs()
           .mixed_devices()
           .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {

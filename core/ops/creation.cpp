@@ -1,48 +1,128 @@
 // Creation ops: sources with no inputs whose shape, dtype and device come from attributes.
 #include "core/ops/creation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/autograd_meta.h"
 #include "core/interpreter.h"
+#include "core/ops/checks.h"
 #include "core/ops/copy.h"
 #include "core/random.h"
 
 namespace flow {
 namespace {
 
-std::vector<TensorMeta> meta_from_attrs(const std::vector<TensorMeta>&, const Attrs& attrs) {
-  const auto& dims = attrs.get<std::vector<int64_t>>("shape");
-  return {{Shape(dims.begin(), dims.end()), attrs.get<DType>("dtype"), attrs.get<Device>("device")}};
+void check_dims(const char* op, const Shape& shape) {
+  for (int64_t d : shape) {
+    if (d < 0) fail(op, "negative dimension in shape ", shape);
+  }
+}
+
+void check_rank(const char* op, const Shape& shape, int64_t rank) {
+  if (shape.ndim() != rank) fail(op, "expected a ", rank, "-d shape, got ", shape);
+}
+
+// Every value v written into the output must fit its dtype, since the kernels cast (a double
+// outside an integer type's range, or NaN, is undefined behaviour to cast).
+void check_value_fits(const char* op, const Scalar& v, DType dtype) { checks::check_scalar_fits(op, v, dtype, "value"); }
+
+// A source's output meta from its attributes, after check(op, meta, attrs) for the op's own.
+using SourceCheck = void (*)(const char* op, const TensorMeta& out, const Attrs& attrs);
+InferFn source_infer(const char* op, SourceCheck check) {
+  return [op, check](const std::vector<TensorMeta>&, const Attrs& attrs) {
+    const Shape shape(attrs.get<std::vector<int64_t>>("shape"));
+    check_dims(op, shape);
+    const TensorMeta out{shape, attrs.get<DType>("dtype"), attrs.get<Device>("device")};
+    if (check) check(op, out, attrs);
+    return std::vector<TensorMeta>{out};
+  };
 }
 
 std::vector<SbpSignature> broadcast_source(const std::vector<TensorMeta>&, const Attrs&) {
   return {{{}, {Sbp::broadcast()}}};
 }
 
-const OpDef& source_op(const char* name, std::vector<std::string> attr_names) {
-  attr_names.insert(attr_names.begin(), {"shape", "dtype", "device"});
-  return OpBuilder(name).inputs({}).outputs({"out"}).attrs(attr_names).infer(meta_from_attrs).sbp(broadcast_source).def();
+const OpDef& source_op(const char* name, std::vector<AttrDef> attrs, SourceCheck check = nullptr) {
+  attrs.insert(attrs.begin(), {{"shape", AttrType::kInts}, {"dtype", AttrType::kDType}, {"device", AttrType::kDevice}});
+  return OpBuilder(name).inputs({}).outputs({"out"}).attrs(std::move(attrs)).infer(source_infer(name, check)).sbp(broadcast_source).def();
 }
 
-const OpDef& random_source_op(const char* name, std::vector<std::string> attr_names) {
+const OpDef& random_source_op(const char* name, std::vector<AttrDef> attrs, SourceCheck check) {
   OpBuilder(name).random();
-  return source_op(name, std::move(attr_names));
+  attrs.push_back({"seed", AttrType::kInt});
+  attrs.push_back({"offset", AttrType::kInt});
+  return source_op(name, std::move(attrs), check);
+}
+
+void check_full(const char* op, const TensorMeta& out, const Attrs& attrs) { check_value_fits(op, attrs.get<Scalar>("value"), out.dtype); }
+
+// arange writes start + i * step for i < n: both ends must be finite numbers of the dtype, and
+// computed in int64 without overflow when start and step are integers.
+void check_arange(const char* op, const TensorMeta& out, const Attrs& attrs) {
+  check_rank(op, out.shape, 1);
+  const Scalar &start = attrs.get<Scalar>("start"), &step = attrs.get<Scalar>("step");
+  if (step.to_double() == 0 || !std::isfinite(step.to_double()) || !std::isfinite(start.to_double())) {
+    fail(op, "start and step must be finite and step nonzero, got start ", start, " and step ", step);
+  }
+  const int64_t last_index = std::max<int64_t>(out.shape[0] - 1, 0);
+  Scalar last(start.to_double() + static_cast<double>(last_index) * step.to_double());
+  if (!start.is_floating() && !step.is_floating()) {
+    int64_t offset = 0, value = 0;
+    if (__builtin_mul_overflow(last_index, step.to_int(), &offset) || __builtin_add_overflow(start.to_int(), offset, &value)) {
+      fail(op, "the last value of ", out.shape[0], " steps of ", step, " from ", start, " overflows int64");
+    }
+    last = Scalar(value);
+  }
+  check_value_fits(op, start, out.dtype);
+  check_value_fits(op, last, out.dtype);
+}
+
+void check_linspace(const char* op, const TensorMeta& out, const Attrs& attrs) {
+  check_rank(op, out.shape, 1);
+  check_value_fits(op, Scalar(attrs.get<Scalar>("start").to_double()), out.dtype);
+  check_value_fits(op, Scalar(attrs.get<Scalar>("end").to_double()), out.dtype);
+}
+
+void check_eye(const char* op, const TensorMeta& out, const Attrs&) { check_rank(op, out.shape, 2); }
+
+void check_uniform(const char* op, const TensorMeta&, const Attrs& attrs) {
+  const double low = attrs.get<double>("low"), high = attrs.get<double>("high");
+  if (!(low <= high)) fail(op, "expected low <= high, got low=", low, " high=", high);
+}
+
+void check_normal(const char* op, const TensorMeta&, const Attrs& attrs) {
+  const double std = attrs.get<double>("std");
+  if (!(std >= 0)) fail(op, "expected std >= 0, got ", std);
+}
+
+// The kernel draws low + bits % (high - low): the range must be positive and fit int64.
+void check_randint(const char* op, const TensorMeta& out, const Attrs& attrs) {
+  const int64_t low = attrs.get<int64_t>("low"), high = attrs.get<int64_t>("high");
+  int64_t range = 0;
+  if (low >= high) fail(op, "expected low < high, got low=", low, " high=", high);
+  if (__builtin_sub_overflow(high, low, &range)) fail(op, "the range [", low, ", ", high, ") is wider than int64 can count");
+  check_value_fits(op, low, out.dtype);
+  check_value_fits(op, high - 1, out.dtype);
+}
+
+void check_randperm(const char* op, const TensorMeta& out, const Attrs&) {
+  check_rank(op, out.shape, 1);
+  if (out.shape[0] > 0) check_value_fits(op, out.shape[0] - 1, out.dtype);
 }
 
 const OpDef& kEmpty = source_op("empty", {});
-const OpDef& kFull = source_op("full", {"value"});
-const OpDef& kArange = source_op("arange", {"start", "step"});
-const OpDef& kLinspace = source_op("linspace", {"start", "end"});
-const OpDef& kEye = source_op("eye", {});
-const OpDef& kUniform = random_source_op("uniform", {"low", "high", "seed", "offset"});
-const OpDef& kNormal = random_source_op("normal", {"mean", "std", "seed", "offset"});
-const OpDef& kRandint = random_source_op("randint", {"low", "high", "seed", "offset"});
-const OpDef& kRandperm = random_source_op("randperm", {"seed", "offset"});
+const OpDef& kFull = source_op("full", {{"value", AttrType::kScalar}}, check_full);
+const OpDef& kArange = source_op("arange", {{"start", AttrType::kScalar}, {"step", AttrType::kScalar}}, check_arange);
+const OpDef& kLinspace = source_op("linspace", {{"start", AttrType::kScalar}, {"end", AttrType::kScalar}}, check_linspace);
+const OpDef& kEye = source_op("eye", {}, check_eye);
+const OpDef& kUniform = random_source_op("uniform", {{"low", AttrType::kDouble}, {"high", AttrType::kDouble}}, check_uniform);
+const OpDef& kNormal = random_source_op("normal", {{"mean", AttrType::kDouble}, {"std", AttrType::kDouble}}, check_normal);
+const OpDef& kRandint = random_source_op("randint", {{"low", AttrType::kInt}, {"high", AttrType::kInt}}, check_randint);
+const OpDef& kRandperm = random_source_op("randperm", {}, check_randperm);
 
-Attrs source_attrs(const char* op, const Shape& shape, DType dtype, const TensorOptions& options) {
-  shape.nbytes(itemsize(dtype), op);
+Attrs source_attrs(const Shape& shape, DType dtype, const TensorOptions& options) {
   return Attrs().set("shape", shape).set("dtype", dtype).set("device", options.device_);
 }
 
@@ -56,10 +136,12 @@ DType default_dtype_for(const Scalar& value) {
   return value.is_floating() ? kDefaultFloat : kInt64;
 }
 
-// Draws reserve counters from the default generator for a random source of numel elements.
+// Draws reserve counters from the default generator for a random source of numel elements
+// (a shape the op will refuse reserves none).
 Attrs random_attrs(const char* op, const Shape& shape, DType dtype, const TensorOptions& options) {
+  check_dims(op, shape);
   auto [seed, offset] = default_generator().reserve(static_cast<uint64_t>(shape.numel()));
-  return source_attrs(op, shape, dtype, options)
+  return source_attrs(shape, dtype, options)
       .set("seed", static_cast<int64_t>(seed))
       .set("offset", static_cast<int64_t>(offset));
 }
@@ -67,12 +149,12 @@ Attrs random_attrs(const char* op, const Shape& shape, DType dtype, const Tensor
 }  // namespace
 
 Tensor empty(const Shape& shape, const TensorOptions& options) {
-  return finish(apply_one(kEmpty, {}, source_attrs("empty", shape, options.dtype_or(kDefaultFloat), options)), options);
+  return finish(apply_one(kEmpty, {}, source_attrs(shape, options.dtype_or(kDefaultFloat), options)), options);
 }
 
 Tensor full(const Shape& shape, const Scalar& value, const TensorOptions& options) {
   const DType dtype = options.dtype_or(default_dtype_for(value));
-  return finish(apply_one(kFull, {}, source_attrs("full", shape, dtype, options).set("value", value)), options);
+  return finish(apply_one(kFull, {}, source_attrs(shape, dtype, options).set("value", value)), options);
 }
 
 Tensor zeros(const Shape& shape, const TensorOptions& options) {
@@ -92,22 +174,23 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, const 
   const double span = (end.to_double() - start.to_double()) / step.to_double();
   FLOW_ARG_CHECK(span >= 0, "arange", "upper bound ", end, " and lower bound ", start, " inconsistent with step sign ",
                  step);
+  FLOW_ARG_CHECK(span < 0x1p62, "arange", "the range from ", start, " to ", end, " in steps of ", step, " has too many elements");
   const auto length = static_cast<int64_t>(std::ceil(span));
-  return finish(apply_one(kArange, {}, source_attrs("arange", {length}, dtype, options).set("start", start).set("step", step)),
+  return finish(apply_one(kArange, {}, source_attrs({length}, dtype, options).set("start", start).set("step", step)),
                 options);
 }
 
 Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, const TensorOptions& options) {
   FLOW_ARG_CHECK(steps >= 0, "linspace", "number of steps must be non-negative, got ", steps);
   const DType dtype = options.dtype_or(kDefaultFloat);
-  return finish(apply_one(kLinspace, {}, source_attrs("linspace", {steps}, dtype, options).set("start", start).set("end", end)),
+  return finish(apply_one(kLinspace, {}, source_attrs({steps}, dtype, options).set("start", start).set("end", end)),
                 options);
 }
 
 Tensor eye(int64_t n, std::optional<int64_t> m, const TensorOptions& options) {
   const int64_t cols = m.value_or(n);
   FLOW_ARG_CHECK(n >= 0 && cols >= 0, "eye", "n and m must be non-negative, got ", n, " and ", cols);
-  return finish(apply_one(kEye, {}, source_attrs("eye", {n, cols}, options.dtype_or(kDefaultFloat), options)), options);
+  return finish(apply_one(kEye, {}, source_attrs({n, cols}, options.dtype_or(kDefaultFloat), options)), options);
 }
 
 Tensor rand(const Shape& shape, const TensorOptions& options) {
@@ -125,7 +208,6 @@ Tensor randn(const Shape& shape, const TensorOptions& options) {
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOptions& options) {
-  FLOW_ARG_CHECK(low < high, "randint", "expected low < high, got low=", low, " high=", high);
   return finish(apply_one(kRandint, {},
                           random_attrs("randint", shape, options.dtype_or(kInt64), options).set("low", low).set("high", high)),
                 options);

@@ -42,10 +42,14 @@ std::vector<std::string> split(const std::string& text, char separator) {
 }
 
 // Checks the operands and the program; returns one meta per output. The in-place form's leading
-// `destinations` inputs receive the outputs and are not operands.
-std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, const Attrs& attrs) {
-  const int64_t destinations = attrs.has("destinations") ? attrs.get<int64_t>("destinations") : 0;
-  if (destinations < 0 || destinations > static_cast<int64_t>(all_inputs.size())) fail("fused_elementwise", "bad destination count");
+// `destinations` inputs receive the outputs and are not operands. Each step is checked by its
+// own op's inference on the metas of its arguments.
+std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, const Attrs& attrs, bool inplace) {
+  if (!inplace && attrs.has("destinations")) fail("fused_elementwise", "only the in-place form takes destinations");
+  const int64_t destinations = inplace ? attrs.get<int64_t>("destinations") : 0;
+  if (destinations < (inplace ? 1 : 0) || destinations > static_cast<int64_t>(all_inputs.size())) {
+    fail("fused_elementwise", "bad destination count ", destinations, " for ", all_inputs.size(), " inputs");
+  }
   const std::vector<TensorMeta> in(all_inputs.begin() + destinations, all_inputs.end());
   if (in.empty()) fail("fused_elementwise", "expected at least one operand");
   const Shape shape(attrs.get<std::vector<int64_t>>("shape"));
@@ -62,15 +66,24 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
     if (!operand_layout(meta.shape, shape)) fail("fused_elementwise", "operand ", meta.shape, " does not broadcast to ", shape);
   }
   const Program program = decode(attrs.get<std::string>("program"));
+  std::vector<TensorMeta> step_metas;
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const Step& step = program.steps[s];
     auto arity = fusable_arity().find(step.op);
     if (arity == fusable_arity().end()) fail("fused_elementwise", "op '", step.op, "' cannot be fused");
     if (static_cast<int>(step.args.size()) != arity->second) fail("fused_elementwise", step.op, " takes ", arity->second, " arguments");
+    std::vector<TensorMeta> args;
     for (int arg : step.args) {
       const bool valid = arg >= 0 ? arg < static_cast<int>(in.size()) : -arg - 1 < static_cast<int>(s);
       if (!valid) fail("fused_elementwise", "step ", s, " (", step.op, ") reads an undefined value");
+      args.push_back(arg >= 0 ? in[arg] : step_metas[-arg - 1]);
     }
+    const std::vector<TensorMeta> result = checked_infer(find_op(step.op), args, step.attrs);
+    if (!operand_layout(result[0].shape, shape) || result[0].dtype != in[0].dtype) {
+      fail("fused_elementwise", "step ", s, " (", step.op, ") gives ", dtype_name(result[0].dtype), " ", result[0].shape,
+           ", not a value of the program's dtype and shape ", shape);
+    }
+    step_metas.push_back(result[0]);
   }
   if (program.outputs.empty()) fail("fused_elementwise", "the program has no outputs");
   if (destinations > 0 && static_cast<int64_t>(program.outputs.size()) != destinations) {
@@ -87,8 +100,8 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
 const OpDef& kFused = OpBuilder("fused_elementwise")
                           .inputs({"operands"}, /*variadic=*/true)
                           .outputs({"out"})
-                          .attrs({"program", "shape"})
-                          .infer(fused_infer)
+                          .attrs({{"program", AttrType::kString}, {"shape", AttrType::kInts}})
+                          .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return fused_infer(in, attrs, false); })
                           .sbp(sbp::elementwise)
                           .def();
 
@@ -96,9 +109,9 @@ const OpDef& kFused = OpBuilder("fused_elementwise")
 const OpDef& kFusedInplace = OpBuilder("fused_elementwise_inplace")
                                  .inputs({"destinations_and_operands"}, /*variadic=*/true)
                                  .outputs({"out"})
-                                 .attrs({"program", "shape", "destinations"})
+                                 .attrs({{"program", AttrType::kString}, {"shape", AttrType::kInts}, {"destinations", AttrType::kInt}})
                                  .inplace()
-                                 .infer(fused_infer)
+                                 .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return fused_infer(in, attrs, true); })
                                  .sbp(sbp::elementwise)
                                  .def();
 
@@ -108,18 +121,18 @@ std::vector<TensorMeta> fused_linear_infer(const std::vector<TensorMeta>& in, co
   const int64_t linear_inputs = attrs.get<int64_t>("linear_inputs");
   if (linear_inputs != 2 && linear_inputs != 3) fail("fused_linear", "linear_inputs must be 2 or 3, got ", linear_inputs);
   if (static_cast<int64_t>(in.size()) < linear_inputs) fail("fused_linear", "expected at least ", linear_inputs, " inputs, got ", in.size());
-  std::vector<TensorMeta> operands = find_op("linear").infer({in.begin(), in.begin() + linear_inputs}, attrs);
+  std::vector<TensorMeta> operands = checked_infer(find_op("linear"), {in.begin(), in.begin() + linear_inputs}, attrs);
   if (!(operands[0].shape == Shape(attrs.get<std::vector<int64_t>>("shape")))) {
     fail("fused_linear", "the linear's output ", operands[0].shape, " is not the program's shape");
   }
   operands.insert(operands.end(), in.begin() + linear_inputs, in.end());
-  return fused_infer(operands, attrs);
+  return fused_infer(operands, attrs, false);
 }
 
 const OpDef& kFusedLinear = OpBuilder("fused_linear")
                                 .inputs({"linear_inputs_and_operands"}, /*variadic=*/true)
                                 .outputs({"out"})
-                                .attrs({"program", "shape", "linear_inputs"})
+                                .attrs({{"program", AttrType::kString}, {"shape", AttrType::kInts}, {"linear_inputs", AttrType::kInt}})
                                 .infer(fused_linear_infer)
                                 .def();
 
@@ -164,7 +177,8 @@ std::string encode(const Program& program) {
   return text;
 }
 
-Program decode(const std::string& text) {
+namespace {
+Program decode_unchecked(const std::string& text) {
   Program program;
   for (const std::string& part : split(text, ';')) {
     const std::vector<std::string> fields = split(part, '|');
@@ -191,6 +205,15 @@ Program decode(const std::string& text) {
     program.steps.push_back(std::move(step));
   }
   return program;
+}
+}  // namespace
+
+Program decode(const std::string& text) {
+  try {
+    return decode_unchecked(text);
+  } catch (const std::logic_error&) {  // std::stoi and std::stod on a malformed number
+    fail("fused_elementwise", "malformed number in program '", text, "'");
+  }
 }
 
 TensorList fused_elementwise(const TensorList& operands, const Program& program, const Shape& shape) {

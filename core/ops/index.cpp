@@ -6,6 +6,7 @@
 
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
+#include "core/ops/checks.h"
 #include "core/ops/copy.h"
 #include "core/ops/creation.h"
 #include "core/ops/reduce.h"
@@ -16,6 +17,13 @@ namespace {
 
 void check_index_dtype(DType dtype, const char* op) {
   if (dtype != kInt64 && dtype != kInt32) fail(op, "expected an int64 or int32 index tensor, got ", dtype_name(dtype));
+}
+
+// The dim attribute of an indexing op: a dim of input (0 for a 0-d input, which acts as 1-d).
+int64_t index_dim(const Attrs& attrs, const Shape& input, const char* op) {
+  const int64_t dim = attrs.get<int64_t>("dim");
+  checks::check_axis(op, dim, std::max<int64_t>(input.ndim(), 1));
+  return dim;
 }
 
 std::vector<SbpSignature> split_except(const std::vector<TensorMeta>& in, int64_t dim, size_t inputs) {
@@ -31,10 +39,12 @@ const OpDef& kCat =
     OpBuilder("cat")
         .inputs({"tensors"}, /*variadic=*/true)
         .outputs({"out"})
-        .attrs({"dim"})
+        .attrs({{"dim", AttrType::kInt}})
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           if (in.empty()) fail("cat", "expected a non-empty list of tensors");
+          if (in[0].shape.ndim() == 0) fail("cat", "zero-dimensional tensor cannot be concatenated");
           const int64_t dim = attrs.get<int64_t>("dim");
+          checks::check_axis("cat", dim, in[0].shape.ndim());
           Shape out = in[0].shape;
           for (size_t i = 1; i < in.size(); ++i) {
             const Shape& s = in[i].shape;
@@ -45,7 +55,7 @@ const OpDef& kCat =
                 fail("cat", "sizes of tensors must match except in dimension ", dim, ": got ", in[0].shape, " and ", s);
               }
             }
-            out[dim] += s[dim];
+            if (__builtin_add_overflow(out[dim], s[dim], &out[dim])) fail("cat", "the concatenated size overflows int64");
           }
           return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
         })
@@ -69,12 +79,14 @@ const OpDef& kIndexSelect =
     OpBuilder("index_select")
         .inputs({"input", "index"})
         .outputs({"out"})
-        .attrs({"dim"})
+        .attrs({{"dim", AttrType::kInt}})
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           check_index_dtype(in[1].dtype, "index_select");
+          const int64_t dim = index_dim(attrs, in[0].shape, "index_select");
           if (in[1].shape.ndim() > 1) fail("index_select", "index must be 0-d or 1-d, got shape ", in[1].shape);
           Shape out = in[0].shape;
-          if (out.ndim() > 0) out[attrs.get<int64_t>("dim")] = in[1].shape.numel();
+          if (out.ndim() > 0) out[dim] = in[1].shape.numel();
+          else if (in[1].shape.numel() != 1) fail("index_select", "a 0-d input takes one index, got ", in[1].shape.numel());
           return std::vector<TensorMeta>{{out, in[0].dtype, in[0].device}};
         })
         .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
@@ -112,10 +124,10 @@ const OpDef& kGather =
     OpBuilder("gather")
         .inputs({"input", "index"})
         .outputs({"out"})
-        .attrs({"dim"})
+        .attrs({{"dim", AttrType::kInt}})
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           check_index_dtype(in[1].dtype, "gather");
-          check_gather_shapes(in[0].shape, in[1].shape, attrs.get<int64_t>("dim"), "gather");
+          check_gather_shapes(in[0].shape, in[1].shape, index_dim(attrs, in[0].shape, "gather"), "gather");
           return std::vector<TensorMeta>{{in[1].shape, in[0].dtype, in[0].device}};
         })
         .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return split_except(in, attrs.get<int64_t>("dim"), 2); })
@@ -131,11 +143,13 @@ const OpDef& kScatter =
     OpBuilder("scatter")
         .inputs({"input", "index", "src"})
         .outputs({"out"})
-        .attrs({"dim", "reduce"})
+        .attrs({{"dim", AttrType::kInt}, {"reduce", AttrType::kString}})
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-          const char* op = attrs.get<std::string>("reduce") == "add" ? "scatter_add" : "scatter";
+          const std::string& reduce = attrs.get<std::string>("reduce");
+          if (reduce != "none" && reduce != "add") fail("scatter", "reduce must be 'none' or 'add', got '", reduce, "'");
+          const char* op = reduce == "add" ? "scatter_add" : "scatter";
           check_index_dtype(in[1].dtype, op);
-          const int64_t dim = attrs.get<int64_t>("dim");
+          const int64_t dim = index_dim(attrs, in[0].shape, op);
           check_gather_shapes(in[0].shape, in[1].shape, dim, op);
           if (in[2].shape.ndim() != in[1].shape.ndim()) fail(op, "src ", in[2].shape, " must have the rank of index ", in[1].shape);
           for (int64_t d = 0; d < in[1].shape.ndim(); ++d) {
@@ -167,10 +181,11 @@ const OpDef& kMaskedFill =
     OpBuilder("masked_fill")
         .inputs({"input", "mask"})
         .outputs({"out"})
-        .attrs({"value"})
+        .attrs({{"value", AttrType::kScalar}})
         .strided_inputs()
-        .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           if (in[1].dtype != kBool) fail("masked_fill", "mask must be a bool tensor, got ", dtype_name(in[1].dtype));
+          checks::check_scalar_fits("masked_fill", attrs.get<Scalar>("value"), in[0].dtype, "value");
           const Shape shape = broadcast_shapes(in[0].shape, in[1].shape, "masked_fill");
           if (!(shape == in[0].shape)) fail("masked_fill", "mask ", in[1].shape, " cannot be broadcast to input ", in[0].shape);
           return std::vector<TensorMeta>{in[0]};
@@ -183,11 +198,13 @@ const OpDef& kOneHot =
     OpBuilder("one_hot")
         .inputs({"indices"})
         .outputs({"out"})
-        .attrs({"num_classes"})
+        .attrs({{"num_classes", AttrType::kInt}})
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           if (in[0].dtype != kInt64) fail("one_hot", "expected int64 class indices, got ", dtype_name(in[0].dtype));
+          const int64_t num_classes = attrs.get<int64_t>("num_classes");
+          if (num_classes < 0) fail("one_hot", "num_classes must be non-negative or -1, got ", num_classes);
           Shape out = in[0].shape;
-          out.push_back(attrs.get<int64_t>("num_classes"));
+          out.push_back(num_classes);
           return std::vector<TensorMeta>{{out, kInt64, in[0].device}};
         })
         .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
@@ -208,7 +225,7 @@ Tensor cat(const TensorList& tensors, int64_t dim) {
   for (const auto& t : tensors) dtype = promote_types(dtype, t.dtype());
   TensorList inputs;
   for (const auto& t : tensors) inputs.push_back(to(t, dtype));
-  if (tensors[0].dim() == 0) fail("cat", "zero-dimensional tensor cannot be concatenated");
+  if (tensors[0].dim() == 0) fail("cat", "zero-dimensional tensor cannot be concatenated");  // before wrapping dim
   return apply_one(kCat, inputs, Attrs().set("dim", dim_of(tensors[0], dim, "cat")));
 }
 
@@ -289,9 +306,11 @@ Tensor masked_fill(const Tensor& input, const Tensor& mask, const Scalar& value)
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
-  if (indices.dtype() != kInt64) fail("one_hot", "expected int64 class indices, got ", dtype_name(indices.dtype()));
-  if (num_classes == -1) num_classes = indices.numel() == 0 ? 0 : max(indices).item<int64_t>() + 1;
-  FLOW_ARG_CHECK(num_classes >= 0, "one_hot", "num_classes must be non-negative or -1, got ", num_classes);
+  // -1 asks for the classes the indices name, which reading them (max) needs int64 indices for.
+  if (num_classes == -1) {
+    if (indices.dtype() != kInt64) fail("one_hot", "expected int64 class indices, got ", dtype_name(indices.dtype()));
+    num_classes = indices.numel() == 0 ? 0 : max(indices).item<int64_t>() + 1;
+  }
   return apply_one(kOneHot, {indices}, Attrs().set("num_classes", num_classes));
 }
 

@@ -4,8 +4,11 @@
 // orders, so keep them stable. Layer normalization: layer_norm and layer_norm_grad.
 #include "core/ops/norm.h"
 
+#include <cmath>
+
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
+#include "core/ops/checks.h"
 #include "core/ops/creation.h"
 #include "core/ops/reduce.h"
 #include "core/ops/unary.h"
@@ -17,29 +20,30 @@ constexpr const char* kOp = "batch_norm";
 
 void check_input(const TensorMeta& input) {
   if (input.shape.ndim() < 2) fail(kOp, "expected input with a channel dim (N,C,...), got ", input.shape);
+  if (input.shape[1] == 0) fail(kOp, "expected at least one channel, got input ", input.shape);
   if (!is_floating(input.dtype)) fail(kOp, "expected a floating input, got ", dtype_name(input.dtype));
+}
+
+void check_eps(const char* op, const Attrs& attrs) {
+  const double eps = attrs.get<double>("eps");
+  if (!(eps >= 0) || !std::isfinite(eps)) fail(op, "eps must be finite and non-negative, got ", eps);
+}
+
+// One (C) tensor per channel of input, of its dtype.
+void check_channel_meta(const TensorMeta& input, const TensorMeta& meta, const char* name) {
+  if (!(meta.shape == Shape{input.shape[1]})) {
+    fail(kOp, name, " should have shape (", input.shape[1], ",), one value per channel of input ", input.shape, ", got ", meta.shape);
+  }
+  checks::check_same_dtype(kOp, input, meta, name);
 }
 
 // Per-channel tensors (statistics, weight, bias) are (C) and of the input's dtype.
 void check_channel_inputs(const std::vector<TensorMeta>& in, const std::vector<const char*>& names) {
-  const TensorMeta& input = in[0];
-  for (size_t i = 1; i < in.size(); ++i) {
-    if (!(in[i].shape == Shape{input.shape[1]})) {
-      fail(kOp, names[i - 1], " should have shape (", input.shape[1], ",), one value per channel of input ", input.shape, ", got ",
-           in[i].shape);
-    }
-    if (in[i].dtype != input.dtype) {
-      fail(kOp, names[i - 1], " has dtype ", dtype_name(in[i].dtype), " but input has ", dtype_name(input.dtype));
-    }
-  }
+  for (size_t i = 1; i < in.size(); ++i) check_channel_meta(in[0], in[i], names[i - 1]);
 }
 
-// Values each channel's statistics are taken over: N * d2 * d3 * ...
-int64_t values_per_channel(const Shape& shape) {
-  int64_t count = shape[0];
-  for (int64_t d = 2; d < shape.ndim(); ++d) count *= shape[d];
-  return count;
-}
+// Values each channel's statistics are taken over: N * d2 * d3 * ... (C > 0).
+int64_t values_per_channel(const Shape& shape) { return shape.numel() / shape[1]; }
 
 // Shape (1, C, 1, ...) broadcasting per-channel values over an input of `rank` dims, and the dims
 // a per-channel reduction sums.
@@ -61,10 +65,11 @@ std::vector<SbpSignature> all_broadcast(const std::vector<TensorMeta>& in, size_
 const OpDef& kEval = OpBuilder("batch_norm_eval")
                          .inputs({"input", "running_mean", "running_var", "weight", "bias"}, /*variadic=*/true)
                          .outputs({"out"})
-                         .attrs({"eps"})
-                         .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+                         .attrs({{"eps", AttrType::kDouble}})
+                         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
                            if (in.size() != 3 && in.size() != 5)
                              fail(kOp, "expected input, running_mean, running_var and optional weight and bias");
+                           check_eps(kOp, attrs);
                            check_input(in[0]);
                            check_channel_inputs(in, {"running_mean", "running_var", "weight", "bias"});
                            return std::vector<TensorMeta>{in[0]};
@@ -99,9 +104,20 @@ const OpDef& kEval = OpBuilder("batch_norm_eval")
 const OpDef& kTrainGrad = OpBuilder("batch_norm_train_grad")
                               .inputs({"grad_out", "grad_mean", "grad_invstd", "input", "mean", "invstd", "weight"}, /*variadic=*/true)
                               .outputs({"grad_input", "grad_weight", "grad_bias"})
-                              .attrs({"eps"})
-                              .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+                              .attrs({{"eps", AttrType::kDouble}})
+                              .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+                                if (in.size() != 6 && in.size() != 7) {
+                                  fail(kOp, "expected grad_out, grad_mean, grad_invstd, input, mean, invstd and optional weight");
+                                }
+                                check_eps(kOp, attrs);
                                 const TensorMeta& input = in[3];
+                                check_input(input);
+                                if (!(in[0].shape == input.shape)) fail(kOp, "grad_out ", in[0].shape, " must match input ", input.shape);
+                                checks::check_same_dtype(kOp, input, in[0], "grad_out");
+                                const char* channel_names[] = {"grad_mean", "grad_invstd", "", "mean", "invstd", "weight"};
+                                for (size_t i = 1; i < in.size(); ++i) {
+                                  if (i != 3) check_channel_meta(input, in[i], channel_names[i - 1]);
+                                }
                                 const TensorMeta channel{Shape{input.shape[1]}, input.dtype, input.device};
                                 return std::vector<TensorMeta>{input, channel, channel};
                               })
@@ -111,9 +127,10 @@ const OpDef& kTrainGrad = OpBuilder("batch_norm_train_grad")
 const OpDef& kTrain = OpBuilder("batch_norm_train")
                           .inputs({"input", "weight", "bias"}, /*variadic=*/true)
                           .outputs({"out", "mean", "invstd"})
-                          .attrs({"eps"})
-                          .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+                          .attrs({{"eps", AttrType::kDouble}})
+                          .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
                             if (in.size() != 1 && in.size() != 3) fail(kOp, "expected input and optional weight and bias");
+                            check_eps(kOp, attrs);
                             check_input(in[0]);
                             check_channel_inputs(in, {"weight", "bias"});
                             if (values_per_channel(in[0].shape) <= 1) {
@@ -153,16 +170,36 @@ Shape normalized_shape_of(const TensorMeta& input, int64_t normalized_ndim) {
   return Shape(std::vector<int64_t>(input.shape.end() - normalized_ndim, input.shape.end()));
 }
 
+// The normalized_ndim attribute, checked against a floating input.
+int64_t normalized_ndim(const char* op, const TensorMeta& input, const Attrs& attrs) {
+  const int64_t k = attrs.get<int64_t>("normalized_ndim");
+  if (k < 1 || k > input.shape.ndim()) fail(op, "cannot normalize the last ", k, " dims of input ", input.shape);
+  if (!is_floating(input.dtype)) fail(op, "expected a floating input, got ", dtype_name(input.dtype));
+  return k;
+}
+
 // Gradients w.r.t. input, weight and bias from that w.r.t. layer_norm's output (its mean and rstd
 // outputs are internal: nothing differentiates them). No vjp: double backward is unsupported.
 const OpDef& kLayerNormGrad = OpBuilder("layer_norm_grad")
                                   .inputs({"grad_out", "input", "mean", "rstd", "weight"}, /*variadic=*/true)
                                   .outputs({"grad_input", "grad_weight", "grad_bias"})
-                                  .attrs({"normalized_ndim"})
+                                  .attrs({{"normalized_ndim", AttrType::kInt}, {"eps", AttrType::kDouble}})
                                   .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+                                    const char* op = "layer_norm_grad";
+                                    if (in.size() != 4 && in.size() != 5) fail(op, "expected grad_out, input, mean, rstd and optional weight");
+                                    check_eps(op, attrs);
                                     const TensorMeta& input = in[1];
-                                    const TensorMeta affine{normalized_shape_of(input, attrs.get<int64_t>("normalized_ndim")), input.dtype,
-                                                            input.device};
+                                    const int64_t k = normalized_ndim(op, input, attrs);
+                                    const TensorMeta rows{row_shape(input, k), input.dtype, input.device};
+                                    const TensorMeta affine{normalized_shape_of(input, k), input.dtype, input.device};
+                                    const std::vector<std::pair<const char*, const TensorMeta*>> expected{
+                                        {"grad_out", &input}, {"mean", &rows}, {"rstd", &rows}, {"weight", &affine}};
+                                    for (size_t i = 0; i < in.size(); ++i) {
+                                      if (i == 1) continue;
+                                      const auto& [name, meta] = expected[i == 0 ? 0 : i - 1];
+                                      if (!(in[i].shape == meta->shape)) fail(op, name, " should have shape ", meta->shape, ", got ", in[i].shape);
+                                      checks::check_same_dtype(op, input, in[i], name);
+                                    }
                                     return std::vector<TensorMeta>{input, affine, affine};
                                   })
                                   .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return all_broadcast(in, 3); })
@@ -172,13 +209,12 @@ const OpDef& kLayerNorm =
     OpBuilder("layer_norm")
         .inputs({"input", "weight", "bias"}, /*variadic=*/true)
         .outputs({"out", "mean", "rstd"})
-        .attrs({"normalized_ndim", "eps"})
+        .attrs({{"normalized_ndim", AttrType::kInt}, {"eps", AttrType::kDouble}})
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           if (in.size() != 1 && in.size() != 3) fail(kLayerOp, "expected input and optional weight and bias");
+          check_eps(kLayerOp, attrs);
           const TensorMeta& input = in[0];
-          const int64_t k = attrs.get<int64_t>("normalized_ndim");
-          if (k < 1 || k > input.shape.ndim()) fail(kLayerOp, "cannot normalize the last ", k, " dims of input ", input.shape);
-          if (!is_floating(input.dtype)) fail(kLayerOp, "expected a floating input, got ", dtype_name(input.dtype));
+          const int64_t k = normalized_ndim(kLayerOp, input, attrs);
           const Shape normalized = normalized_shape_of(input, k);
           for (size_t i = 1; i < in.size(); ++i) {
             const char* name = i == 1 ? "weight" : "bias";

@@ -12,7 +12,12 @@ const OpDef& kSgdUpdate =
         // In-place outputs are the leading inputs, so the buffer (when there is one) comes second.
         .inputs({"param", "momentum_buffer", "grad"}, /*variadic=*/true)
         .outputs({"param", "momentum_buffer"})
-        .attrs({"lr", "momentum", "dampening", "weight_decay", "nesterov", "buffer_initialized"})
+        .attrs({{"lr", AttrType::kDouble},
+                {"momentum", AttrType::kDouble},
+                {"dampening", AttrType::kDouble},
+                {"weight_decay", AttrType::kDouble},
+                {"nesterov", AttrType::kBool},
+                {"buffer_initialized", AttrType::kBool}})
         .inplace()
         .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
           if (in.size() != 2 && in.size() != 3) fail("sgd_update", "expected param, optional momentum buffer and grad");

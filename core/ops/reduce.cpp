@@ -8,6 +8,7 @@
 
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
+#include "core/ops/checks.h"
 #include "core/ops/copy.h"
 #include "core/ops/creation.h"
 #include "core/ops/unary.h"
@@ -48,14 +49,26 @@ std::vector<SbpSignature> reduce_sbp(const std::vector<TensorMeta>& in, const At
   return signatures;
 }
 
-const OpDef& reduction(const char* name, bool partial_ok, VjpFn vjp) {
+// The dims attribute of a reduction: sorted, unique dims of the input (none for a 0-d input).
+// max and min have no identity, so they cannot reduce an empty dim.
+std::vector<TensorMeta> reduction_metas(const std::vector<TensorMeta>& in, const Attrs& attrs, const char* op, bool needs_values) {
+  const Shape& shape = in[0].shape;
+  const auto& dims = dims_of(attrs);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    checks::check_axis(op, dims[i], shape.ndim());
+    if (i > 0 && dims[i] <= dims[i - 1]) fail(op, "dims must be sorted and unique, got ", Shape(dims));
+    if (needs_values && shape[dims[i]] == 0) fail(op, "cannot reduce over dimension ", dims[i], " of size 0 (input shape ", shape, ")");
+  }
+  return {{reduced_shape(shape, dims, attrs.get<bool>("keepdim")), in[0].dtype, in[0].device}};
+}
+
+const OpDef& reduction(const char* name, bool partial_ok, VjpFn vjp, bool needs_values = false) {
   return OpBuilder(name)
       .inputs({"input"})
       .outputs({"out"})
-      .attrs({"dims", "keepdim"})
-      .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-        return std::vector<TensorMeta>{
-            {reduced_shape(in[0].shape, dims_of(attrs), attrs.get<bool>("keepdim")), in[0].dtype, in[0].device}};
+      .attrs({{"dims", AttrType::kInts}, {"keepdim", AttrType::kBool}})
+      .infer([name, needs_values](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+        return reduction_metas(in, attrs, name, needs_values);
       })
       .sbp([partial_ok](const std::vector<TensorMeta>& in, const Attrs& attrs) { return reduce_sbp(in, attrs, partial_ok); })
       .vjp(std::move(vjp))
@@ -80,13 +93,14 @@ const OpDef& kProd = reduction("reduce_prod", false, [](const VjpContext& ctx) {
   const auto& dims = dims_of(ctx.attrs);
   return TensorList{expand_back(ctx.grad() * ctx.output(0), shape, dims) / ctx.input(0)};
 });
-const OpDef& kMax = reduction("reduce_max", false, extremum_vjp);
-const OpDef& kMin = reduction("reduce_min", false, extremum_vjp);
+const OpDef& kMax = reduction("reduce_max", false, extremum_vjp, true);
+const OpDef& kMin = reduction("reduce_min", false, extremum_vjp, true);
 
 std::vector<TensorMeta> along_dim_metas(const std::vector<TensorMeta>& in, const Attrs& attrs, bool with_values,
                                         const char* op) {
   const Shape& shape = in[0].shape;
   const int64_t dim = attrs.get<int64_t>("dim");
+  checks::check_axis(op, dim, std::max<int64_t>(shape.ndim(), 1));  // a 0-d input acts as 1-d
   if (shape.ndim() > 0 && shape[dim] == 0) {
     fail(op, "cannot reduce over dimension ", dim, " of size 0 (input shape ", shape, ")");
   }
@@ -114,7 +128,7 @@ const OpDef& arg_op(const char* name) {
   return OpBuilder(name)
       .inputs({"input"})
       .outputs({"indices"})
-      .attrs({"dim", "keepdim"})
+      .attrs({{"dim", AttrType::kInt}, {"keepdim", AttrType::kBool}})
       .infer([name](const std::vector<TensorMeta>& in, const Attrs& attrs) { return along_dim_metas(in, attrs, false, name); })
       .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return along_dim_sbp(in, attrs, 1); })
       .def();
@@ -140,7 +154,7 @@ const OpDef& values_indices_op(const char* name) {
   return OpBuilder(name)
       .inputs({"input"})
       .outputs({"values", "indices"})
-      .attrs({"dim", "keepdim"})
+      .attrs({{"dim", AttrType::kInt}, {"keepdim", AttrType::kBool}})
       .infer([name](const std::vector<TensorMeta>& in, const Attrs& attrs) { return along_dim_metas(in, attrs, true, name); })
       .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return along_dim_sbp(in, attrs, 2); })
       .vjp(values_indices_vjp)
@@ -231,6 +245,7 @@ Tensor logsumexp(const Tensor& input, const std::vector<int64_t>& dims, bool kee
   return keepdim ? result : reshape(result, reduced_shape(input.shape(), normalize_dims(dims, input.dim(), "logsumexp"), false));
 }
 
+// Checked here too so that the error names the function called rather than the primitive.
 Tensor max(const Tensor& input) {
   require_nonempty(input, {}, "max");
   return reduce(kMax, input, {}, false, "max");

@@ -3,6 +3,7 @@
 
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
+#include "core/ops/checks.h"
 #include "core/ops/reduce.h"
 #include "core/ops/unary.h"
 
@@ -22,8 +23,12 @@ const OpDef& softmax_op(const char* name, VjpFn vjp) {
   return OpBuilder(name)
       .inputs({"input"})
       .outputs({"out"})
-      .attrs({"dim"})
-      .infer([](const std::vector<TensorMeta>& in, const Attrs&) { return std::vector<TensorMeta>{in[0]}; })
+      .attrs({{"dim", AttrType::kInt}})
+      .infer([name](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+        checks::check_floating(name, in[0], "input");
+        checks::check_axis(name, attrs.get<int64_t>("dim"), std::max<int64_t>(in[0].shape.ndim(), 1));  // 0-d acts as 1-d
+        return std::vector<TensorMeta>{in[0]};
+      })
       .sbp(softmax_sbp)
       .vjp(std::move(vjp))
       .def();
@@ -40,7 +45,6 @@ const OpDef& kLogSoftmax = softmax_op("log_softmax", [](const VjpContext& ctx) {
 });
 
 Tensor run(const OpDef& op, const Tensor& input, int64_t dim, const char* name) {
-  if (!input.is_floating_point()) fail(name, "expected a floating point input, got ", dtype_name(input.dtype()));
   return apply_one(op, {input}, Attrs().set("dim", wrap_dim(dim, input.dim(), name)));
 }
 

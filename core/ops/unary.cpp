@@ -6,6 +6,7 @@
 
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
+#include "core/ops/checks.h"
 #include "core/ops/copy.h"
 #include "core/ops/creation.h"
 #include "core/ops/elementwise_util.h"
@@ -14,11 +15,25 @@ namespace flow {
 namespace {
 
 std::vector<TensorMeta> same_meta(const std::vector<TensorMeta>& in, const Attrs&) { return {in[0]}; }
+
+// neg and relu of bool have no meaning (PyTorch refuses them too).
+InferFn not_bool(const char* op) {
+  return [op](const std::vector<TensorMeta>& in, const Attrs&) {
+    if (in[0].dtype == kBool) fail(op, "not supported for bool tensors; use logical_not for negation");
+    return std::vector<TensorMeta>{in[0]};
+  };
+}
+
+void check_approximate(const char* op, const Attrs& attrs) {
+  const std::string& approximate = attrs.get<std::string>("approximate");
+  if (approximate != "none" && approximate != "tanh") fail(op, "approximate must be 'none' or 'tanh', got '", approximate, "'");
+}
+
 std::vector<TensorMeta> bool_meta(const std::vector<TensorMeta>& in, const Attrs&) {
   return {{in[0].shape, kBool, in[0].device}};
 }
 
-const OpDef& unary(const char* name, VjpFn vjp, std::vector<std::string> attrs = {}, InferFn infer = same_meta) {
+const OpDef& unary(const char* name, VjpFn vjp, std::vector<AttrDef> attrs = {}, InferFn infer = same_meta) {
   OpBuilder builder(name);
   builder.inputs({"input"}).outputs({"out"}).attrs(std::move(attrs)).strided_inputs().infer(std::move(infer)).sbp(
       sbp::elementwise);
@@ -29,7 +44,7 @@ const OpDef& unary(const char* name, VjpFn vjp, std::vector<std::string> attrs =
 Tensor x0(const VjpContext& ctx) { return ctx.input(0); }
 Tensor y0(const VjpContext& ctx) { return ctx.output(0); }
 
-const OpDef& kNeg = unary("neg", [](const VjpContext& ctx) { return TensorList{neg(ctx.grad())}; });
+const OpDef& kNeg = unary("neg", [](const VjpContext& ctx) { return TensorList{neg(ctx.grad())}; }, {}, not_bool("neg"));
 const OpDef& kAbs = unary("abs", [](const VjpContext& ctx) { return TensorList{ctx.grad() * sign(x0(ctx))}; });
 const OpDef& kSign = unary("sign", [](const VjpContext& ctx) { return TensorList{zeros_like(ctx.grad())}; });
 const OpDef& kExp = unary("exp", [](const VjpContext& ctx) { return TensorList{ctx.grad() * y0(ctx)}; });
@@ -63,7 +78,8 @@ const OpDef& kReluGrad = OpBuilder("relu_grad")
                                return TensorList{apply_one(find_op("relu_grad"), {ctx.grad(), ctx.input(1)}), Tensor()};
                              })
                              .def();
-const OpDef& kRelu = unary("relu", [](const VjpContext& ctx) { return TensorList{apply_one(kReluGrad, {ctx.grad(), y0(ctx)})}; });
+const OpDef& kRelu = unary(
+    "relu", [](const VjpContext& ctx) { return TensorList{apply_one(kReluGrad, {ctx.grad(), y0(ctx)})}; }, {}, not_bool("relu"));
 const OpDef& kSilu = unary("silu", [](const VjpContext& ctx) {
   const Tensor x = x0(ctx);
   const Tensor s = sigmoid(x);
@@ -74,9 +90,10 @@ const OpDef& kSilu = unary("silu", [](const VjpContext& ctx) {
 const OpDef& kGeluGrad = OpBuilder("gelu_grad")
                              .inputs({"grad", "input"})
                              .outputs({"out"})
-                             .attrs({"approximate"})
+                             .attrs({{"approximate", AttrType::kString}})
                              .strided_inputs()
-                             .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+                             .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+                               check_approximate("gelu_grad", attrs);
                                elementwise::check_same_dtype(in, "gelu_grad");
                                return std::vector<TensorMeta>{elementwise::broadcast_meta(in, in[0].dtype, "gelu_grad")};
                              })
@@ -87,7 +104,10 @@ const OpDef& kGelu = unary(
     [](const VjpContext& ctx) {
       return TensorList{apply_one(kGeluGrad, {ctx.grad(), x0(ctx)}, Attrs().set("approximate", ctx.attrs.get<std::string>("approximate")))};
     },
-    {"approximate"});
+    {{"approximate", AttrType::kString}}, [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+      check_approximate("gelu", attrs);
+      return std::vector<TensorMeta>{in[0]};
+    });
 
 const OpDef& kClamp = unary(
     "clamp",
@@ -98,7 +118,15 @@ const OpDef& kClamp = unary(
       if (ctx.attrs.get<bool>("has_max")) inside = logical_and(inside, le(x, ctx.attrs.get<Scalar>("max")));
       return TensorList{where(inside, ctx.grad(), 0)};
     },
-    {"min", "max", "has_min", "has_max"});
+    {{"min", AttrType::kScalar}, {"max", AttrType::kScalar}, {"has_min", AttrType::kBool}, {"has_max", AttrType::kBool}},
+    [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+      const bool has_min = attrs.get<bool>("has_min"), has_max = attrs.get<bool>("has_max");
+      if (!has_min && !has_max) fail("clamp", "at least one of min or max must be given");
+      if (in[0].dtype == kBool) fail("clamp", "not supported for bool tensors");
+      if (has_min) checks::check_scalar_fits("clamp", attrs.get<Scalar>("min"), in[0].dtype, "min");
+      if (has_max) checks::check_scalar_fits("clamp", attrs.get<Scalar>("max"), in[0].dtype, "max");
+      return std::vector<TensorMeta>{in[0]};
+    });
 
 const OpDef& kLogicalNot = unary("logical_not", nullptr, {}, bool_meta);
 
@@ -107,16 +135,9 @@ Tensor floating(const Tensor& input) { return input.is_floating_point() ? input 
 
 Tensor run(const OpDef& op, const Tensor& input, const Attrs& attrs = {}) { return apply_one(op, {input}, attrs); }
 
-void check_not_bool(const Tensor& input, const char* op) {
-  if (input.dtype() == kBool) fail(op, "not supported for bool tensors; use logical_not for negation");
-}
-
 }  // namespace
 
-Tensor neg(const Tensor& input) {
-  check_not_bool(input, "neg");
-  return run(kNeg, input);
-}
+Tensor neg(const Tensor& input) { return run(kNeg, input); }
 Tensor abs(const Tensor& input) { return run(kAbs, input); }
 Tensor sign(const Tensor& input) { return run(kSign, input); }
 Tensor exp(const Tensor& input) { return run(kExp, floating(input)); }
@@ -127,21 +148,14 @@ Tensor sin(const Tensor& input) { return run(kSin, floating(input)); }
 Tensor cos(const Tensor& input) { return run(kCos, floating(input)); }
 Tensor tanh(const Tensor& input) { return run(kTanh, floating(input)); }
 Tensor sigmoid(const Tensor& input) { return run(kSigmoid, floating(input)); }
-Tensor relu(const Tensor& input) {
-  check_not_bool(input, "relu");
-  return run(kRelu, input);
-}
+Tensor relu(const Tensor& input) { return run(kRelu, input); }
 Tensor silu(const Tensor& input) { return run(kSilu, floating(input)); }
 
 Tensor gelu(const Tensor& input, const std::string& approximate) {
-  FLOW_ARG_CHECK(approximate == "none" || approximate == "tanh", "gelu",
-                 "approximate must be 'none' or 'tanh', got '", approximate, "'");
   return run(kGelu, floating(input), Attrs().set("approximate", approximate));
 }
 
 Tensor clamp(const Tensor& input, std::optional<Scalar> min, std::optional<Scalar> max) {
-  FLOW_ARG_CHECK(min || max, "clamp", "at least one of min or max must be given");
-  check_not_bool(input, "clamp");
   const bool needs_float = !input.is_floating_point() && ((min && min->is_floating()) || (max && max->is_floating()));
   return run(kClamp, needs_float ? to(input, kDefaultFloat) : input,
              Attrs()

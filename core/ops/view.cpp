@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/interpreter.h"
+#include "core/ops/checks.h"
 #include "core/ops/copy.h"
 #include "core/ops/reduce.h"
 
@@ -41,8 +42,8 @@ Shape infer_view_shape(const char* op, const Shape& input, const std::vector<int
       inferred = i;
     } else if (dims[i] < 0) {
       fail(op, "invalid shape dimension ", dims[i], " in ", Shape(requested));
-    } else {
-      known *= dims[i];
+    } else if (__builtin_mul_overflow(known, dims[i], &known)) {
+      fail(op, "shape ", Shape(requested), " is invalid for input of size ", input.numel());
     }
   }
   if (inferred) {
@@ -89,7 +90,7 @@ const OpDef& kView =
     OpBuilder("view")
         .inputs({"input"})
         .outputs({"out"})
-        .attrs({"shape"})
+        .attrs({{"shape", AttrType::kInts}})
         .strided_inputs()
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           return std::vector<TensorMeta>{with_shape(in[0], infer_view_shape("view", in[0].shape, shape_attr(attrs)))};
@@ -126,7 +127,7 @@ const OpDef& kPermute =
     OpBuilder("permute")
         .inputs({"input"})
         .outputs({"out"})
-        .attrs({"dims"})
+        .attrs({{"dims", AttrType::kInts}})
         .strided_inputs()
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           const auto dims = checked_permutation("permute", shape_attr(attrs, "dims"), in[0].shape.ndim());
@@ -166,18 +167,31 @@ SliceSpec slice_spec(const Shape& shape, const Attrs& attrs) {
   auto clamp_index = [size](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + size : i, 0, size); };
   const int64_t start = clamp_index(attrs.get<int64_t>("start"));
   const int64_t end = std::max(start, clamp_index(attrs.get<int64_t>("end")));
-  return {dim, start, (end - start + step - 1) / step, step};
+  const int64_t span = end - start;
+  return {dim, start, span / step + (span % step != 0 ? 1 : 0), step};
 }
+
+const std::vector<AttrDef> kSliceAttrs{
+    {"dim", AttrType::kInt}, {"start", AttrType::kInt}, {"end", AttrType::kInt}, {"step", AttrType::kInt}};
 
 // Gradient of slice: zeros of the input's shape with grad written into the sliced positions.
 const OpDef& kSliceGrad =
     OpBuilder("slice_grad")
         .inputs({"grad"})
         .outputs({"out"})
-        .attrs({"input_shape", "dim", "start", "end", "step"})
+        .attrs({{"input_shape", AttrType::kInts},
+                {"dim", AttrType::kInt},
+                {"start", AttrType::kInt},
+                {"end", AttrType::kInt},
+                {"step", AttrType::kInt}})
         .strided_inputs()
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-          return std::vector<TensorMeta>{with_shape(in[0], Shape(shape_attr(attrs, "input_shape")))};
+          const Shape input = checks::shape_attr("slice_grad", attrs, "input_shape");
+          const SliceSpec spec = slice_spec(input, attrs);
+          Shape sliced = input;
+          sliced[spec.dim] = spec.length;
+          if (!(in[0].shape == sliced)) fail("slice_grad", "grad ", in[0].shape, " does not match the slice ", sliced, " of input_shape ", input);
+          return std::vector<TensorMeta>{with_shape(in[0], input)};
         })
         .sbp([](const std::vector<TensorMeta>&, const Attrs&) {
           return std::vector<SbpSignature>{{{Sbp::broadcast()}, {Sbp::broadcast()}}};
@@ -197,7 +211,7 @@ const OpDef& kSlice =
     OpBuilder("slice")
         .inputs({"input"})
         .outputs({"out"})
-        .attrs({"dim", "start", "end", "step"})
+        .attrs(kSliceAttrs)
         .strided_inputs()
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           const SliceSpec spec = slice_spec(in[0].shape, attrs);
@@ -212,7 +226,8 @@ const OpDef& kSlice =
           Strides strides = input.strides();
           shape[spec.dim] = spec.length;
           const int64_t offset = input.storage_offset() + (spec.length > 0 ? spec.start * strides[spec.dim] : 0);
-          strides[spec.dim] *= spec.step;
+          // A step past the end would overflow the stride; with one element left it is unused.
+          if (spec.length > 1) strides[spec.dim] *= spec.step;
           return alias(input, shape, strides, offset);
         })
         .vjp([](const VjpContext& ctx) { return TensorList{slice_grad(ctx.grad(), ctx.input_meta(0).shape, ctx.attrs)}; })
@@ -230,7 +245,7 @@ const OpDef& kSelect =
     OpBuilder("select")
         .inputs({"input"})
         .outputs({"out"})
-        .attrs({"dim", "index"})
+        .attrs({{"dim", AttrType::kInt}, {"index", AttrType::kInt}})
         .strided_inputs()
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           FLOW_ARG_CHECK(in[0].shape.ndim() > 0, "select", "cannot select from a 0-d tensor");
@@ -291,7 +306,7 @@ const OpDef& kExpand =
     OpBuilder("expand")
         .inputs({"input"})
         .outputs({"out"})
-        .attrs({"shape"})
+        .attrs({{"shape", AttrType::kInts}})
         .strided_inputs()
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           return std::vector<TensorMeta>{with_shape(in[0], expanded_shape(in[0].shape, shape_attr(attrs)))};

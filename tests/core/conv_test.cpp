@@ -67,7 +67,8 @@ TEST(Conv, Pooling) {
 TEST(Conv, Errors) {
   EXPECT_THROW_MSG(flow::conv2d(flow::zeros({1, 3, 5, 5}), flow::zeros({2, 2, 3, 3})), "[conv2d] weight (2,2,3,3) expects 2 input channels");
   EXPECT_THROW_MSG(flow::conv2d(flow::zeros({3, 5, 5}), flow::zeros({2, 3, 3, 3})), "[conv2d] expected 4-d input");
-  EXPECT_THROW_MSG(flow::conv2d(flow::zeros({1, 3, 2, 2}), flow::zeros({2, 3, 3, 3})), "[conv2d] input (1,3,2,2) is too small");
+  EXPECT_THROW_MSG(flow::conv2d(flow::zeros({1, 3, 2, 2}), flow::zeros({2, 3, 3, 3})),
+                   "[conv2d] calculated padded input size per channel: (2 x 2). Kernel size: (3 x 3). Kernel size can't be greater");
   EXPECT_THROW_MSG(flow::conv2d(flow::zeros({1, 4, 5, 5}), flow::zeros({3, 2, 3, 3}), flow::Tensor(), {1, 1}, {0, 0}, {1, 1}, 2),
                    "[conv2d] groups 2 must divide");
   EXPECT_THROW_MSG(flow::max_pool2d(flow::zeros({1, 1, 4, 4}), {2, 2}, {0, 1}), "[max_pool2d] stride must be >= 1");

@@ -70,9 +70,9 @@ void where_kernel(KernelContext& ctx) {
 const std::vector<DType> kNumeric = numeric_dtypes();
 const std::vector<DType> kAll = all_dtypes();
 
-FLOW_REGISTER_KERNEL("add", DeviceType::kCPU, kNumeric, arithmetic("add", [](auto a, auto b) { return a + b; }));
-FLOW_REGISTER_KERNEL("sub", DeviceType::kCPU, kNumeric, arithmetic("sub", [](auto a, auto b) { return a - b; }));
-FLOW_REGISTER_KERNEL("mul", DeviceType::kCPU, kNumeric, arithmetic("mul", [](auto a, auto b) { return a * b; }));
+FLOW_REGISTER_KERNEL("add", DeviceType::kCPU, kNumeric, arithmetic("add", [](auto a, auto b) { return math::add(a, b); }));
+FLOW_REGISTER_KERNEL("sub", DeviceType::kCPU, kNumeric, arithmetic("sub", [](auto a, auto b) { return math::sub(a, b); }));
+FLOW_REGISTER_KERNEL("mul", DeviceType::kCPU, kNumeric, arithmetic("mul", [](auto a, auto b) { return math::mul(a, b); }));
 FLOW_REGISTER_KERNEL("div", DeviceType::kCPU, kNumeric, arithmetic("div", [](auto a, auto b) { return math::divide(a, b); }));
 FLOW_REGISTER_KERNEL("pow", DeviceType::kCPU, kNumeric, arithmetic("pow", [](auto a, auto b) { return math::power(a, b); }));
 FLOW_REGISTER_KERNEL("maximum", DeviceType::kCPU, kNumeric, arithmetic("maximum", [](auto a, auto b) { return math::max_of(a, b); }));
@@ -88,10 +88,10 @@ FLOW_REGISTER_KERNEL("logical_and", DeviceType::kCPU, {kBool}, comparison("logic
 FLOW_REGISTER_KERNEL("logical_or", DeviceType::kCPU, {kBool}, comparison("logical_or", [](auto a, auto b) { return a || b; }));
 FLOW_REGISTER_KERNEL("logical_xor", DeviceType::kCPU, {kBool}, comparison("logical_xor", [](auto a, auto b) { return a != b; }));
 
-FLOW_REGISTER_KERNEL("add_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("add_scalar", [](auto a, auto b) { return a + b; }));
-FLOW_REGISTER_KERNEL("sub_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("sub_scalar", [](auto a, auto b) { return a - b; }));
-FLOW_REGISTER_KERNEL("rsub_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("rsub_scalar", [](auto a, auto b) { return b - a; }));
-FLOW_REGISTER_KERNEL("mul_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("mul_scalar", [](auto a, auto b) { return a * b; }));
+FLOW_REGISTER_KERNEL("add_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("add_scalar", [](auto a, auto b) { return math::add(a, b); }));
+FLOW_REGISTER_KERNEL("sub_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("sub_scalar", [](auto a, auto b) { return math::sub(a, b); }));
+FLOW_REGISTER_KERNEL("rsub_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("rsub_scalar", [](auto a, auto b) { return math::sub(b, a); }));
+FLOW_REGISTER_KERNEL("mul_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("mul_scalar", [](auto a, auto b) { return math::mul(a, b); }));
 FLOW_REGISTER_KERNEL("div_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("div_scalar", [](auto a, auto b) { return math::divide(a, b); }));
 FLOW_REGISTER_KERNEL("rdiv_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("rdiv_scalar", [](auto a, auto b) { return math::divide(b, a); }));
 FLOW_REGISTER_KERNEL("pow_scalar", DeviceType::kCPU, kNumeric, arithmetic_scalar("pow_scalar", [](auto a, auto b) { return math::power(a, b); }));

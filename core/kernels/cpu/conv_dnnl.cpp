@@ -2,6 +2,7 @@
 // and backward-weights primitives over plain NCHW/OIHW buffers, with the layouts oneDNN prefers
 // ("any") and reorders around them. Primitives are cached per (shape, parameters), since
 // creating one JIT-compiles code. float64 stays on im2col + GEMM (conv.cpp): oneDNN has no f64.
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -61,9 +62,11 @@ ConvPrimitives& primitives(const ConvKey& key) {
   return *slot;
 }
 
+// Only the batch may be empty (conv2d's inference refuses the rest); oneDNN wants none empty.
 void forward_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
   Tensor& y = ctx.outputs[0];
+  if (y.numel() == 0) return;
   const bool has_bias = ctx.inputs.size() == 3;
   const ConvKey key = make_key(x.shape(), w.shape(), y.shape(), ctx.attrs, has_bias);
   ConvPrimitives& p = primitives(key);
@@ -81,6 +84,7 @@ void forward_kernel(KernelContext& ctx) {
 void backward_data_kernel(KernelContext& ctx) {
   const Tensor &grad = ctx.inputs[0], &w = ctx.inputs[1];
   Tensor& grad_input = ctx.outputs[0];
+  if (grad_input.numel() == 0) return;
   const ConvKey key = make_key(grad_input.shape(), w.shape(), grad.shape(), ctx.attrs, false);
   ConvPrimitives& p = primitives(key);
   dnnl::stream stream = stream_for_call();
@@ -96,6 +100,10 @@ void backward_data_kernel(KernelContext& ctx) {
 void backward_weights_kernel(KernelContext& ctx) {
   const Tensor &grad = ctx.inputs[0], &x = ctx.inputs[1];
   Tensor& grad_weight = ctx.outputs[0];
+  if (x.numel() == 0) {  // an empty batch contributes nothing
+    std::memset(grad_weight.data_ptr(), 0, static_cast<size_t>(grad_weight.nbytes()));
+    return;
+  }
   const ConvKey key = make_key(x.shape(), grad_weight.shape(), grad.shape(), ctx.attrs, false);
   ConvPrimitives& p = primitives(key);
   dnnl::stream stream = stream_for_call();

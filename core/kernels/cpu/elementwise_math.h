@@ -12,14 +12,35 @@
 
 namespace flow::cpu::math {
 
+// Integer +, - and * wrap around (two's complement), as PyTorch's do in practice; C++ leaves
+// signed overflow undefined, so integers compute in uint64_t and convert back (modular in C++20).
+template <typename T>
+inline constexpr bool kWraps = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+template <typename T>
+T add(T a, T b) {
+  if constexpr (kWraps<T>) return static_cast<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  else return a + b;
+}
+template <typename T>
+T sub(T a, T b) {
+  if constexpr (kWraps<T>) return static_cast<T>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+  else return a - b;
+}
+template <typename T>
+T mul(T a, T b) {
+  if constexpr (kWraps<T>) return static_cast<T>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  else return a * b;
+}
+
 template <typename T>
 T neg(T x) {
-  return static_cast<T>(-x);
+  if constexpr (kWraps<T>) return sub(T(0), x);
+  else return static_cast<T>(-x);
 }
 template <typename T>
 T abs(T x) {
   if constexpr (std::is_unsigned_v<T>) return x;
-  else return static_cast<T>(x < 0 ? -x : x);
+  else return x < 0 ? neg(x) : x;
 }
 template <typename T>
 T sign(T x) {
@@ -131,8 +152,8 @@ T power(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
     T result = 1;
-    for (; b > 0; b >>= 1, a *= a) {
-      if (b & 1) result *= a;
+    for (; b > 0; b >>= 1, a = mul(a, a)) {
+      if (b & 1) result = mul(result, a);
     }
     return result;
   } else {
@@ -144,6 +165,9 @@ template <typename T>
 T divide(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     if (b == 0) fail("div", "integer division by zero");
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return neg(a);  // the lowest value divided by -1 overflows (and traps on x86)
+    }
   }
   return a / b;
 }

@@ -37,7 +37,11 @@ void max_pool_grad_kernel(KernelContext& ctx) {
     std::memset(dx, 0, static_cast<size_t>(gx.numel()) * sizeof(T));
     parallel_for(0, gx.size(0) * gx.size(1), 1, [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
-        for (int64_t o = 0; o < plane_out; ++o) dx[plane * plane_in + idx[plane * plane_out + o]] += dy[plane * plane_out + o];
+        for (int64_t o = 0; o < plane_out; ++o) {
+          const int64_t i = idx[plane * plane_out + o];
+          if (i < 0 || i >= plane_in) fail("max_pool2d", "argmax index ", i, " lies outside the input plane of ", plane_in, " values");
+          dx[plane * plane_in + i] += dy[plane * plane_out + o];
+        }
       }
     });
   });

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/kernels/cpu/elementwise_math.h"
 #include "core/kernels/cpu/reduce_loop.h"
 #include "core/op.h"
 
@@ -31,10 +32,10 @@ template <typename T, typename A>
 struct SumReducer {
   using Acc = A;
   Acc identity() const { return Acc(0); }
-  Acc fold(Acc init, const T* p, int64_t n) const { return fold_lanes<T, Acc>(init, p, n, Acc(0), [](Acc a, Acc b) { return a + b; }); }
-  Acc combine(Acc a, Acc b) const { return a + b; }
+  Acc fold(Acc init, const T* p, int64_t n) const { return fold_lanes<T, Acc>(init, p, n, Acc(0), [](Acc a, Acc b) { return math::add(a, b); }); }
+  Acc combine(Acc a, Acc b) const { return math::add(a, b); }
   void fold_row(Acc* acc, const T* row, int64_t n) const {
-    for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<Acc>(row[i]);
+    for (int64_t i = 0; i < n; ++i) acc[i] = math::add(acc[i], static_cast<Acc>(row[i]));
   }
   Acc finish(Acc a, int64_t) const { return a; }
 };
@@ -43,10 +44,10 @@ template <typename T, typename A>
 struct ProdReducer {
   using Acc = A;
   Acc identity() const { return Acc(1); }
-  Acc fold(Acc init, const T* p, int64_t n) const { return fold_lanes<T, Acc>(init, p, n, Acc(1), [](Acc a, Acc b) { return a * b; }); }
-  Acc combine(Acc a, Acc b) const { return a * b; }
+  Acc fold(Acc init, const T* p, int64_t n) const { return fold_lanes<T, Acc>(init, p, n, Acc(1), [](Acc a, Acc b) { return math::mul(a, b); }); }
+  Acc combine(Acc a, Acc b) const { return math::mul(a, b); }
   void fold_row(Acc* acc, const T* row, int64_t n) const {
-    for (int64_t i = 0; i < n; ++i) acc[i] *= static_cast<Acc>(row[i]);
+    for (int64_t i = 0; i < n; ++i) acc[i] = math::mul(acc[i], static_cast<Acc>(row[i]));
   }
   Acc finish(Acc a, int64_t) const { return a; }
 };
