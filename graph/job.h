@@ -12,8 +12,6 @@
 
 namespace flow::graph {
 
-namespace proto = ::flow::graph::proto;
-
 // Version of the Job schema written into every Job (and checked by loaders).
 inline constexpr int kJobVersion = 1;
 // Version of the deploy export format (graph/export.proto) written by flow::save(graph, dir) and
