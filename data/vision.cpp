@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/functional.h"
@@ -54,9 +55,14 @@ Tensor read_idx(const std::string& path, int expected_dims, const std::string& d
   if (bytes.size() < header) fail(dataset_name, path, ": truncated header");
   std::vector<int64_t> dims;
   for (int d = 0; d < expected_dims; ++d) dims.push_back(big_endian(bytes, 4 + 4 * static_cast<size_t>(d)));
-  // Three 32-bit dims can multiply past 64 bits; a wrapped count could match a small file.
+  // Three 32-bit dims can multiply past 64 bits; a wrapped count could match a small file. The
+  // strides multiply the dims as if zeros were ones (a (0, 2^32-1, 2^32-1) file holds no bytes),
+  // so that product must fit too.
   uint64_t count = 0;
   try {
+    std::vector<int64_t> extents;
+    for (int64_t d : dims) extents.push_back(std::max<int64_t>(d, 1));
+    (void)Shape(extents).numel();
     count = static_cast<uint64_t>(Shape(dims).numel());
   } catch (const Error&) {
     fail(dataset_name, path, ": shape ", Shape(dims), " in the header has more elements than int64 can count");

@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
                                                 std::make_shared<nn::Linear>(16, 10));
     flow::save(train(mlp, test_set, 20)->state_dict(), (corpus / "safetensors" / "trained_graph_state.safetensors").string());
     flow::StateDict every_dtype;
-    for (flow::DType dtype : flow::storage_dtypes()) every_dtype.insert("t_" + flow::dtype_name(dtype), flow::randn({2, 3}).to(dtype));
+    for (flow::DType dtype : flow::storage_dtypes()) every_dtype.insert("t_" + flow::dtype_name(dtype), flow::arange(6).reshape({2, 3}).to(dtype));
     every_dtype.insert("scalar", flow::full({}, 3.5));
     every_dtype.insert("empty", flow::zeros({0, 4}));
     every_dtype.metadata()["format"] = "pt";

@@ -145,6 +145,9 @@ TEST(Datasets, IdxGzipAndRawAndErrors) {
   EXPECT_THROW_MSG(data::FashionMNIST{bad}, "3 labels for 2 images");
   std::ofstream(bad + "/train-labels-idx1-ubyte", std::ios::binary) << "ab";
   EXPECT_THROW_MSG(data::FashionMNIST{bad}, "too short for an IDX header");
+  // An empty file whose other dims would overflow the strides (found by fuzz_idx).
+  write_idx(bad + "/train-images-idx3-ubyte", 0x803, {0, 0xffffffffu, 0xffffffffu}, "", false);
+  EXPECT_THROW_MSG(data::FashionMNIST{bad}, "more elements than int64 can count");
 }
 
 TEST(Datasets, RealFashionMnist) {
