@@ -52,7 +52,10 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t stride = 1;
   for (int64_t i = shape.ndim() - 1; i >= 0; --i) {
     strides[i] = stride;
-    stride *= std::max<int64_t>(shape[i], 1);
+    // An empty tensor's other dims may be anything; its strides must still be countable.
+    if (__builtin_mul_overflow(stride, std::max<int64_t>(shape[i], 1), &stride) && i > 0) {
+      fail("shape", shape.str(), " has strides larger than int64 can count");
+    }
   }
   return strides;
 }
