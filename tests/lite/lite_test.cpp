@@ -345,10 +345,10 @@ TEST_F(LiteLoadErrors, DamagedNodesAreRefusedAtLoad) {
   refused([](auto& node) { (*node.mutable_attrs())["index"].set_i(5); }, "output", "index 5 is out of range for 1 model outputs");
   refused([](auto& node) { node.mutable_outputs(0)->set_dtype("float33"); }, "input", "unknown dtype name 'float33'");
   refused([](auto& node) { node.mutable_outputs(0)->set_device("cuda:x"); }, "input", "invalid device string");
-  refused([](auto& node) { node.clear_inputs(); }, "op", "expects");
+  refused([](auto& node) { node.clear_inputs(); }, "op", "expected 1 inputs, got 0");
   refused([](auto& node) { node.add_inputs(node.inputs(0)); node.add_inputs(node.inputs(0)); node.add_inputs(node.inputs(0)); }, "op",
-          "expects");
-  refused([](auto& node) { for (auto& [name, value] : *node.mutable_attrs()) value.set_s("garbage"); }, "op with attrs", "has another type");
+          "expected 1 inputs, got 4");
+  refused([](auto& node) { for (auto& [name, value] : *node.mutable_attrs()) value.set_s("garbage"); }, "op with attrs", "must be of type");
   refused([&](auto& node) { node.set_name(exported_.job().nodes(0).name()); }, "op", "a second node is named");
 }
 
