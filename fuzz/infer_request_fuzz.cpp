@@ -10,6 +10,7 @@
 #include "quiet_protobuf.h"
 #include "oneflow_lite/model.h"
 #include "serving/infer_codec.h"
+#include "serving/inference_service.h"
 
 namespace {
 
@@ -47,7 +48,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const flow::lite::Model& model = model_named(request.model_name());
   flow::serving::DecodedRequest decoded;
   try {
-    decoded = flow::serving::decode_infer_request(request, model, "fuzz", kMaxBatchSize);
+    std::vector<std::string> requested;
+    for (const auto& output : request.outputs()) requested.push_back(output.name());
+    decoded = flow::serving::decode_infer_request(flow::serving::request_inputs(request, "fuzz"), requested, model, "fuzz",
+                                                  kMaxBatchSize);
   } catch (const flow::Error&) {
     return 0;
   }
@@ -59,7 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fprintf(stderr, "%s\n", e.what());
     flow_fuzz::invalid_accepted("the model does not run on a decoded request");
   }
-  inference::ModelInferResponse response;
-  flow::serving::encode_infer_outputs(model, outputs, decoded.outputs, response);
+  for (const auto& output : flow::serving::select_outputs(model, outputs, decoded.outputs)) {
+    if (output.bytes().size() != static_cast<size_t>(output.tensor.nbytes())) flow_fuzz::invalid_accepted("an output encodes to the wrong size");
+  }
   return 0;
 }

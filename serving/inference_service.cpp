@@ -28,8 +28,8 @@ class TrackedReactor final : public grpc::ServerUnaryReactor {
   RequestTracker& tracker_;
 };
 
-// The request's inputs for decode_infer_request, their data in raw_input_contents or in typed
-// contents (mixing the two is an error of this protocol's encoding).
+}  // namespace
+
 std::vector<RequestInput> request_inputs(const inference::ModelInferRequest& request, const std::string& model_label) {
   const bool raw = request.raw_input_contents_size() > 0;
   if (raw && request.raw_input_contents_size() != request.inputs_size()) {
@@ -55,8 +55,6 @@ std::vector<RequestInput> request_inputs(const inference::ModelInferRequest& req
   }
   return inputs;
 }
-
-}  // namespace
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,

@@ -3,12 +3,18 @@
 // gRPC's threads; ModelInfer validates there and hands the request to the model's scheduler,
 // whose thread finishes the call.
 #include <string>
+#include <vector>
 
 #include "serving/model_repository.h"
 #include "serving/grpc_predict_v2.grpc.pb.h"
+#include "serving/infer_codec.h"
 #include "serving/request_tracker.h"
 
 namespace flow::serving {
+
+// The request's inputs for decode_infer_request, their data in raw_input_contents or in typed
+// contents (mixing the two is an error of this protocol's encoding: ServingError).
+std::vector<RequestInput> request_inputs(const inference::ModelInferRequest& request, const std::string& model_label);
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
