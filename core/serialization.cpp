@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "core/atomic_file.h"
+#include "core/bool_bytes.h"
 #include "core/functional.h"
 
 namespace flow {
@@ -235,9 +236,8 @@ StateDict load_bytes(std::string_view bytes, const std::string& source) {
     const char* begin = data + entry.begin;
     const size_t nbytes = entry.end - entry.begin;
     if (entry.dtype == kBool) {
-      const auto* invalid = std::find_if(begin, begin + nbytes, [](char byte) { return byte != 0 && byte != 1; });
-      if (invalid != begin + nbytes) {
-        bad("tensor '", entry.name, "' of BOOL holds the byte ", static_cast<int>(static_cast<unsigned char>(*invalid)), " (only 0 and 1 are booleans)");
+      if (const std::optional<int> invalid = find_non_boolean_byte({begin, nbytes})) {
+        bad("tensor '", entry.name, "' of BOOL holds the byte ", *invalid, " (only 0 and 1 are booleans)");
       }
     }
     Tensor t = make_tensor(entry.shape, entry.dtype, kCPU);

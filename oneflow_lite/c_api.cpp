@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bool_bytes.h"
 #include "oneflow_lite/model.h"
 
 namespace {
@@ -110,6 +111,11 @@ int flow_lite_model_run(const flow_lite_model* model, const flow_lite_tensor* in
                       shape.str() + " " + in.dtype + ", which needs " + std::to_string(nbytes));
       }
       if (in.nbytes > 0 && in.data == nullptr) return failed("[oneflow_lite] input " + std::to_string(i) + ": null data");
+      if (dtype == flow::kBool) {
+        if (const std::optional<int> invalid = flow::find_non_boolean_byte({static_cast<const char*>(in.data), in.nbytes})) {
+          return failed("[oneflow_lite] input " + std::to_string(i) + ": bool data holds the byte " + std::to_string(*invalid));
+        }
+      }
       flow::Tensor t = flow::make_tensor(shape, dtype, flow::Device("cpu"));
       if (in.nbytes > 0) std::memcpy(t.data_ptr(), in.data, in.nbytes);
       given.push_back(std::move(t));

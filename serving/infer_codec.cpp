@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/bool_bytes.h"
 #include "serving/datatype.h"
 #include "serving/status.h"
 
@@ -75,6 +76,11 @@ Tensor input_tensor(const RequestInput& input, const Shape& shape, DType dtype, 
   if (bytes.size() != static_cast<uint64_t>(nbytes)) {
     fail_status(StatusCode::INVALID_ARGUMENT, what, ": shape ", shape.str(), " of ", input.datatype, " needs ", nbytes,
                 " bytes, got ", bytes.size());
+  }
+  if (dtype == kBool) {
+    if (const std::optional<int> invalid = find_non_boolean_byte(bytes)) {
+      fail_status(StatusCode::INVALID_ARGUMENT, what, ": BOOL data holds the byte ", *invalid, " (only 0 and 1 are booleans)");
+    }
   }
   Tensor tensor = make_tensor(shape, dtype, kCPU);
   if (nbytes > 0) std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());

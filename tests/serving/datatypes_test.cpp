@@ -97,6 +97,19 @@ TEST_F(DatatypesTest, RawContentsRoundTripEveryDatatype) {
   }
 }
 
+// Raw BOOL bytes other than 0 and 1 are not booleans (reading one as bool is undefined
+// behaviour): the request is refused before it reaches the model (found by fuzz_infer_request).
+TEST_F(DatatypesTest, RawBoolBytesMustBeZeroOrOne) {
+  const DatatypeCase c = cases().front();
+  ASSERT_EQ(c.datatype, "BOOL");
+  inference::ModelInferRequest request = request_for(c);
+  request.add_raw_input_contents(std::string("\x01\x00\x03\x01\x00\x00", 6));
+  inference::ModelInferResponse response;
+  const grpc::Status status = client_->infer(request, response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("BOOL data holds the byte 3"), std::string::npos) << status.error_message();
+}
+
 TEST_F(DatatypesTest, TypedContentsRoundTripEveryDatatypeWithATypedField) {
   for (const auto& c : cases()) {
     SCOPED_TRACE(c.datatype);
