@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include "core/comm/global.h"
 #include "core/ops/copy.h"
 
 namespace flow {
@@ -56,6 +57,7 @@ Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs) 
 
 TensorList execute_op(const OpDef& op, const TensorList& inputs, const Attrs& attrs, const std::vector<TensorMeta>& out_metas,
                       TensorList outputs) {
+  if (op.global_conversion) fail(op.name, "converts global tensors and has no kernel to run on local ones");
   if (op.view) {
     CHECK_EQ(out_metas.size(), 1u);
     return {op.view(inputs, attrs)};
@@ -95,6 +97,7 @@ TensorList execute_op(const OpDef& op, const TensorList& inputs, const Attrs& at
 }
 
 TensorList EagerInterpreter::apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  if (op.global_conversion || distributed::any_global(inputs)) return distributed::apply_global(op, inputs, attrs);
   TensorList outputs = execute_op(op, inputs, attrs, check_and_infer(op, inputs, attrs));
   if (g_recorder != nullptr) g_recorder->record(op, inputs, outputs, attrs);
   return outputs;

@@ -49,15 +49,6 @@ const char* attr_type_name(AttrType type) {
   return "?";
 }
 
-std::string Sbp::str() const {
-  switch (kind) {
-    case Kind::kSplit: return "S(" + std::to_string(axis) + ")";
-    case Kind::kBroadcast: return "B";
-    case Kind::kPartialSum: return "P";
-  }
-  return "?";
-}
-
 DType OpDef::dispatch_dtype(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs) const {
   if (!inputs.empty()) return inputs[0].dtype;
   CHECK(!outputs.empty()) << name << " has neither inputs nor outputs";
@@ -162,7 +153,7 @@ std::vector<TensorMeta> checked_infer(const OpDef& op, const std::vector<TensorM
       fail(op.name, "writes output ", i, " ", outputs[i].shape, " in place, but input ", i, " cannot hold it");
     }
   }
-  if (!op.view) {
+  if (!op.view && !op.global_conversion) {
     const Device device = op.kernel_device(inputs, outputs);
     backend_for(device, op.name.c_str());
     op.kernel(device.type, op.dispatch_dtype(inputs, outputs));
@@ -204,6 +195,11 @@ OpBuilder& OpBuilder::mixed_devices() {
 }
 OpBuilder& OpBuilder::random() {
   def_.random = true;
+  return *this;
+}
+
+OpBuilder& OpBuilder::global_conversion() {
+  def_.global_conversion = true;
   return *this;
 }
 

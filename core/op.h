@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/sbp.h"
 #include "core/tensor.h"
 
 namespace flow {
@@ -61,18 +62,6 @@ struct TensorMeta {
   Shape shape;
   DType dtype = kFloat32;
   Device device;
-};
-
-// SBP: how a logical tensor is laid out over the devices of a placement.
-struct Sbp {
-  enum class Kind : uint8_t { kSplit, kBroadcast, kPartialSum };
-  Kind kind = Kind::kBroadcast;
-  int64_t axis = 0;
-  static Sbp split(int64_t axis) { return {Kind::kSplit, axis}; }
-  static Sbp broadcast() { return {Kind::kBroadcast, 0}; }
-  static Sbp partial_sum() { return {Kind::kPartialSum, 0}; }
-  bool operator==(const Sbp& other) const = default;
-  std::string str() const;  // "S(0)", "B", "P"
 };
 
 struct SbpSignature {
@@ -130,6 +119,9 @@ struct OpDef {
   // Draws random numbers: its "seed" and "offset" attrs are reserved from the default generator
   // per call. A Graph reserves fresh ones on every run, and passes never merge or fold it.
   bool random = false;
+  // Converts between local and global tensors or between sbps (to_global, to_local): the global
+  // dispatch (core/comm/global.cpp) runs it with collectives; it has no kernel.
+  bool global_conversion = false;
 
   // Output metas from input metas: the op's own checks of ranks, dims, dtypes and attribute
   // values. Callers use checked_infer, which checks the schema first.
@@ -179,6 +171,7 @@ class OpBuilder {
   OpBuilder& mixed_devices();
   OpBuilder& inplace();
   OpBuilder& random();
+  OpBuilder& global_conversion();
   OpBuilder& infer(InferFn fn);
   OpBuilder& sbp(SbpFn fn);
   OpBuilder& vjp(VjpFn fn);

@@ -26,8 +26,17 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+Tensor Tensor::whole_local() const {
+  if (!is_global()) return *this;
+  return to_global(placement(), NdSbp(static_cast<size_t>(placement().hierarchy().ndim()), Sbp::broadcast())).to_local();
+}
+
 void* Tensor::data_ptr() const {
   const TensorImpl& impl = checked();
+  if (impl.global) {
+    fail("data_ptr", "a global tensor has no data of its own: to_local() gives this rank's piece, "
+         "to_global(placement, broadcast) then to_local() the whole tensor");
+  }
   if (!impl.storage) {
     fail("data_ptr", "the tensor is lazy (a Graph is tracing build()) and has no data; its value exists only when the "
          "graph runs, so it cannot be read or branched on while tracing");
@@ -38,7 +47,7 @@ void* Tensor::data_ptr() const {
 template <typename T>
 T Tensor::item() const {
   if (numel() != 1) fail("item", "a tensor with ", numel(), " elements cannot be converted to a scalar");
-  Tensor host = to(kCPU).to(DTypeOf<T>::value);
+  Tensor host = whole_local().to(kCPU).to(DTypeOf<T>::value);
   return *host.data_ptr<T>();
 }
 
@@ -50,7 +59,7 @@ Scalar Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::tolist() const {
-  Tensor host = to(kCPU).to(DTypeOf<T>::value).contiguous();
+  Tensor host = whole_local().to(kCPU).to(DTypeOf<T>::value).contiguous();
   const T* data = host.data_ptr<T>();
   return std::vector<T>(data, data + host.numel());
 }

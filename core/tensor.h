@@ -7,6 +7,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/placement.h"
 #include "core/scalar.h"
 #include "core/shape.h"
 #include "core/storage.h"
@@ -18,6 +19,7 @@ namespace autograd {
 class Node;  // autograd/node.h
 }
 struct LazyInfo;      // filled in by graph/ while tracing
+struct GlobalInfo;    // placement, sbp and local piece of a global tensor (below)
 
 struct TensorImpl {
   Shape shape;
@@ -28,6 +30,9 @@ struct TensorImpl {
   std::shared_ptr<Storage> storage;  // null for lazy tensors, which have meta but no data
   std::shared_ptr<AutogradMeta> autograd;
   std::shared_ptr<LazyInfo> lazy;
+  // Set for global tensors: shape/dtype are the logical tensor's, storage is null and the data
+  // is the local piece in global->local.
+  std::shared_ptr<GlobalInfo> global;
 };
 
 class Tensor;
@@ -60,6 +65,21 @@ class Tensor {
   bool is_lazy() const { return checked().lazy != nullptr; }
   bool is_floating_point() const { return flow::is_floating(dtype()); }
 
+  // Global tensors (OneFlow's model): a logical tensor laid out over a placement by an sbp, of
+  // which each rank holds its local piece. shape() is the logical shape.
+  bool is_global() const { return checked().global != nullptr; }
+  bool is_local() const { return !is_global(); }
+  const Placement& placement() const;
+  const NdSbp& sbp() const;
+  // On a local tensor: this rank's piece of a global tensor (B: every rank holds the whole
+  // tensor; S(i): the pieces concatenate along i, in rank order, and may be uneven; P: the
+  // pieces sum to it). On a global tensor: the same logical tensor with another sbp (boxing:
+  // collectives between the ranks). Differentiable; every rank of the placement calls it.
+  Tensor to_global(const Placement& placement, const NdSbp& sbp) const;
+  Tensor to_global(const Placement& placement, const Sbp& sbp) const { return to_global(placement, NdSbp{sbp}); }
+  // This rank's piece of a global tensor (a local tensor is returned as is). Differentiable.
+  Tensor to_local() const;
+
   // Data. data_ptr<T>() checks T against the dtype; item() needs exactly one element.
   const std::shared_ptr<Storage>& storage() const { return checked().storage; }
   void* data_ptr() const;
@@ -73,7 +93,8 @@ class Tensor {
   template <typename T>
   T item() const;
   Scalar item() const;
-  // Copies the elements into a vector of T, converting from the tensor's dtype.
+  // Copies the elements into a vector of T, converting from the tensor's dtype. On a global
+  // tensor item() and tolist() read the logical tensor: every rank of its placement calls them.
   template <typename T>
   std::vector<T> tolist() const;
 
@@ -145,6 +166,8 @@ class Tensor {
 
  private:
   const TensorImpl& checked() const;
+  // The whole logical tensor as a local one (gathered for a global tensor).
+  Tensor whole_local() const;
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -161,6 +184,12 @@ Tensor operator-(const Scalar& a, const Tensor& b);
 Tensor operator*(const Scalar& a, const Tensor& b);
 Tensor operator/(const Scalar& a, const Tensor& b);
 Tensor operator-(const Tensor& a);
+
+struct GlobalInfo {
+  Placement placement;
+  NdSbp nd_sbp;
+  Tensor local;  // undefined on ranks outside the placement
+};
 
 // Prints like PyTorch/OneFlow: tensor([[ 3.2023,  2.9805, -2.6793]], dtype=flow.float32)
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/autograd_meta.h"
+#include "core/comm/process_group.h"
 #include "core/interpreter.h"
 #include "core/ops/checks.h"
 #include "core/ops/copy.h"
@@ -122,11 +123,29 @@ const OpDef& kNormal = random_source_op("normal", {{"mean", AttrType::kDouble}, 
 const OpDef& kRandint = random_source_op("randint", {{"low", AttrType::kInt}, {"high", AttrType::kInt}}, check_randint);
 const OpDef& kRandperm = random_source_op("randperm", {}, check_randperm);
 
-Attrs source_attrs(const Shape& shape, DType dtype, const TensorOptions& options) {
-  return Attrs().set("shape", shape).set("dtype", dtype).set("device", options.device_);
+// A global tensor's pieces are cut from the whole tensor made on this rank's device.
+Device creation_device(const TensorOptions& options) {
+  return options.placement_ ? options.placement_->device_for(distributed::get_rank()) : options.device_;
 }
 
+Attrs source_attrs(const Shape& shape, DType dtype, const TensorOptions& options) {
+  return Attrs().set("shape", shape).set("dtype", dtype).set("device", creation_device(options));
+}
+
+// With a placement, every rank made the whole tensor (the same values: random sources draw the
+// same counters on every rank), so the global tensor equals the one a single process makes;
+// each rank keeps its piece.
 Tensor finish(Tensor t, const TensorOptions& options) {
+  if (options.placement_) {
+    const Placement& placement = *options.placement_;
+    const NdSbp nd_sbp = options.sbp_.empty() ? NdSbp(placement.hierarchy().size(), Sbp::broadcast()) : options.sbp_;
+    if (!placement.contains(distributed::get_rank())) {
+      fail("tensor", "rank ", distributed::get_rank(), " is not in ", placement.str(), "; create global tensors on its ranks");
+    }
+    t = t.to_global(placement, NdSbp(placement.hierarchy().size(), Sbp::broadcast())).to_global(placement, nd_sbp);
+  } else if (!options.sbp_.empty()) {
+    fail("tensor", "sbp ", nd_sbp_str(options.sbp_), " was given without a placement");
+  }
   if (options.requires_grad_) t.requires_grad_(true);
   return t;
 }
@@ -219,10 +238,17 @@ Tensor randperm(int64_t n, const TensorOptions& options) {
 }
 
 namespace {
+// Like a global tensor: the same placement and sbp, a partial sum read as broadcast (the
+// values are the logical tensor's).
 TensorOptions like(const Tensor& other, const TensorOptions& options) {
   TensorOptions result = options;
   result.dtype(options.dtype_or(other.dtype()));
   if (options.device_ == Device()) result.device(other.device());
+  if (other.is_global() && !options.placement_) {
+    NdSbp nd_sbp = other.sbp();
+    for (Sbp& sbp : nd_sbp) sbp = sbp.is_partial_sum() ? Sbp::broadcast() : sbp;
+    result.placement(other.placement()).sbp(nd_sbp);
+  }
   return result;
 }
 }  // namespace

@@ -11,6 +11,9 @@ struct TensorOptions {
   std::optional<DType> dtype_;
   Device device_;
   bool requires_grad_ = false;
+  // A global tensor: made whole on every rank of the placement, each keeping its piece.
+  std::optional<Placement> placement_;
+  NdSbp sbp_;
 
   TensorOptions() = default;
   TensorOptions(DType dtype) : dtype_(dtype) {}     // NOLINT: implicit, so zeros({2}, kInt64) works
@@ -18,6 +21,9 @@ struct TensorOptions {
   TensorOptions& dtype(DType dtype) { dtype_ = dtype; return *this; }
   TensorOptions& device(Device device) { device_ = device; return *this; }
   TensorOptions& requires_grad(bool requires_grad) { requires_grad_ = requires_grad; return *this; }
+  TensorOptions& placement(const Placement& placement) { placement_ = placement; return *this; }
+  TensorOptions& sbp(NdSbp nd_sbp) { sbp_ = std::move(nd_sbp); return *this; }
+  TensorOptions& sbp(const Sbp& sbp) { sbp_ = NdSbp{sbp}; return *this; }
   DType dtype_or(DType fallback) const { return dtype_.value_or(fallback); }
 };
 

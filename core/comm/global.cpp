@@ -1,0 +1,295 @@
+#include "core/comm/global.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "core/comm/boxing.h"
+#include "core/interpreter.h"
+#include "core/ops/comm.h"
+#include "core/ops/creation.h"
+
+namespace flow::distributed {
+namespace {
+
+Placement placement_attr(const Attrs& attrs, const char* op) { return Placement::parse(attrs.get<std::string>("placement"), op); }
+NdSbp sbp_attr(const Attrs& attrs, const char* name, const char* op) { return parse_nd_sbp(attrs.get<std::string>(name), op); }
+
+// global -> global with another sbp (boxing).
+const OpDef& kToGlobal =
+    OpBuilder("to_global")
+        .inputs({"input"})
+        .outputs({"out"})
+        .attrs({{"placement", AttrType::kString}, {"sbp", AttrType::kString}, {"src_sbp", AttrType::kString}})
+        .global_conversion()
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          const Placement placement = placement_attr(attrs, "to_global");
+          check_nd_sbp(placement, sbp_attr(attrs, "sbp", "to_global"), in[0].shape, "to_global");
+          check_nd_sbp(placement, sbp_attr(attrs, "src_sbp", "to_global"), in[0].shape, "to_global");
+          return std::vector<TensorMeta>{{in[0].shape, in[0].dtype, placement.device_for(get_rank())}};
+        })
+        .vjp([](const VjpContext& ctx) {
+          return TensorList{ctx.grad().to_global(placement_attr(ctx.attrs, "to_global"), sbp_attr(ctx.attrs, "src_sbp", "to_global"))};
+        })
+        .def();
+
+// local piece -> global tensor of logical shape `shape`.
+const OpDef& kLocalToGlobal =
+    OpBuilder("local_to_global")
+        .inputs({"input"})
+        .outputs({"out"})
+        .attrs({{"placement", AttrType::kString}, {"sbp", AttrType::kString}, {"shape", AttrType::kInts}})
+        .global_conversion()
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          const Placement placement = placement_attr(attrs, "to_global");
+          const NdSbp nd_sbp = sbp_attr(attrs, "sbp", "to_global");
+          const Shape logical(attrs.get<std::vector<int64_t>>("shape"));
+          check_nd_sbp(placement, nd_sbp, logical, "to_global");
+          const int64_t index = placement.index_of(get_rank());
+          if (index < 0) fail("to_global", "rank ", get_rank(), " is not in ", placement.str());
+          const Shape expected = local_shape(logical, placement, nd_sbp, index);
+          if (!(expected == in[0].shape)) {
+            fail("to_global", "rank ", get_rank(), "'s piece has shape ", in[0].shape, " but a ", logical, " tensor with sbp ",
+                 nd_sbp_str(nd_sbp), " on ", placement.str(), " gives it ", expected,
+                 " (split pieces are balanced: the first size % n are one longer)");
+          }
+          return std::vector<TensorMeta>{{logical, in[0].dtype, in[0].device}};
+        })
+        .vjp([](const VjpContext& ctx) {
+          return TensorList{
+              ctx.grad().to_global(placement_attr(ctx.attrs, "to_global"), sbp_attr(ctx.attrs, "sbp", "to_global")).to_local()};
+        })
+        .def();
+
+// global tensor -> this rank's piece.
+const OpDef& kGlobalToLocal =
+    OpBuilder("global_to_local")
+        .inputs({"input"})
+        .outputs({"out"})
+        .attrs({{"placement", AttrType::kString}, {"sbp", AttrType::kString}})
+        .global_conversion()
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          const Placement placement = placement_attr(attrs, "to_local");
+          const NdSbp nd_sbp = sbp_attr(attrs, "sbp", "to_local");
+          check_nd_sbp(placement, nd_sbp, in[0].shape, "to_local");
+          const int64_t index = placement.index_of(get_rank());
+          const Shape shape = index < 0 ? Shape{0} : local_shape(in[0].shape, placement, nd_sbp, index);
+          return std::vector<TensorMeta>{{shape, in[0].dtype, in[0].device}};
+        })
+        .vjp([](const VjpContext& ctx) {
+          const Shape logical = ctx.input_meta(0).shape;
+          Attrs attrs = Attrs().set("placement", ctx.attrs.get<std::string>("placement")).set("sbp", ctx.attrs.get<std::string>("sbp"));
+          attrs.set("shape", logical);
+          return TensorList{apply_one(kLocalToGlobal, {ctx.grad()}, attrs)};
+        })
+        .def();
+
+TensorMeta meta_of(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
+
+void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) {
+  if (AutogradRecorder* recorder = autograd_recorder()) recorder->record(op, inputs, outputs, attrs);
+}
+
+TensorList run_conversion(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  const TensorMeta out_meta = check_and_infer(op, inputs, attrs)[0];
+  const Tensor& input = inputs[0];
+  Tensor out;
+  if (&op == &kLocalToGlobal) {
+    if (input.is_global()) fail("to_global", "input is already global");
+    out = make_global(out_meta, placement_attr(attrs, "to_global"), sbp_attr(attrs, "sbp", "to_global"), input.detach());
+  } else if (&op == &kGlobalToLocal) {
+    if (!input.is_global()) fail("to_local", "input is a local tensor");
+    const Tensor& local = input.impl()->global->local;
+    out = local.defined() ? local.detach() : zeros(out_meta.shape, TensorOptions().dtype(out_meta.dtype).device(out_meta.device));
+  } else {
+    CHECK(&op == &kToGlobal) << op.name;
+    if (!input.is_global()) fail("to_global", "input is a local tensor");
+    const Placement placement = placement_attr(attrs, "to_global");
+    if (!(placement == input.placement())) {
+      fail("to_global", "moving a tensor to another placement is not supported yet (from ", input.placement().str(), " to ",
+           placement.str(), ")");
+    }
+    const NdSbp dst = sbp_attr(attrs, "sbp", "to_global");
+    const Tensor& local = input.impl()->global->local;
+    const Tensor boxed = local.defined() ? box(local, input.shape(), placement, input.sbp(), dst) : Tensor();
+    out = make_global(out_meta, placement, dst, boxed);
+  }
+  const TensorList outputs{out};
+  record(op, inputs, outputs, attrs);
+  return outputs;
+}
+
+// The logical shape of the tensor whose piece on this rank is `local`: pieces' sizes along
+// split axes are exchanged among the placement's ranks (they may be uneven).
+Shape logical_shape_of(const Tensor& local, const Placement& placement, const NdSbp& nd_sbp) {
+  const bool any_split = std::any_of(nd_sbp.begin(), nd_sbp.end(), [](const Sbp& s) { return s.is_split(); });
+  if (!any_split) return local.shape();
+  Ranks members = placement.ranks();
+  std::sort(members.begin(), members.end());
+  Tensor mine = tensor(local.shape().vec(), Shape{1, local.dim()});
+  const Tensor gathered = all_gather(mine, members).contiguous();
+  const int64_t* sizes = gathered.data_ptr<int64_t>();
+  const Shape& hierarchy = placement.hierarchy();
+  Shape logical = local.shape();
+  for (int64_t axis = 0; axis < local.dim(); ++axis) {
+    std::vector<bool> splits_axis(hierarchy.size(), false);
+    for (size_t d = 0; d < nd_sbp.size(); ++d) splits_axis[d] = nd_sbp[d].is_split() && nd_sbp[d].axis == axis;
+    if (std::none_of(splits_axis.begin(), splits_axis.end(), [](bool b) { return b; })) continue;
+    int64_t total = 0;
+    for (int64_t index = 0; index < placement.size(); ++index) {
+      // Count each piece along the splitting dimensions once: the other coordinates at 0.
+      int64_t rest = index;
+      bool counted = true;
+      for (int64_t d = hierarchy.ndim() - 1; d >= 0; --d) {
+        if (!splits_axis[static_cast<size_t>(d)] && rest % hierarchy[d] != 0) counted = false;
+        rest /= hierarchy[d];
+      }
+      if (!counted) continue;
+      const int64_t rank = placement.ranks()[static_cast<size_t>(index)];
+      const int64_t row = std::lower_bound(members.begin(), members.end(), rank) - members.begin();
+      total += sizes[row * local.dim() + axis];
+    }
+    logical[static_cast<size_t>(axis)] = total;
+  }
+  return logical;
+}
+
+}  // namespace
+
+bool any_global(const TensorList& inputs) {
+  return std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.is_global(); });
+}
+
+Tensor make_global(const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp, const Tensor& local) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = meta.shape;
+  impl->strides = contiguous_strides(meta.shape);
+  impl->dtype = meta.dtype;
+  impl->device = meta.device;
+  impl->global = std::make_shared<GlobalInfo>(GlobalInfo{placement, nd_sbp, local});
+  return Tensor(std::move(impl));
+}
+
+std::vector<NdSbp> pick_signature(const OpDef& op, const std::vector<TensorMeta>& logical_inputs, const Attrs& attrs,
+                                  const std::vector<NdSbp>& input_sbps, const Shape& hierarchy, std::vector<NdSbp>* output_sbps) {
+  std::vector<SbpSignature> candidates;
+  if (op.sbp) candidates = op.sbp(logical_inputs, attrs);
+  const size_t num_outputs = op.output_names.size();
+  if (candidates.empty()) {
+    candidates.push_back({std::vector<Sbp>(logical_inputs.size(), Sbp::broadcast()), std::vector<Sbp>(num_outputs, Sbp::broadcast())});
+  }
+  std::vector<NdSbp> inputs(logical_inputs.size()), outputs(num_outputs);
+  for (int64_t d = 0; d < hierarchy.ndim(); ++d) {
+    const SbpSignature* best = nullptr;
+    double best_cost = std::numeric_limits<double>::infinity();
+    for (const SbpSignature& candidate : candidates) {
+      CHECK_EQ(candidate.inputs.size(), logical_inputs.size()) << op.name;
+      double cost = 0;
+      bool keeps_inplace = true;
+      for (size_t i = 0; i < logical_inputs.size(); ++i) {
+        const Sbp& current = input_sbps[i][static_cast<size_t>(d)];
+        if (op.inplace && i < num_outputs && !(candidate.inputs[i] == current)) keeps_inplace = false;
+        const double bytes = static_cast<double>(logical_inputs[i].shape.numel()) * static_cast<double>(itemsize(logical_inputs[i].dtype));
+        // A converted input costs at least a little, so that a free slice loses to no conversion.
+        if (!(candidate.inputs[i] == current)) cost += boxing_cost(current, candidate.inputs[i], bytes, hierarchy[d]) + 1e-3;
+      }
+      if (keeps_inplace && cost < best_cost) {
+        best = &candidate;
+        best_cost = cost;
+      }
+    }
+    if (best == nullptr) {
+      fail(op.name, "writes its input in place, and no sbp signature of the op keeps that input's sbp ",
+           nd_sbp_str(input_sbps[0]));
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) inputs[i].push_back(best->inputs[i]);
+    for (size_t o = 0; o < outputs.size(); ++o) outputs[o].push_back(best->outputs[o]);
+  }
+  *output_sbps = std::move(outputs);
+  return inputs;
+}
+
+TensorList apply_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  if (op.global_conversion) return run_conversion(op, inputs, attrs);
+  const Placement* placement = nullptr;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) fail(op.name, "input ", i, " is an undefined tensor");
+    if (!inputs[i].is_global()) {
+      fail(op.name, "input ", i, " is a local tensor and another input is global; make it global with to_global() first");
+    }
+    if (placement == nullptr) placement = &inputs[i].placement();
+    if (!(inputs[i].placement() == *placement)) {
+      fail(op.name, "inputs are on different placements: ", placement->str(), " and ", inputs[i].placement().str());
+    }
+  }
+  std::vector<TensorMeta> logical;
+  std::vector<NdSbp> current;
+  for (const Tensor& input : inputs) {
+    logical.push_back(meta_of(input));
+    current.push_back(input.sbp());
+  }
+  const std::vector<TensorMeta> out_metas = check_and_infer(op, inputs, attrs);
+  std::vector<NdSbp> out_sbps;
+  const std::vector<NdSbp> wanted = pick_signature(op, logical, attrs, current, placement->hierarchy(), &out_sbps);
+  TensorList boxed;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    boxed.push_back(current[i] == wanted[i] ? inputs[i] : inputs[i].to_global(*placement, wanted[i]));
+  }
+  TensorList outputs;
+  if (op.inplace) {
+    outputs.assign(boxed.begin(), boxed.begin() + static_cast<std::ptrdiff_t>(out_metas.size()));
+  }
+  TensorList local_outputs;
+  if (placement->contains(get_rank())) {
+    TensorList locals;
+    for (const Tensor& input : boxed) locals.push_back(input.impl()->global->local);
+    local_outputs = execute_op(op, locals, attrs, check_and_infer(op, locals, attrs));
+  }
+  if (!op.inplace) {
+    for (size_t o = 0; o < out_metas.size(); ++o) {
+      outputs.push_back(make_global(out_metas[o], *placement, out_sbps[o], local_outputs.empty() ? Tensor() : local_outputs[o]));
+    }
+  }
+  record(op, boxed, outputs, attrs);
+  return outputs;
+}
+
+}  // namespace flow::distributed
+
+namespace flow {
+
+const Placement& Tensor::placement() const {
+  if (!is_global()) fail("placement", "a local tensor has no placement; make it global with to_global()");
+  return impl()->global->placement;
+}
+
+const NdSbp& Tensor::sbp() const {
+  if (!is_global()) fail("sbp", "a local tensor has no sbp; make it global with to_global()");
+  return impl()->global->nd_sbp;
+}
+
+Tensor Tensor::to_global(const Placement& placement, const NdSbp& nd_sbp) const {
+  check_nd_sbp(placement, nd_sbp, shape(), "to_global");
+  if (is_global()) {
+    if (placement == this->placement() && nd_sbp == sbp()) return *this;
+    return apply_one(distributed::kToGlobal, {*this},
+                     Attrs().set("placement", placement.attr()).set("sbp", nd_sbp_attr(nd_sbp)).set("src_sbp", nd_sbp_attr(sbp())));
+  }
+  const int64_t rank = distributed::get_rank();
+  if (!placement.contains(rank)) fail("to_global", "rank ", rank, " is not in ", placement.str(), " and has no piece to give");
+  if (!(device() == placement.device_for(rank))) {
+    fail("to_global", "the local tensor is on ", device(), " but rank ", rank, " of ", placement.str(), " uses ",
+         placement.device_for(rank));
+  }
+  const Shape logical = distributed::logical_shape_of(*this, placement, nd_sbp);
+  return apply_one(distributed::kLocalToGlobal, {*this},
+                   Attrs().set("placement", placement.attr()).set("sbp", nd_sbp_attr(nd_sbp)).set("shape", logical));
+}
+
+Tensor Tensor::to_local() const {
+  if (!is_global()) return *this;
+  return apply_one(distributed::kGlobalToLocal, {*this}, Attrs().set("placement", placement().attr()).set("sbp", nd_sbp_attr(sbp())));
+}
+
+}  // namespace flow

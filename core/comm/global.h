@@ -1,0 +1,24 @@
+#pragma once
+// Eager SPMD: ops on global tensors. The eager interpreter hands every op with a global input
+// here: an sbp signature is picked from the op's sbp slot (the one moving the fewest bytes),
+// inputs are boxed to it with the differentiable to_global op, the op's kernel runs on the
+// local pieces, and its outputs become global tensors recorded for autograd like any op.
+#include "core/op.h"
+
+namespace flow::distributed {
+
+bool any_global(const TensorList& inputs);
+TensorList apply_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
+
+// The signature the dispatch picks for inputs laid out by input_sbps (one NdSbp each) on a
+// placement of `hierarchy`: per hierarchy dimension, the candidate with the lowest boxing cost
+// (ties: the fewest inputs converted, then the op's order). Ops without an sbp slot run
+// everything broadcast. In-place ops keep the sbp of the inputs they write.
+std::vector<NdSbp> pick_signature(const OpDef& op, const std::vector<TensorMeta>& logical_inputs, const Attrs& attrs,
+                                  const std::vector<NdSbp>& input_sbps, const Shape& hierarchy, std::vector<NdSbp>* output_sbps);
+
+// A global tensor of logical meta `meta` whose piece on this rank is `local` (undefined off the
+// placement).
+Tensor make_global(const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp, const Tensor& local);
+
+}  // namespace flow::distributed
