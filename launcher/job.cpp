@@ -214,9 +214,11 @@ class Supervisor {
   }
 
   int milliseconds_to_next_deadline() const {
-    std::optional<Clock::time_point> next;
-    if (kill_deadline_) next = kill_deadline_;
-    if (spec_.timeout && stop_reason_ == StopReason::none) next = started_ + *spec_.timeout;
+    std::optional<Clock::time_point> next = kill_deadline_;
+    if (spec_.timeout && stop_reason_ == StopReason::none) {
+      const Clock::time_point job_deadline = started_ + *spec_.timeout;
+      next = next ? std::min(*next, job_deadline) : job_deadline;
+    }
     if (!next) return -1;
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
     return static_cast<int>(std::clamp<int64_t>(left, 0, 60'000));

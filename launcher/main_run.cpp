@@ -13,6 +13,9 @@
 
 namespace {
 
+// A year: longer waits would overflow the clock's arithmetic and mean "forever" anyway.
+constexpr double kLongestWait = 365 * 24 * 3600.0;
+
 std::chrono::milliseconds to_milliseconds(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
@@ -46,10 +49,10 @@ flow::launcher::JobSpec parse_args(int argc, char** argv) {
                  "port rank 0 listens on (0: a free port on --master-addr; needs --nnodes 1)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--timeout", timeout_secs, "stop every rank and exit 124 when the job runs longer (seconds)")
-      ->check(flow::cli::positive())
+      ->check(flow::cli::positive(kLongestWait))
       ->default_str("none");
   app.add_option("--kill-timeout", kill_timeout_secs, "seconds a rank has to exit after SIGTERM before SIGKILL")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, kLongestWait));
   // Everything from PROGRAM on is the rank's command line, options included; `--` may precede it.
   app.add_option("PROGRAM", spec.command, "the program every rank runs, then its arguments")->required();
   app.positionals_at_end();
