@@ -159,6 +159,22 @@ TEST(FlowRunTest, RanksIgnoringSigtermAreKilledAfterTheGracePeriod) {
       << job.output();
 }
 
+// A second signal while the ranks are being stopped does not wait for the (long) grace period.
+TEST(FlowRunTest, SecondSignalKillsAtOnce) {
+  launcher_test::LaunchedJob job({"--timeout", "60", "--kill-timeout", "60", "--nproc-per-node", "2", kRankEcho,
+                                  "--ignore-sigterm", "--sleep", "60"});
+  ASSERT_GT(job.pid(), 0);
+  ASSERT_TRUE(job.read_until(" ready\n", 2, 10s)) << job.output();
+  kill(job.pid(), SIGTERM);
+  ASSERT_TRUE(job.read_until("forwarding it to every rank", 1, 10s)) << job.output();
+  kill(job.pid(), SIGINT);
+  const std::optional<int> status = job.wait(10s);
+  ASSERT_TRUE(status) << "flow_run waited for the grace period:\n" << job.output();
+  ASSERT_TRUE(WIFEXITED(*status)) << job.output();
+  EXPECT_EQ(WEXITSTATUS(*status), 128 + SIGTERM) << job.output();
+  EXPECT_TRUE(contains(job.output(), "flow_run: got SIGINT while stopping; killing every rank")) << job.output();
+}
+
 TEST(FlowRunTest, TimeoutStopsTheJobWithStatus124) {
   const auto [status, output] =
       run_command(kFlowRun + " --timeout 1 --kill-timeout 1 --nproc-per-node 2 " + kRankEcho + " --sleep 60");
