@@ -101,8 +101,8 @@ class Supervisor {
     started_ = Clock::now();
     for (int local_rank = 0; local_rank < spec_.nproc_per_node; ++local_rank) {
       if (!start_rank(local_rank)) {
-        stop_all(SIGTERM);
         stop_reason_ = StopReason::rank_failed;
+        stop_all(SIGTERM);
         break;
       }
     }
