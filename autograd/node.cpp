@@ -44,7 +44,7 @@ SavedTensor::SavedTensor(const Tensor& tensor, bool written_in_place) : is_outpu
   if (!tensor.defined()) return;
   was_defined_ = true;
   data_ = written_in_place ? tensor.detach() : tensor;
-  version_ = tensor.is_lazy() ? 0 : tensor.storage()->version();
+  version_ = data_version(tensor);
 }
 
 SavedTensor::SavedTensor(const Tensor& tensor, uint32_t output_nr) : is_output_(true), output_nr_(output_nr) {
@@ -53,16 +53,16 @@ SavedTensor::SavedTensor(const Tensor& tensor, uint32_t output_nr) : is_output_(
   // The recorder makes every floating output of the node require grad (after this is saved).
   requires_grad_ = is_floating(tensor.dtype());
   data_ = tensor.detach();
-  version_ = tensor.is_lazy() ? 0 : tensor.storage()->version();
+  version_ = data_version(tensor);
 }
 
 Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const std::string& op, const char* role,
                            size_t index) const {
   if (!was_defined_) return Tensor();
   if (!data_.defined()) fail(op, kFreedGraphMessage);
-  if (!data_.is_lazy() && data_.storage()->version() != version_) {
+  if (data_version(data_) != version_) {
     fail(op, "one of the values needed for gradient computation has been modified by an in-place operation: ", role,
-         " ", index, " of ", op, " (shape ", data_.shape(), ") is at version ", data_.storage()->version(),
+         " ", index, " of ", op, " (shape ", data_.shape(), ") is at version ", data_version(data_),
          "; expected version ", version_, " instead");
   }
   if (!is_output_) return data_;

@@ -71,7 +71,17 @@ Tensor Tensor::detach() const {
   detached->device = source.device;
   detached->storage = source.storage;
   detached->lazy = source.lazy;
+  detached->global = source.global;
   return Tensor(std::move(detached));
+}
+
+uint64_t data_version(const Tensor& tensor) {
+  if (tensor.is_lazy()) return 0;
+  if (tensor.is_global()) {
+    const Tensor& local = tensor.impl()->global->local;
+    return local.defined() ? data_version(local) : 0;
+  }
+  return tensor.storage()->version();
 }
 
 }  // namespace flow

@@ -22,6 +22,10 @@ struct AutogradMeta {
   std::weak_ptr<autograd::Node> grad_accumulator;
 };
 
+// How many in-place writes the tensor's data has seen (its storage's, a global tensor's piece's;
+// 0 for lazy tensors): autograd compares it to spot a saved value changed after saving.
+uint64_t data_version(const Tensor& tensor);
+
 // Whether ops record backward nodes on this thread (on by default; off under NoGradGuard).
 bool is_grad_enabled();
 void set_grad_enabled(bool enabled);

@@ -17,6 +17,7 @@ int64_t Tensor::stride(int64_t dim) const { return strides()[wrap_dim(dim, this-
 
 bool Tensor::is_contiguous() const {
   const TensorImpl& impl = checked();
+  if (impl.global) return !impl.global->local.defined() || impl.global->local.is_contiguous();
   int64_t expected = 1;
   for (int64_t d = impl.shape.ndim() - 1; d >= 0; --d) {
     if (impl.shape[d] == 1) continue;

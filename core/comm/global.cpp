@@ -87,6 +87,18 @@ const OpDef& kGlobalToLocal =
 
 TensorMeta meta_of(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
 
+// An op whose "shape" attribute is its output's shape (view, expand, ...) makes this rank's
+// piece of that output: its piece's shape.
+Attrs attrs_for_piece(const Attrs& attrs, const std::vector<TensorMeta>& out_metas, const Placement& placement,
+                      const std::vector<NdSbp>& out_sbps) {
+  if (out_metas.size() != 1 || !attrs.has("shape")) return attrs;
+  const auto* shape = std::get_if<std::vector<int64_t>>(&attrs.values().at("shape"));
+  if (shape == nullptr || !(Shape(*shape) == out_metas[0].shape)) return attrs;
+  Attrs piece = attrs;
+  piece.set("shape", local_shape(out_metas[0].shape, placement, out_sbps[0], placement.index_of(get_rank())));
+  return piece;
+}
+
 void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) {
   if (AutogradRecorder* recorder = autograd_recorder()) recorder->record(op, inputs, outputs, attrs);
 }
@@ -244,7 +256,8 @@ TensorList apply_global(const OpDef& op, const TensorList& inputs, const Attrs& 
   if (placement->contains(get_rank())) {
     TensorList locals;
     for (const Tensor& input : boxed) locals.push_back(input.impl()->global->local);
-    local_outputs = execute_op(op, locals, attrs, check_and_infer(op, locals, attrs));
+    const Attrs local_attrs = attrs_for_piece(attrs, out_metas, *placement, out_sbps);
+    local_outputs = execute_op(op, locals, local_attrs, check_and_infer(op, locals, local_attrs));
   }
   if (!op.inplace) {
     for (size_t o = 0; o < out_metas.size(); ++o) {
@@ -271,6 +284,10 @@ const NdSbp& Tensor::sbp() const {
 
 Tensor Tensor::to_global(const Placement& placement, const NdSbp& nd_sbp) const {
   check_nd_sbp(placement, nd_sbp, shape(), "to_global");
+  const int64_t world = distributed::get_world_size();
+  for (int64_t rank : placement.ranks()) {
+    if (rank >= world) fail("to_global", placement.str(), " names rank ", rank, " but the process group has ", world, " ranks");
+  }
   if (is_global()) {
     if (placement == this->placement() && nd_sbp == sbp()) return *this;
     return apply_one(distributed::kToGlobal, {*this},

@@ -88,14 +88,19 @@ const OpDef& kLinear =
         .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
           const int64_t r = in[0].shape.ndim();
           std::vector<SbpSignature> signatures;
-          // Data parallel: rows split, weight broadcast. Model parallel: weight rows (out features) split.
-          std::vector<Sbp> data{Sbp::split(0), Sbp::broadcast()}, model{Sbp::broadcast(), Sbp::split(0)};
+          // Data parallel: rows split, weight broadcast. Column parallel: weight rows (out
+          // features) split. Row parallel: in features split on both sides, the partial
+          // products (and the bias, once) summing to the output.
+          std::vector<Sbp> data{Sbp::split(0), Sbp::broadcast()}, column{Sbp::broadcast(), Sbp::split(0)},
+              row{Sbp::split(r - 1), Sbp::split(1)};
           if (in.size() == 3) {
             data.push_back(Sbp::broadcast());
-            model.push_back(Sbp::split(0));
+            column.push_back(Sbp::split(0));
+            row.push_back(Sbp::partial_sum());
           }
           if (r > 1) signatures.push_back({data, {Sbp::split(0)}});
-          signatures.push_back({model, {Sbp::split(r - 1)}});
+          signatures.push_back({column, {Sbp::split(r - 1)}});
+          signatures.push_back({row, {Sbp::partial_sum()}});
           signatures.push_back({std::vector<Sbp>(in.size(), Sbp::broadcast()), {Sbp::broadcast()}});
           return signatures;
         })

@@ -95,6 +95,18 @@ const OpDef& kView =
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           return std::vector<TensorMeta>{with_shape(in[0], infer_view_shape("view", in[0].shape, shape_attr(attrs)))};
         })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          // A split axis survives when it and every axis before it keep their sizes (the batch
+          // axis of a flatten): the pieces are then views of the same shape.
+          const Shape out = infer_view_shape("view", in[0].shape, shape_attr(attrs));
+          std::vector<SbpSignature> signatures;
+          for (int64_t d = 0; d < std::min(in[0].shape.ndim(), out.ndim()) && in[0].shape[d] == out[d]; ++d) {
+            signatures.push_back({{Sbp::split(d)}, {Sbp::split(d)}});
+          }
+          signatures.push_back({{Sbp::broadcast()}, {Sbp::broadcast()}});
+          signatures.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+          return signatures;
+        })
         .view([](const TensorList& inputs, const Attrs& attrs) {
           const Tensor& input = inputs[0];
           const Shape shape = infer_view_shape("view", input.shape(), shape_attr(attrs));
@@ -134,6 +146,16 @@ const OpDef& kPermute =
           Shape shape;
           for (int64_t d : dims) shape.push_back(in[0].shape[d]);
           return std::vector<TensorMeta>{with_shape(in[0], shape)};
+        })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          const auto dims = checked_permutation("permute", shape_attr(attrs, "dims"), in[0].shape.ndim());
+          std::vector<SbpSignature> signatures;
+          for (size_t out_axis = 0; out_axis < dims.size(); ++out_axis) {
+            signatures.push_back({{Sbp::split(dims[out_axis])}, {Sbp::split(static_cast<int64_t>(out_axis))}});
+          }
+          signatures.push_back({{Sbp::broadcast()}, {Sbp::broadcast()}});
+          signatures.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+          return signatures;
         })
         .view([](const TensorList& inputs, const Attrs& attrs) {
           const Tensor& input = inputs[0];
@@ -334,7 +356,9 @@ Tensor view(const Tensor& input, const Shape& shape) { return apply_one(kView, {
 
 Tensor reshape(const Tensor& input, const Shape& shape) {
   const Shape target = infer_view_shape("reshape", input.shape(), shape.vec());
-  if (input.is_lazy() || view_strides(input.shape(), input.strides(), target)) return view(input, target);
+  // A global tensor's logical strides are always contiguous; its piece decides.
+  const bool viewable = input.is_global() ? input.is_contiguous() : view_strides(input.shape(), input.strides(), target).has_value();
+  if (input.is_lazy() || viewable) return view(input, target);
   return view(contiguous(input), target);
 }
 

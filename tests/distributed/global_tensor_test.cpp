@@ -1,0 +1,192 @@
+// Global tensors on 2 and 4 ranks (flow_distributed_tests --ranks=N): creation, every boxing
+// transition, eager SPMD ops and their gradients, each against the same computation in one
+// process (every rank computes the single-process reference itself).
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "autograd/engine.h"
+#include "core/functional.h"
+#include "distributed/rank_fixture.h"
+#include "nn/functional.h"
+
+namespace flow::distributed::testing {
+namespace {
+
+using GlobalTensor = RankTest;
+
+Placement world_placement(int64_t world) {
+  std::vector<int64_t> ranks(static_cast<size_t>(world));
+  std::iota(ranks.begin(), ranks.end(), int64_t{0});
+  return Placement("cpu", ranks);
+}
+
+void expect_equal(const Tensor& actual, const Tensor& expected, double tolerance = 0) {
+  ASSERT_EQ(actual.shape(), expected.shape());
+  const std::vector<double> a = actual.tolist<double>(), e = expected.tolist<double>();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], e[i], tolerance * (1 + std::abs(e[i]))) << "element " << i;
+}
+
+// A tensor of small integers stored as float, so sums of pieces are exact.
+Tensor integer_valued(const Shape& shape, uint64_t seed) {
+  manual_seed(seed);
+  return randint(-8, 8, shape).to(kFloat32);
+}
+
+// This rank's piece of `whole` with sbp P: the pieces are different but add up to it.
+Tensor partial_piece(const Tensor& whole, int64_t rank, int64_t world) {
+  const Tensor offset = integer_valued(whole.shape(), 99);
+  return rank == 0 ? whole - offset * static_cast<double>(world - 1) : offset;
+}
+
+TEST_F(GlobalTensor, RandnOnRanksEqualsRandnInOneProcess) {
+  const Placement placement = world_placement(world);
+  for (const Shape& shape : {Shape{8, 3}, Shape{7, 5}, Shape{3, 2}}) {
+    manual_seed(7);
+    const Tensor reference = randn(shape);
+    manual_seed(7);
+    const Tensor global = randn(shape, TensorOptions().placement(placement).sbp(sbp::split(0)));
+    EXPECT_TRUE(global.is_global());
+    EXPECT_EQ(global.shape(), shape);
+    EXPECT_EQ(global.sbp(), NdSbp{sbp::split(0)});
+    const int64_t start = split_part_start(shape[0], world, rank), size = split_part_size(shape[0], world, rank);
+    expect_equal(global.to_local(), reference.narrow(0, start, size));
+    expect_equal(global, reference);  // tolist() gathers the logical tensor
+    // The generator advanced the same way on every rank: the next draw agrees too.
+    const Tensor next = randn({2});
+    manual_seed(7);
+    randn(shape);
+    expect_equal(next, randn({2}));
+  }
+}
+
+TEST_F(GlobalTensor, EveryOneDimensionalTransitionKeepsTheLogicalTensor) {
+  const Placement placement = world_placement(world);
+  const std::vector<Sbp> layouts{sbp::split(0), sbp::split(1), sbp::broadcast(), sbp::partial_sum()};
+  const Tensor whole = integer_valued({5, 7}, 3);  // uneven on 2 and 4 ranks
+  for (const Sbp& from : layouts) {
+    const Tensor source = from.is_partial_sum() ? partial_piece(whole, rank, world).to_global(placement, from)
+                                                : whole.to_global(placement, sbp::broadcast()).to_global(placement, from);
+    ASSERT_EQ(source.shape(), whole.shape());
+    for (const Sbp& to : layouts) {
+      SCOPED_TRACE(from.str() + " -> " + to.str());
+      const Tensor moved = source.to_global(placement, to);
+      EXPECT_EQ(moved.sbp(), NdSbp{to});
+      EXPECT_EQ(moved.to_local().shape(), local_shape(whole.shape(), placement, {to}, rank));
+      expect_equal(moved, whole);
+    }
+  }
+}
+
+TEST_F(GlobalTensor, LocalPiecesOfUnevenSplitsMakeTheLogicalShape) {
+  const Placement placement = world_placement(world);
+  const Tensor piece = ones({split_part_size(9, world, rank), 2});
+  const Tensor global = piece.to_global(placement, sbp::split(0));
+  EXPECT_EQ(global.shape(), (Shape{9, 2}));
+  EXPECT_EQ(global.sum().item<double>(), 18.0);
+}
+
+TEST_F(GlobalTensor, TwoDimensionalPlacementTransitions) {
+  if (world != 4) GTEST_SKIP() << "needs 4 ranks";
+  const Placement placement("cpu", std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});
+  const Tensor whole = integer_valued({6, 5}, 11);
+  const std::vector<NdSbp> layouts{{sbp::split(0), sbp::broadcast()}, {sbp::split(0), sbp::split(1)},
+                                   {sbp::broadcast(), sbp::split(0)}, {sbp::split(0), sbp::split(0)},
+                                   {sbp::broadcast(), sbp::broadcast()}, {sbp::split(1), sbp::split(0)}};
+  for (const NdSbp& from : layouts) {
+    const Tensor source = whole.to_global(placement, {sbp::broadcast(), sbp::broadcast()}).to_global(placement, from);
+    for (const NdSbp& to : layouts) {
+      SCOPED_TRACE(nd_sbp_str(from) + " -> " + nd_sbp_str(to));
+      const Tensor moved = source.to_global(placement, to);
+      EXPECT_EQ(moved.to_local().shape(), local_shape(whole.shape(), placement, to, rank));
+      expect_equal(moved, whole);
+    }
+  }
+  // A partial sum along the outer dimension, split along the inner one.
+  NdSbp partial{sbp::partial_sum(), sbp::split(1)};
+  const Tensor column_piece = whole.narrow(1, split_part_start(5, 2, rank % 2), split_part_size(5, 2, rank % 2));
+  const Tensor partial_global = (rank < 2 ? column_piece : zeros_like(column_piece)).to_global(placement, partial);
+  expect_equal(partial_global, whole);
+}
+
+TEST_F(GlobalTensor, DataParallelMatmulAndGradientsEqualOneProcess) {
+  const Placement placement = world_placement(world);
+  const Tensor x = integer_valued({8, 4}, 5), w = integer_valued({4, 3}, 6);
+  // One process.
+  Tensor w_ref = w.clone().requires_grad_();
+  (x.matmul(w_ref).relu() * 2.0).sum().backward();
+  // Data parallel: data split, weight broadcast.
+  Tensor w_global = w.to_global(placement, sbp::broadcast()).requires_grad_();
+  const Tensor x_global = x.to_global(placement, sbp::broadcast()).to_global(placement, sbp::split(0));
+  const Tensor y = x_global.matmul(w_global);
+  EXPECT_EQ(y.sbp(), NdSbp{sbp::split(0)});
+  const Tensor loss = (y.relu() * 2.0).sum();
+  loss.backward();
+  expect_equal(loss, (x.matmul(w).relu() * 2.0).sum());
+  ASSERT_TRUE(w_global.grad().defined());
+  expect_equal(w_global.grad(), w_ref.grad());
+}
+
+TEST_F(GlobalTensor, ColumnAndRowParallelLinearEqualOneProcess) {
+  const Placement placement = world_placement(world);
+  const Tensor x = integer_valued({4, 6}, 21), w1 = integer_valued({8, 6}, 22), w2 = integer_valued({5, 8}, 23);
+  Tensor w1_ref = w1.clone().requires_grad_(), w2_ref = w2.clone().requires_grad_(), x_ref = x.clone().requires_grad_();
+  const Tensor out_ref = linear(linear(x_ref, w1_ref).relu(), w2_ref);
+  (out_ref * out_ref).sum().backward();
+  // Megatron: the first weight's rows split (column parallel), the second's columns (row parallel).
+  const NdSbp b{sbp::broadcast()};
+  Tensor w1_global = w1.to_global(placement, b).to_global(placement, sbp::split(0)).requires_grad_();
+  Tensor w2_global = w2.to_global(placement, b).to_global(placement, sbp::split(1)).requires_grad_();
+  Tensor x_global = x.to_global(placement, b).requires_grad_();
+  const Tensor hidden = linear(x_global, w1_global).relu();
+  EXPECT_EQ(hidden.sbp(), NdSbp{sbp::split(1)});
+  const Tensor out = linear(hidden, w2_global);
+  EXPECT_EQ(out.sbp(), NdSbp{sbp::partial_sum()});
+  expect_equal(out, out_ref);
+  (out * out).sum().backward();
+  expect_equal(w1_global.grad(), w1_ref.grad());
+  expect_equal(w2_global.grad(), w2_ref.grad());
+  expect_equal(x_global.grad(), x_ref.grad());
+  EXPECT_EQ(w1_global.grad().to_local().shape(), w1_global.to_local().shape());
+}
+
+TEST_F(GlobalTensor, HybridOnTwoByTwoPlacementEqualsOneProcess) {
+  if (world != 4) GTEST_SKIP() << "needs 4 ranks";
+  const Placement placement("cpu", std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});
+  const Tensor x = integer_valued({6, 4}, 31), w = integer_valued({5, 4}, 32);
+  Tensor w_ref = w.clone().requires_grad_();
+  linear(x, w_ref).sum().backward();
+  // Data split over the outer dimension, weight rows over the inner one.
+  const NdSbp bb{sbp::broadcast(), sbp::broadcast()};
+  const Tensor x_global = x.to_global(placement, bb).to_global(placement, {sbp::split(0), sbp::broadcast()});
+  Tensor w_global = w.to_global(placement, bb).to_global(placement, {sbp::broadcast(), sbp::split(0)}).requires_grad_();
+  const Tensor y = linear(x_global, w_global);
+  EXPECT_EQ(y.sbp(), (NdSbp{sbp::split(0), sbp::split(1)}));
+  expect_equal(y, linear(x, w));
+  y.sum().backward();
+  expect_equal(w_global.grad(), w_ref.grad());
+}
+
+TEST_F(GlobalTensor, MistakesAreClearErrors) {
+  const Placement placement = world_placement(world);
+  const Tensor x = ones({4, 2});
+  EXPECT_THROW(x.to_global(placement, sbp::split(2)), Error);
+  EXPECT_THROW(x.to_global(placement, NdSbp{sbp::split(0), sbp::broadcast()}), Error);
+  EXPECT_THROW(x.to_global(Placement("cpu", std::vector<int64_t>{0, world + 3}), sbp::broadcast()), Error);
+  EXPECT_THROW(Placement("cpu", std::vector<int64_t>{0, 0}), Error);
+  EXPECT_THROW(Placement("tpu", std::vector<int64_t>{0}), Error);
+  const Tensor global = x.to_global(placement, sbp::broadcast());
+  try {
+    (void)(global + x);
+    FAIL() << "mixing local and global tensors must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("local tensor"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(global.data_ptr(), Error);
+  EXPECT_THROW(x.placement(), Error);
+  // Pieces that are not a balanced split of any tensor.
+  EXPECT_THROW(ones({rank == 0 ? 5 : 1, 2}).to_global(placement, sbp::split(0)), Error);
+}
+
+}  // namespace
+}  // namespace flow::distributed::testing
