@@ -242,6 +242,12 @@ std::vector<SbpSignature> elementwise(const std::vector<TensorMeta>& inputs, con
   signatures.push_back({std::vector<Sbp>(inputs.size(), Sbp::broadcast()), {Sbp::broadcast()}});
   return signatures;
 }
+
+std::vector<SbpSignature> linear_elementwise(const std::vector<TensorMeta>& inputs, const Attrs& attrs) {
+  std::vector<SbpSignature> signatures = elementwise(inputs, attrs);
+  signatures.push_back({std::vector<Sbp>(inputs.size(), Sbp::partial_sum()), {Sbp::partial_sum()}});
+  return signatures;
+}
 }  // namespace sbp
 
 }  // namespace flow

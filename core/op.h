@@ -186,6 +186,9 @@ namespace sbp {
 // Every input and output split on the same axis, for each axis of the output, plus all broadcast.
 // A size-1 (broadcast) input dim takes B where the output is split on that axis.
 std::vector<SbpSignature> elementwise(const std::vector<TensorMeta>& inputs, const Attrs& attrs);
+// elementwise, plus all partial-sum for linear ops (add, sub, scaling): the pieces' results
+// still add up to the result.
+std::vector<SbpSignature> linear_elementwise(const std::vector<TensorMeta>& inputs, const Attrs& attrs);
 }  // namespace sbp
 
 }  // namespace flow

@@ -132,7 +132,12 @@ void print_rows(std::string& out, const Tensor& t, const Formatter& f, bool summ
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor) {
   if (!tensor.defined()) return out << "tensor(undefined)";
   std::string suffix;
-  if (!tensor.device().is_cpu()) suffix += ", device='" + tensor.device().str() + "'";
+  if (tensor.is_global()) {
+    // OneFlow's form; the values are the logical tensor's, gathered (every rank prints).
+    suffix += ", placement=" + tensor.placement().str() + ", sbp=" + nd_sbp_str(tensor.sbp());
+  } else if (!tensor.device().is_cpu()) {
+    suffix += ", device='" + tensor.device().str() + "'";
+  }
   suffix += ", dtype=flow." + dtype_name(tensor.dtype()) + ")";
   if (tensor.is_lazy()) {
     std::string dims;
@@ -144,7 +149,10 @@ std::ostream& operator<<(std::ostream& out, const Tensor& tensor) {
     for (int64_t d : tensor.shape()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
     return out << "tensor([], size=(" << dims << ")" << suffix;
   }
-  const Tensor host = tensor.cpu();
+  const Tensor whole = tensor.is_global()
+                           ? tensor.to_global(tensor.placement(), NdSbp(tensor.sbp().size(), Sbp::broadcast())).to_local()
+                           : tensor;
+  const Tensor host = whole.cpu();
   const bool summarize = host.numel() > kThreshold;
   std::vector<double> values;
   collect(host, summarize, values);

@@ -22,16 +22,16 @@ InferFn binary_infer(const char* op, bool bool_output) {
   };
 }
 
-const OpDef& binary(const char* name, VjpFn vjp, bool bool_output = false) {
+const OpDef& binary(const char* name, VjpFn vjp, bool bool_output = false, SbpFn sbp_fn = sbp::elementwise) {
   OpBuilder builder(name);
-  builder.inputs({"a", "b"}).outputs({"out"}).strided_inputs().infer(binary_infer(name, bool_output)).sbp(sbp::elementwise);
+  builder.inputs({"a", "b"}).outputs({"out"}).strided_inputs().infer(binary_infer(name, bool_output)).sbp(std::move(sbp_fn));
   if (vjp) builder.vjp(std::move(vjp));
   return builder.def();
 }
 
 // Tensor-scalar op: the scalar is the attribute "scalar"; output dtype as the input's. Arithmetic
 // converts the scalar to the input's dtype, comparisons compare in double.
-const OpDef& scalar_op(const char* name, VjpFn vjp, bool bool_output = false) {
+const OpDef& scalar_op(const char* name, VjpFn vjp, bool bool_output = false, SbpFn sbp_fn = sbp::elementwise) {
   OpBuilder builder(name);
   builder.inputs({"input"})
       .outputs({"out"})
@@ -41,7 +41,7 @@ const OpDef& scalar_op(const char* name, VjpFn vjp, bool bool_output = false) {
         if (!bool_output) checks::check_scalar_fits(name, attrs.get<Scalar>("scalar"), in[0].dtype, "scalar");
         return std::vector<TensorMeta>{{in[0].shape, bool_output ? kBool : in[0].dtype, in[0].device}};
       })
-      .sbp(sbp::elementwise);
+      .sbp(std::move(sbp_fn));
   if (vjp) builder.vjp(std::move(vjp));
   return builder.def();
 }
@@ -52,12 +52,12 @@ Tensor reduce_to(const Tensor& grad, const VjpContext& ctx, size_t input) {
 }
 const Scalar& scalar_attr(const VjpContext& ctx) { return ctx.attrs.get<Scalar>("scalar"); }
 
-const OpDef& kAdd = binary("add", [](const VjpContext& ctx) {
-  return TensorList{reduce_to(ctx.grad(), ctx, 0), reduce_to(ctx.grad(), ctx, 1)};
-});
-const OpDef& kSub = binary("sub", [](const VjpContext& ctx) {
-  return TensorList{reduce_to(ctx.grad(), ctx, 0), reduce_to(neg(ctx.grad()), ctx, 1)};
-});
+const OpDef& kAdd = binary(
+    "add", [](const VjpContext& ctx) { return TensorList{reduce_to(ctx.grad(), ctx, 0), reduce_to(ctx.grad(), ctx, 1)}; }, false,
+    sbp::linear_elementwise);
+const OpDef& kSub = binary(
+    "sub", [](const VjpContext& ctx) { return TensorList{reduce_to(ctx.grad(), ctx, 0), reduce_to(neg(ctx.grad()), ctx, 1)}; },
+    false, sbp::linear_elementwise);
 const OpDef& kMul = binary("mul", [](const VjpContext& ctx) {
   TensorList grads(2);
   if (ctx.needs_input_grad[0]) grads[0] = reduce_to(ctx.grad() * ctx.input(1), ctx, 0);
@@ -102,9 +102,11 @@ const OpDef& kAddScalar = scalar_op("add_scalar", [](const VjpContext& ctx) { re
 const OpDef& kSubScalar = scalar_op("sub_scalar", [](const VjpContext& ctx) { return TensorList{ctx.grad()}; });
 const OpDef& kRsubScalar = scalar_op("rsub_scalar", [](const VjpContext& ctx) { return TensorList{neg(ctx.grad())}; });
 const OpDef& kMulScalar =
-    scalar_op("mul_scalar", [](const VjpContext& ctx) { return TensorList{ctx.grad() * scalar_attr(ctx)}; });
+    scalar_op("mul_scalar", [](const VjpContext& ctx) { return TensorList{ctx.grad() * scalar_attr(ctx)}; }, false,
+              sbp::linear_elementwise);
 const OpDef& kDivScalar =
-    scalar_op("div_scalar", [](const VjpContext& ctx) { return TensorList{ctx.grad() / scalar_attr(ctx)}; });
+    scalar_op("div_scalar", [](const VjpContext& ctx) { return TensorList{ctx.grad() / scalar_attr(ctx)}; }, false,
+              sbp::linear_elementwise);
 const OpDef& kRdivScalar = scalar_op("rdiv_scalar", [](const VjpContext& ctx) {
   return TensorList{neg(ctx.grad() * ctx.output(0) / ctx.input(0))};
 });

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <sstream>
 
 #include "autograd/engine.h"
 #include "core/functional.h"
@@ -76,6 +77,29 @@ TEST_F(GlobalTensor, EveryOneDimensionalTransitionKeepsTheLogicalTensor) {
       expect_equal(moved, whole);
     }
   }
+}
+
+TEST_F(GlobalTensor, LinearOpsKeepPartialSumsAndOthersReduceFirst) {
+  const Placement placement = world_placement(world);
+  const Tensor whole = integer_valued({3, 4}, 17);
+  const Tensor partial = partial_piece(whole, rank, world).to_global(placement, sbp::partial_sum());
+  const Tensor linear_result = partial * 3.0 + partial - whole.to_global(placement, sbp::broadcast());
+  EXPECT_EQ(linear_result.sbp(), NdSbp{sbp::partial_sum()});
+  expect_equal(linear_result, whole * 3.0);
+  const Tensor relu_result = partial.relu();  // not linear: the partial sum is reduced first
+  EXPECT_EQ(relu_result.sbp(), NdSbp{sbp::broadcast()});
+  expect_equal(relu_result, whole.relu());
+}
+
+TEST_F(GlobalTensor, PrintsTheLogicalTensorWithPlacementAndSbp) {
+  const Placement placement = world_placement(world);
+  const Tensor global = arange(6, TensorOptions().dtype(kFloat32).placement(placement).sbp(sbp::split(0)));
+  std::ostringstream printed;
+  printed << global;
+  EXPECT_NE(printed.str().find("tensor([0., 1., 2., 3., 4., 5.], placement=oneflow.placement(type=\"cpu\", ranks=[0, 1"),
+            std::string::npos)
+      << printed.str();
+  EXPECT_NE(printed.str().find("sbp=(S(0),), dtype=flow.float32)"), std::string::npos) << printed.str();
 }
 
 TEST_F(GlobalTensor, LocalPiecesOfUnevenSplitsMakeTheLogicalShape) {
