@@ -1,0 +1,28 @@
+#pragma once
+// The rendezvous store's server: rank 0 runs it in its own process for the life of the group.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace grpc {
+class Server;
+}
+
+namespace flow::distributed {
+
+class StoreService;
+
+class StoreServer {
+ public:
+  // Listens on every interface at port; flow::Error [init_process_group] when the port is in use.
+  explicit StoreServer(int port);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+ private:
+  std::unique_ptr<StoreService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace flow::distributed
