@@ -1,0 +1,83 @@
+// flow_run: starts the ranks of a distributed job on this node, as torchrun does.
+//   flow_run --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
+//            [--timeout S] [--kill-timeout S] [--] PROGRAM ARGS...
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/cli.h"
+#include "launcher/job.h"
+
+namespace {
+
+// A year: longer waits would overflow the clock's arithmetic and mean "forever" anyway.
+constexpr double kLongestWait = 365 * 24 * 3600.0;
+
+std::chrono::milliseconds to_milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::cerr << "flow_run: " << message << "\nRun with --help for more information.\n";
+  std::exit(flow::launcher::kExitUsage);
+}
+
+// The command line, checked and resolved; exits 0 after --help, 2 after a usage error.
+flow::launcher::JobSpec parse_args(int argc, char** argv) {
+  flow::launcher::JobSpec spec;
+  double kill_timeout_secs = 10;
+  double timeout_secs = 0;
+  CLI::App app(
+      "flow_run: starts --nproc-per-node ranks of PROGRAM on this node (torchrun's contract).\n"
+      "Each rank gets MASTER_ADDR, MASTER_PORT, WORLD_SIZE (nproc-per-node * nnodes), RANK\n"
+      "(node-rank * nproc-per-node + local rank), LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (node-rank),\n"
+      "and OMP_NUM_THREADS=1 unless OMP_NUM_THREADS is set (torchrun's default), stdin from /dev/null.\n"
+      "Every line a rank prints is prefixed with [rankR]: . When a rank fails, the others get SIGTERM,\n"
+      "then SIGKILL after --kill-timeout; SIGINT and SIGTERM are forwarded to every rank likewise.\n"
+      "Exit status: 0 when every rank exited 0; 1 when a rank failed; 2 on a usage error; 124 after\n"
+      "--timeout; 128+N after signal N was forwarded.");
+  app.option_defaults()->always_capture_default();
+  app.add_option("--nproc-per-node", spec.nproc_per_node, "ranks to start on this node")
+      ->check(flow::cli::at_least(1));
+  app.add_option("--nnodes", spec.nnodes, "nodes in the job")->check(flow::cli::at_least(1));
+  app.add_option("--node-rank", spec.node_rank, "this node's index, below --nnodes")->check(flow::cli::at_least(0));
+  app.add_option("--master-addr", spec.master_addr, "address of rank 0's node");
+  app.add_option("--master-port", spec.master_port,
+                 "port rank 0 listens on (0: a free port on --master-addr; needs --nnodes 1)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--timeout", timeout_secs, "stop every rank and exit 124 when the job runs longer (seconds)")
+      ->check(flow::cli::positive(kLongestWait))
+      ->default_str("none");
+  app.add_option("--kill-timeout", kill_timeout_secs, "seconds a rank has to exit after SIGTERM before SIGKILL")
+      ->check(CLI::Range(0.0, kLongestWait));
+  // Everything from PROGRAM on is the rank's command line, options included; `--` may precede it.
+  app.add_option("PROGRAM", spec.command, "the program every rank runs, then its arguments")->required();
+  app.positionals_at_end();
+  if (const std::optional<int> status = flow::cli::parse(app, argc, argv)) std::exit(*status);
+
+  if (spec.node_rank >= spec.nnodes) {
+    usage_error("--node-rank " + std::to_string(spec.node_rank) + " must be below --nnodes " +
+                std::to_string(spec.nnodes));
+  }
+  const std::optional<std::string> program = flow::launcher::resolve_program(spec.command.front());
+  if (!program) usage_error("PROGRAM '" + spec.command.front() + "' is not an executable file (nor on PATH)");
+  spec.program = *program;
+  if (spec.master_port == 0) {
+    // The other nodes could not learn a port this node picked.
+    if (spec.nnodes > 1) usage_error("--master-port must be given when --nnodes is above 1");
+    std::string error;
+    const std::optional<int> port = flow::launcher::pick_free_port(spec.master_addr, error);
+    if (!port) usage_error("--master-addr " + spec.master_addr + ": cannot bind a free port: " + error);
+    spec.master_port = *port;
+  }
+  spec.kill_timeout = to_milliseconds(kill_timeout_secs);
+  if (timeout_secs > 0) spec.timeout = to_milliseconds(timeout_secs);
+  return spec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return flow::launcher::run_job(parse_args(argc, argv)); }
