@@ -123,8 +123,10 @@ TEST(DistributedDataParallelThreads, NoSyncAccumulatesLocallyThenAveragesEveryth
     }
   });
   EXPECT_EQ(collectives_in_no_sync, (std::vector<int64_t>{0, 0}));
-  EXPECT_LT(flow::testing::max_relative_difference(*models[0], *reference), 1e-6);
-  EXPECT_LT(flow::testing::max_relative_difference(*models[1], *reference), 1e-6);
+  // The sums are associated differently ((a0 + b0) + (a1 + b1) against (a0 + a1) + (b0 + b1)), so
+  // float32 rounding may differ by a few ulps per step.
+  EXPECT_LT(flow::testing::max_relative_difference(*models[0], *reference), 1e-5);
+  EXPECT_LT(flow::testing::max_relative_difference(*models[1], *reference), 1e-5);
 }
 
 namespace {
