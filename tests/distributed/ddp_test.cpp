@@ -3,7 +3,6 @@
 // Each rank also trains the one-process reference on the full batch, which it can rebuild from
 // the seeds, and compares. Without flow_run's environment the suites skip themselves.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
