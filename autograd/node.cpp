@@ -144,6 +144,9 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs, bool) {
   } else {
     leaf_tensor.set_grad(current + g);
   }
+  // A copy: a hook may remove itself (or others) while running.
+  const auto hooks = leaf_tensor.impl()->autograd->post_accumulate_grad_hooks;
+  for (const auto& entry : hooks) entry.second(leaf_tensor);
   return {};
 }
 

@@ -61,6 +61,29 @@ bool Tensor::retains_grad() const {
   return meta && meta->retain_grad;
 }
 
+void RemovableHandle::remove() {
+  if (!remover_) return;
+  const std::function<void()> remover = std::move(remover_);
+  remover_ = nullptr;
+  remover();
+}
+
+RemovableHandle Tensor::register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook) {
+  const char* op = "register_post_accumulate_grad_hook";
+  if (!defined()) fail(op, "undefined tensor");
+  if (!requires_grad()) fail(op, "cannot register a hook on a tensor that doesn't require gradient");
+  if (!is_leaf()) fail(op, "post accumulate grad hooks cannot be registered on non-leaf tensors");
+  if (!hook) fail(op, "the hook is empty");
+  AutogradMeta& meta = *impl()->autograd;
+  const uint64_t id = meta.next_hook_id++;
+  meta.post_accumulate_grad_hooks.emplace_back(id, std::move(hook));
+  return RemovableHandle([weak_meta = std::weak_ptr<AutogradMeta>(impl()->autograd), id] {
+    auto meta = weak_meta.lock();
+    if (!meta) return;
+    std::erase_if(meta->post_accumulate_grad_hooks, [id](const auto& entry) { return entry.first == id; });
+  });
+}
+
 Tensor Tensor::detach() const {
   const TensorImpl& source = *impl();
   auto detached = std::make_shared<TensorImpl>();

@@ -3,7 +3,10 @@
 // accessors (requires_grad(), grad(), ...) and the interpreters need them; the backward graph
 // and the engine live in autograd/.
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -20,6 +23,9 @@ struct AutogradMeta {
   uint32_t output_nr = 0;                   // which output of grad_fn this tensor is
   // A leaf's gradient sink, shared by every use of the leaf in a graph.
   std::weak_ptr<autograd::Node> grad_accumulator;
+  // register_post_accumulate_grad_hook's hooks by id; AccumulateGrad runs them.
+  std::vector<std::pair<uint64_t, std::function<void(Tensor&)>>> post_accumulate_grad_hooks;
+  uint64_t next_hook_id = 0;
 };
 
 // How many in-place writes the tensor's data has seen (its storage's, a global tensor's piece's;

@@ -1,5 +1,6 @@
 #pragma once
 // Tensor: a cheap handle to a shared TensorImpl (meta, storage, autograd and lazy state).
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <vector>
@@ -37,6 +38,18 @@ struct TensorImpl {
 
 class Tensor;
 using TensorList = std::vector<Tensor>;
+
+// Returned by a hook registration: remove() unregisters the hook. Removing twice, or after the
+// tensor is gone, does nothing.
+class RemovableHandle {
+ public:
+  RemovableHandle() = default;
+  explicit RemovableHandle(std::function<void()> remover) : remover_(std::move(remover)) {}
+  void remove();
+
+ private:
+  std::function<void()> remover_;
+};
 
 class Tensor {
  public:
@@ -140,6 +153,10 @@ class Tensor {
   // Keeps this non-leaf's gradient in grad() during backward.
   void retain_grad();
   bool retains_grad() const;
+  // Runs hook(leaf) each time backward has accumulated a gradient into this leaf's grad() (not
+  // for autograd::grad, which leaves grad() alone). Leaves that require grad only; hooks run in
+  // registration order on the thread running backward.
+  RemovableHandle register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook);
   // A tensor sharing this one's storage, cut from the autograd graph.
   Tensor detach() const;
   // Gradient of this tensor w.r.t. graph leaves, accumulated into their grad(). A non-scalar

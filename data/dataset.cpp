@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "core/comm/process_group.h"
 #include "core/random.h"
 
 namespace flow::data {
@@ -40,22 +41,28 @@ std::vector<int64_t> SequentialSampler::indices(int64_t) const {
 
 std::vector<int64_t> RandomSampler::indices(int64_t epoch) const { return permutation(size_, seed_, epoch); }
 
-DistributedSampler::DistributedSampler(int64_t size, int64_t num_replicas, int64_t rank, bool shuffle, uint64_t seed,
-                                       bool drop_last)
-    : size_(size), num_replicas_(num_replicas), rank_(rank), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
-  if (num_replicas < 1) fail("DistributedSampler", "num_replicas must be at least 1, got ", num_replicas);
-  if (rank < 0 || rank >= num_replicas) fail("DistributedSampler", "invalid rank ", rank, ", rank should be in [0, ", num_replicas - 1, "]");
+DistributedSampler::DistributedSampler(int64_t dataset_size, const DistributedSamplerOptions& options)
+    : size_(dataset_size),
+      num_replicas_(options.num_replicas_.value_or(distributed::get_world_size())),
+      rank_(options.rank_.value_or(distributed::get_rank())),
+      shuffle_(options.shuffle_),
+      seed_(options.seed_) {
+  if (dataset_size < 0) fail("DistributedSampler", "dataset size must be non-negative, got ", dataset_size);
+  if (num_replicas_ < 1) fail("DistributedSampler", "num_replicas must be at least 1, got ", num_replicas_);
+  if (rank_ < 0 || rank_ >= num_replicas_) {
+    fail("DistributedSampler", "invalid rank ", rank_, ", rank should be in [0, ", num_replicas_ - 1, "]");
+  }
+  num_samples_ = options.drop_last_ ? size_ / num_replicas_ : (size_ + num_replicas_ - 1) / num_replicas_;
 }
 
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
-  std::vector<int64_t> order = shuffle_ ? permutation(size_, seed_, epoch) : SequentialSampler(size_).indices(epoch);
-  const int64_t per_replica = drop_last_ ? size_ / num_replicas_ : (size_ + num_replicas_ - 1) / num_replicas_;
-  const int64_t total = per_replica * num_replicas_;
-  if (total > size_ && size_ > 0) {
-    for (int64_t i = size_; i < total; ++i) order.push_back(order[static_cast<size_t>((i - size_) % size_)]);
-  }
+  const int64_t effective_epoch = epoch_.value_or(epoch);
+  std::vector<int64_t> order = shuffle_ ? permutation(size_, seed_, effective_epoch) : SequentialSampler(size_).indices(0);
+  const int64_t total = num_samples_ * num_replicas_;
+  for (int64_t i = size_; i < total; ++i) order.push_back(order[static_cast<size_t>((i - size_) % size_)]);
   order.resize(static_cast<size_t>(total));
   std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(num_samples_));
   for (int64_t i = rank_; i < total; i += num_replicas_) mine.push_back(order[static_cast<size_t>(i)]);
   return mine;
 }

@@ -2,6 +2,7 @@
 // Datasets, samplers and the DataLoader (torch.utils.data in C++).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,19 +60,42 @@ class RandomSampler : public Sampler {
   uint64_t seed_;
 };
 
-// This replica's share of (optionally shuffled) indices, padded so every replica gets the same
-// count (or truncated with drop_last), as torch's DistributedSampler.
+struct DistributedSamplerOptions {
+  // Defaults: flow::distributed::get_world_size() and get_rank() (1 and 0 without a group).
+  DistributedSamplerOptions& num_replicas(int64_t v) { num_replicas_ = v; return *this; }
+  DistributedSamplerOptions& rank(int64_t v) { rank_ = v; return *this; }
+  DistributedSamplerOptions& shuffle(bool v) { shuffle_ = v; return *this; }
+  // Every rank must use the same seed: the shuffled order is shared, then dealt out.
+  DistributedSamplerOptions& seed(uint64_t v) { seed_ = v; return *this; }
+  // Drop the tail that does not divide evenly instead of padding with repeated indices.
+  DistributedSamplerOptions& drop_last(bool v) { drop_last_ = v; return *this; }
+  std::optional<int64_t> num_replicas_;
+  std::optional<int64_t> rank_;
+  bool shuffle_ = true;
+  uint64_t seed_ = 0;
+  bool drop_last_ = false;
+};
+
+// This replica's share of the (optionally shuffled) indices, as torch's DistributedSampler:
+// the order of (seed, epoch) is padded by repeating its first indices to a multiple of
+// num_replicas (or cut with drop_last), and rank r takes positions r, r + num_replicas, ...
+// Every rank gets num_samples() indices, so every rank runs the same number of steps.
 class DistributedSampler : public Sampler {
  public:
-  DistributedSampler(int64_t size, int64_t num_replicas, int64_t rank, bool shuffle = true, uint64_t seed = 0,
-                     bool drop_last = false);
+  explicit DistributedSampler(int64_t dataset_size, const DistributedSamplerOptions& options = {});
+  // The epoch is set_epoch's value once it has been called (call it on every rank before each
+  // epoch, as in PyTorch); until then it is the DataLoader's pass number.
   std::vector<int64_t> indices(int64_t epoch) const override;
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  int64_t num_samples() const { return num_samples_; }
+  int64_t num_replicas() const { return num_replicas_; }
+  int64_t rank() const { return rank_; }
 
  private:
-  int64_t size_, num_replicas_, rank_;
+  int64_t size_, num_replicas_, rank_, num_samples_;
   bool shuffle_;
   uint64_t seed_;
-  bool drop_last_;
+  std::optional<int64_t> epoch_;
 };
 
 }  // namespace flow::data

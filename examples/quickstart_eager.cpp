@@ -8,26 +8,12 @@
 #include "core/flow.h"
 #include "data/dataloader.h"
 #include "data/vision.h"
+#include "examples/quickstart_model.h"
 #include "examples/quickstart_options.h"
 #include "nn/modules.h"
 #include "optim/optimizer.h"
 
 namespace nn = flow::nn;
-
-struct NeuralNetwork : nn::Module {
-  NeuralNetwork() {
-    flatten = register_module("flatten", std::make_shared<nn::Flatten>());
-    linear_relu_stack = register_module(
-        "linear_relu_stack",
-        std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(28 * 28, 512), std::make_shared<nn::ReLU>(),
-                                         std::make_shared<nn::Linear>(512, 512), std::make_shared<nn::ReLU>(),
-                                         std::make_shared<nn::Linear>(512, 10)));
-  }
-  std::string name() const override { return "NeuralNetwork"; }
-  flow::Tensor forward(const flow::Tensor& x) override { return linear_relu_stack->forward(flatten->forward(x)); }
-  std::shared_ptr<nn::Flatten> flatten;
-  std::shared_ptr<nn::Sequential> linear_relu_stack;
-};
 
 void train(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropyLoss& loss_fn, flow::optim::Optimizer& optimizer) {
   const int64_t size = loader.dataset_size();

@@ -55,7 +55,7 @@ class Module : public std::enable_shared_from_this<Module> {
   // strict: missing or unexpected keys are an error; shape mismatches always are.
   void load_state_dict(const StateDict& state, bool strict = true);
 
-  void train(bool on = true);
+  virtual void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
