@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include <glog/logging.h>
 
@@ -122,6 +123,28 @@ void check_world(StoreClient& store, int64_t rank, int64_t world_size) {
   }
 }
 
+// A rank that re-initialises may reach rank 0's previous store before rank 0 has replaced it.
+// That store holds this rank's "exit" key (set when it left the previous group), or is shutting
+// down, so the rank reconnects until it finds a store without one.
+std::shared_ptr<StoreClient> connect_to_current_store(const std::string& host, int port, int64_t rank,
+                                                      std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string exit_key = "exit/" + std::to_string(rank);
+  while (true) {
+    auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      auto store = std::make_shared<StoreClient>(host, port, timeout, std::max(remaining, std::chrono::milliseconds(1)));
+      if (!store->check({exit_key})) return store;
+    } catch (const StoreError&) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw StoreError("rank 0 still serves the previous process group's store (did rank 0 call destroy_process_group()?)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 std::shared_ptr<ProcessGroup> make_cuda_group(const std::string& backend, const std::shared_ptr<GlooProcessGroup>& cpu,
                                               const std::shared_ptr<StoreClient>& store, std::string& missing) {
 #ifdef FLOW_WITH_NCCL
@@ -169,7 +192,8 @@ void init_process_group(const InitOptions& options) {
   auto session = std::make_unique<Session>();
   if (group_options.rank == 0) session->server = std::make_unique<StoreServer>(static_cast<int>(master_port));
   try {
-    session->store = std::make_shared<StoreClient>(master_addr, static_cast<int>(master_port), group_options.timeout);
+    session->store = connect_to_current_store(master_addr, static_cast<int>(master_port), group_options.rank,
+                                              group_options.timeout);
     check_world(*session->store, group_options.rank, group_options.world_size);
   } catch (const StoreError& e) {
     fail(kOp, "rank ", group_options.rank, ": ", e.what());

@@ -31,7 +31,8 @@ std::string joined(const std::vector<std::string>& keys) {
 
 }  // namespace
 
-StoreClient::StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout)
+StoreClient::StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout,
+                         std::chrono::milliseconds connect_timeout)
     : address_(host + ":" + std::to_string(port)), timeout_(timeout), connection_(std::make_unique<Connection>()) {
   grpc::ChannelArguments arguments;
   // The store is reached directly; an http_proxy in the environment must not capture it.
@@ -42,9 +43,9 @@ StoreClient::StoreClient(const std::string& host, int port, std::chrono::millise
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   connection_->channel = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), arguments);
   connection_->stub = pb::Store::NewStub(connection_->channel);
-  if (!connection_->channel->WaitForConnected(std::chrono::system_clock::now() + timeout_)) {
+  if (!connection_->channel->WaitForConnected(std::chrono::system_clock::now() + connect_timeout)) {
     throw StoreError(detail::concat("rank 0's rendezvous store at ", address_, " was not reachable within ",
-                                    seconds_text(timeout_), " (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)"));
+                                    seconds_text(connect_timeout), " (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)"));
   }
 }
 

@@ -21,8 +21,10 @@ class StoreError : public std::runtime_error {
 
 class StoreClient : public gloo::rendezvous::Store {
  public:
-  // Connects to host:port, retrying until timeout; StoreError when rank 0 cannot be reached.
-  StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout);
+  // Connects to host:port, retrying for up to connect_timeout; StoreError when rank 0 cannot be
+  // reached. timeout bounds every later call.
+  StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout,
+              std::chrono::milliseconds connect_timeout);
   ~StoreClient() override;
 
   void set(const std::string& key, const std::vector<char>& value) override;
