@@ -26,6 +26,7 @@ namespace {
 
 constexpr const char* kOp = "init_process_group";
 constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(5);
+constexpr std::chrono::milliseconds kFailedStoreGrace = std::chrono::seconds(2);
 
 // What init_process_group started; destroy_process_group stops it in reverse order.
 struct Session {
@@ -191,14 +192,21 @@ void init_process_group(const InitOptions& options) {
 
   auto session = std::make_unique<Session>();
   if (group_options.rank == 0) session->server = std::make_unique<StoreServer>(static_cast<int>(master_port));
+  std::shared_ptr<GlooProcessGroup> cpu;
   try {
-    session->store = connect_to_current_store(master_addr, static_cast<int>(master_port), group_options.rank,
-                                              group_options.timeout);
-    check_world(*session->store, group_options.rank, group_options.world_size);
-  } catch (const StoreError& e) {
-    fail(kOp, "rank ", group_options.rank, ": ", e.what());
+    try {
+      session->store = connect_to_current_store(master_addr, static_cast<int>(master_port), group_options.rank,
+                                                group_options.timeout);
+      check_world(*session->store, group_options.rank, group_options.world_size);
+    } catch (const StoreError& e) {
+      fail(kOp, "rank ", group_options.rank, ": ", e.what());
+    }
+    cpu = std::make_shared<GlooProcessGroup>(group_options, session->store);
+  } catch (const Error&) {
+    // Ranks that connect late still read why the rendezvous failed, instead of finding no store.
+    if (session->server) std::this_thread::sleep_for(std::min(group_options.timeout, kFailedStoreGrace));
+    throw;
   }
-  auto cpu = std::make_shared<GlooProcessGroup>(group_options, session->store);
   std::string cuda_missing;
   std::shared_ptr<ProcessGroup> cuda = make_cuda_group(options.backend, cpu, session->store, cuda_missing);
   session->group = std::make_shared<DeviceDispatchGroup>(cpu, std::move(cuda), cuda_missing);
