@@ -225,7 +225,10 @@ void destroy_process_group() {
   session->group.reset();
   // Rank 0 serves the store: it waits for every rank to be done with it before it stops.
   try {
-    session->store->set_string("exit/" + std::to_string(rank), "1");
+    // A broken group may have lost rank 0 too: then leave without waiting out the timeout.
+    std::optional<std::chrono::milliseconds> exit_timeout;
+    if (!healthy) exit_timeout = std::chrono::milliseconds(100);
+    session->store->set_string("exit/" + std::to_string(rank), "1", exit_timeout);
     if (session->server && healthy) {
       std::vector<std::string> exits;
       for (int64_t other = 0; other < world_size; ++other) exits.push_back("exit/" + std::to_string(other));

@@ -53,8 +53,8 @@ StoreClient::~StoreClient() = default;
 
 namespace {
 
-void configure(grpc::ClientContext& context, std::chrono::milliseconds wait) {
-  context.set_deadline(std::chrono::system_clock::now() + wait + kReplyGrace);
+void configure(grpc::ClientContext& context, std::chrono::milliseconds deadline_after) {
+  context.set_deadline(std::chrono::system_clock::now() + deadline_after);
   context.set_wait_for_ready(true);
 }
 
@@ -79,9 +79,10 @@ void StoreClient::set(const std::string& key, const std::vector<char>& value) {
   set_string(key, std::string(value.begin(), value.end()));
 }
 
-void StoreClient::set_string(const std::string& key, const std::string& value) {
+void StoreClient::set_string(const std::string& key, const std::string& value,
+                             std::optional<std::chrono::milliseconds> timeout) {
   grpc::ClientContext context;
-  configure(context, timeout_);
+  configure(context, timeout.value_or(timeout_));
   pb::SetRequest request;
   request.set_key(key);
   request.set_value(value);
@@ -96,7 +97,7 @@ std::vector<char> StoreClient::get(const std::string& key) {
 
 std::string StoreClient::get_string(const std::string& key, std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
-  configure(context, timeout);
+  configure(context, timeout + kReplyGrace);
   pb::GetRequest request;
   request.set_key(key);
   request.set_timeout_ms(timeout.count());
@@ -110,7 +111,7 @@ void StoreClient::wait(const std::vector<std::string>& keys) { wait(keys, timeou
 
 void StoreClient::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
   grpc::ClientContext context;
-  configure(context, timeout);
+  configure(context, timeout + kReplyGrace);
   pb::KeysRequest request;
   for (const std::string& key : keys) request.add_keys(key);
   request.set_timeout_ms(timeout.count());
