@@ -80,6 +80,8 @@ std::string ranks_key(const Ranks& members) {
   return key;
 }
 
+std::string address_key(int64_t rank) { return "gloo/address/" + std::to_string(rank); }
+
 }  // namespace
 
 GlooProcessGroup::GlooProcessGroup(const GlooGroupOptions& options, std::shared_ptr<StoreClient> store)
@@ -101,7 +103,14 @@ GlooProcessGroup::GlooProcessGroup(const GlooGroupOptions& options, std::shared_
   Ranks world = members_of({}, "init_process_group");
   collectives_
       ->submit([this, world] {
-        guarded("init_process_group", [&] { world_ = &communicator(world, "init_process_group"); });
+        guarded("init_process_group", [&] {
+          world_ = &communicator(world, "init_process_group");
+          std::string addresses;
+          for (int64_t peer = 0; peer < options_.world_size; ++peer) {
+            if (peer != options_.rank) addresses += world_->context->getPair(static_cast<int>(peer))->address().str() + "\n";
+          }
+          store_->set_string(address_key(options_.rank), addresses);
+        });
       })
       ->wait();
 }
@@ -184,7 +193,29 @@ void GlooProcessGroup::raise_transport_failure(const char* op, const std::string
   throw Error(message);
 }
 
-std::string GlooProcessGroup::peer_from_message(const std::string&) { return "a peer"; }
+// Gloo names a failed connection by the peer's address; every rank published its own addresses
+// at init, so the address maps back to a rank (looked up once, on the first failure).
+std::string GlooProcessGroup::peer_from_message(const std::string& message) {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  if (rank_of_address_.empty()) {
+    for (int64_t other = 0; other < options_.world_size; ++other) {
+      if (other == options_.rank) continue;
+      try {
+        std::string addresses = store_->get_string(address_key(other), std::chrono::seconds(1));
+        for (size_t start = 0, end; start < addresses.size(); start = end + 1) {
+          end = std::min(addresses.find('\n', start), addresses.size());
+          rank_of_address_[addresses.substr(start, end - start)] = other;
+        }
+      } catch (const StoreError&) {
+        // rank 0 (the store) may be the one that died: the peer then stays unnamed
+      }
+    }
+  }
+  for (const auto& [address, peer] : rank_of_address_) {
+    if (message.find(address) != std::string::npos) return detail::concat("peer rank ", peer);
+  }
+  return "a peer";
+}
 
 void GlooProcessGroup::guarded(const char* op, const std::function<void()>& task) {
   try {

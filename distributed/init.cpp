@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include <glog/logging.h>
 
@@ -25,6 +26,7 @@ namespace {
 
 constexpr const char* kOp = "init_process_group";
 constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(5);
+constexpr std::chrono::milliseconds kFailedStoreGrace = std::chrono::seconds(2);
 
 // What init_process_group started; destroy_process_group stops it in reverse order.
 struct Session {
@@ -122,6 +124,28 @@ void check_world(StoreClient& store, int64_t rank, int64_t world_size) {
   }
 }
 
+// A rank that re-initialises may reach rank 0's previous store before rank 0 has replaced it.
+// That store holds this rank's "exit" key (set when it left the previous group), or is shutting
+// down, so the rank reconnects until it finds a store without one.
+std::shared_ptr<StoreClient> connect_to_current_store(const std::string& host, int port, int64_t rank,
+                                                      std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string exit_key = "exit/" + std::to_string(rank);
+  while (true) {
+    auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      auto store = std::make_shared<StoreClient>(host, port, timeout, std::max(remaining, std::chrono::milliseconds(1)));
+      if (!store->check({exit_key})) return store;
+    } catch (const StoreError&) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw StoreError("rank 0 still serves the previous process group's store (did rank 0 call destroy_process_group()?)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 std::shared_ptr<ProcessGroup> make_cuda_group(const std::string& backend, const std::shared_ptr<GlooProcessGroup>& cpu,
                                               const std::shared_ptr<StoreClient>& store, std::string& missing) {
 #ifdef FLOW_WITH_NCCL
@@ -168,13 +192,21 @@ void init_process_group(const InitOptions& options) {
 
   auto session = std::make_unique<Session>();
   if (group_options.rank == 0) session->server = std::make_unique<StoreServer>(static_cast<int>(master_port));
+  std::shared_ptr<GlooProcessGroup> cpu;
   try {
-    session->store = std::make_shared<StoreClient>(master_addr, static_cast<int>(master_port), group_options.timeout);
-    check_world(*session->store, group_options.rank, group_options.world_size);
-  } catch (const StoreError& e) {
-    fail(kOp, "rank ", group_options.rank, ": ", e.what());
+    try {
+      session->store = connect_to_current_store(master_addr, static_cast<int>(master_port), group_options.rank,
+                                                group_options.timeout);
+      check_world(*session->store, group_options.rank, group_options.world_size);
+    } catch (const StoreError& e) {
+      fail(kOp, "rank ", group_options.rank, ": ", e.what());
+    }
+    cpu = std::make_shared<GlooProcessGroup>(group_options, session->store);
+  } catch (const Error&) {
+    // Ranks that connect late still read why the rendezvous failed, instead of finding no store.
+    if (session->server) std::this_thread::sleep_for(std::min(group_options.timeout, kFailedStoreGrace));
+    throw;
   }
-  auto cpu = std::make_shared<GlooProcessGroup>(group_options, session->store);
   std::string cuda_missing;
   std::shared_ptr<ProcessGroup> cuda = make_cuda_group(options.backend, cpu, session->store, cuda_missing);
   session->group = std::make_shared<DeviceDispatchGroup>(cpu, std::move(cuda), cuda_missing);
@@ -193,7 +225,10 @@ void destroy_process_group() {
   session->group.reset();
   // Rank 0 serves the store: it waits for every rank to be done with it before it stops.
   try {
-    session->store->set_string("exit/" + std::to_string(rank), "1");
+    // A broken group may have lost rank 0 too: then leave without waiting out the timeout.
+    std::optional<std::chrono::milliseconds> exit_timeout;
+    if (!healthy) exit_timeout = std::chrono::milliseconds(100);
+    session->store->set_string("exit/" + std::to_string(rank), "1", exit_timeout);
     if (session->server && healthy) {
       std::vector<std::string> exits;
       for (int64_t other = 0; other < world_size; ++other) exits.push_back("exit/" + std::to_string(other));

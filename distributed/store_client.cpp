@@ -31,7 +31,8 @@ std::string joined(const std::vector<std::string>& keys) {
 
 }  // namespace
 
-StoreClient::StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout)
+StoreClient::StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout,
+                         std::chrono::milliseconds connect_timeout)
     : address_(host + ":" + std::to_string(port)), timeout_(timeout), connection_(std::make_unique<Connection>()) {
   grpc::ChannelArguments arguments;
   // The store is reached directly; an http_proxy in the environment must not capture it.
@@ -42,9 +43,9 @@ StoreClient::StoreClient(const std::string& host, int port, std::chrono::millise
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   connection_->channel = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), arguments);
   connection_->stub = pb::Store::NewStub(connection_->channel);
-  if (!connection_->channel->WaitForConnected(std::chrono::system_clock::now() + timeout_)) {
+  if (!connection_->channel->WaitForConnected(std::chrono::system_clock::now() + connect_timeout)) {
     throw StoreError(detail::concat("rank 0's rendezvous store at ", address_, " was not reachable within ",
-                                    seconds_text(timeout_), " (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)"));
+                                    seconds_text(connect_timeout), " (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)"));
   }
 }
 
@@ -52,8 +53,8 @@ StoreClient::~StoreClient() = default;
 
 namespace {
 
-void configure(grpc::ClientContext& context, std::chrono::milliseconds wait) {
-  context.set_deadline(std::chrono::system_clock::now() + wait + kReplyGrace);
+void configure(grpc::ClientContext& context, std::chrono::milliseconds deadline_after) {
+  context.set_deadline(std::chrono::system_clock::now() + deadline_after);
   context.set_wait_for_ready(true);
 }
 
@@ -78,9 +79,10 @@ void StoreClient::set(const std::string& key, const std::vector<char>& value) {
   set_string(key, std::string(value.begin(), value.end()));
 }
 
-void StoreClient::set_string(const std::string& key, const std::string& value) {
+void StoreClient::set_string(const std::string& key, const std::string& value,
+                             std::optional<std::chrono::milliseconds> timeout) {
   grpc::ClientContext context;
-  configure(context, timeout_);
+  configure(context, timeout.value_or(timeout_));
   pb::SetRequest request;
   request.set_key(key);
   request.set_value(value);
@@ -95,7 +97,7 @@ std::vector<char> StoreClient::get(const std::string& key) {
 
 std::string StoreClient::get_string(const std::string& key, std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
-  configure(context, timeout);
+  configure(context, timeout + kReplyGrace);
   pb::GetRequest request;
   request.set_key(key);
   request.set_timeout_ms(timeout.count());
@@ -109,7 +111,7 @@ void StoreClient::wait(const std::vector<std::string>& keys) { wait(keys, timeou
 
 void StoreClient::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
   grpc::ClientContext context;
-  configure(context, timeout);
+  configure(context, timeout + kReplyGrace);
   pb::KeysRequest request;
   for (const std::string& key : keys) request.add_keys(key);
   request.set_timeout_ms(timeout.count());

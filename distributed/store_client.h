@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,8 +22,10 @@ class StoreError : public std::runtime_error {
 
 class StoreClient : public gloo::rendezvous::Store {
  public:
-  // Connects to host:port, retrying until timeout; StoreError when rank 0 cannot be reached.
-  StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout);
+  // Connects to host:port, retrying for up to connect_timeout; StoreError when rank 0 cannot be
+  // reached. timeout bounds every later call.
+  StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout,
+              std::chrono::milliseconds connect_timeout);
   ~StoreClient() override;
 
   void set(const std::string& key, const std::vector<char>& value) override;
@@ -31,7 +34,8 @@ class StoreClient : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
-  void set_string(const std::string& key, const std::string& value);
+  // timeout defaults to the client's.
+  void set_string(const std::string& key, const std::string& value, std::optional<std::chrono::milliseconds> timeout = {});
   std::string get_string(const std::string& key, std::chrono::milliseconds timeout);
   int64_t add(const std::string& key, int64_t delta);
   bool check(const std::vector<std::string>& keys);
