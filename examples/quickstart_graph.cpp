@@ -12,6 +12,7 @@
 #include "core/flow.h"
 #include "data/dataloader.h"
 #include "data/vision.h"
+#include "examples/quickstart_model.h"
 #include "examples/quickstart_options.h"
 #include "graph/export.h"
 #include "graph/graph.h"
@@ -19,21 +20,6 @@
 #include "optim/optimizer.h"
 
 namespace nn = flow::nn;
-
-struct NeuralNetwork : nn::Module {
-  NeuralNetwork() {
-    flatten = register_module("flatten", std::make_shared<nn::Flatten>());
-    linear_relu_stack = register_module(
-        "linear_relu_stack",
-        std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(28 * 28, 512), std::make_shared<nn::ReLU>(),
-                                         std::make_shared<nn::Linear>(512, 512), std::make_shared<nn::ReLU>(),
-                                         std::make_shared<nn::Linear>(512, 10)));
-  }
-  std::string name() const override { return "NeuralNetwork"; }
-  flow::Tensor forward(const flow::Tensor& x) override { return (*linear_relu_stack)((*flatten)(x)); }
-  std::shared_ptr<nn::Flatten> flatten;
-  std::shared_ptr<nn::Sequential> linear_relu_stack;
-};
 
 struct GraphNeuralNetworkTrain : nn::Graph {
   GraphNeuralNetworkTrain(std::shared_ptr<NeuralNetwork> net, std::shared_ptr<flow::optim::SGD> optimizer) {

@@ -11,18 +11,6 @@
 namespace flow::distributed {
 namespace {
 
-// Pieces are computed on local tensors; the global op above records the gradient.
-class NoGrad {
- public:
-  NoGrad() : previous_(is_grad_enabled()) { set_grad_enabled(false); }
-  ~NoGrad() { set_grad_enabled(previous_); }
-  NoGrad(const NoGrad&) = delete;
-  NoGrad& operator=(const NoGrad&) = delete;
-
- private:
-  bool previous_;
-};
-
 // The members of one 1-D transition: the ranks whose coordinates equal this rank's in every
 // hierarchy dimension but `dim`, in placement order (the order of the pieces).
 struct Group {
@@ -150,7 +138,8 @@ double boxing_cost(const Sbp& src, const Sbp& dst, double bytes, int64_t parts) 
 Tensor box(const Tensor& local, const Shape& logical, const Placement& placement, const NdSbp& src, const NdSbp& dst) {
   CHECK_EQ(src.size(), dst.size());
   if (src == dst) return local;
-  NoGrad no_grad;
+  // Pieces are computed on local tensors; the global to_global op records the gradient.
+  autograd::NoGradGuard no_grad;
   NdSbp current = src;
   Tensor x = local;
   auto step = [&](size_t dim, const Sbp& to) {
