@@ -165,7 +165,7 @@ bool outputs_follow_batch(const proto::Job& first, const proto::Job& second, int
 
 InferenceExport export_inference(nn::Graph& graph, const ExportOptions& options) {
   if (!graph.is_compiled()) fail("export", graph.type_name(), " has not run yet: call the graph once so that its inputs are known");
-  const std::vector<TensorMeta>& metas = graph.input_metas();
+  const std::vector<TensorMeta> metas = metas_of(graph.compiled_signature(0));
   Traced traced = trace_for_inference(graph, metas);
   InferenceExport out;
   proto::ExportedModel& model = out.model;

@@ -33,9 +33,11 @@ struct InferenceExport {
 };
 
 // Traces the graph's build() again for inference (modules in eval mode, no optimizer; gradient
-// ops a training build() emits are dead and removed), with the input metas of its first call,
-// freezes variables into constants, and runs the passes. The batch dimension is marked dynamic
-// when a second trace at another batch size differs only in where the batch size appears.
+// ops a training build() emits are dead and removed), with the input metas of its first call
+// (its first compiled signature, whatever plans later calls compiled: the steady-state batch,
+// not a last partial one), freezes variables into constants, and runs the passes. The batch
+// dimension is marked dynamic when a second trace at another batch size differs only in where
+// the batch size appears.
 // Throws flow::Error before the graph's first call.
 InferenceExport export_inference(nn::Graph& graph, const ExportOptions& options = {});
 

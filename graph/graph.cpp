@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <sstream>
 
 #include "core/functional.h"
 #include "graph/executor.h"
@@ -14,19 +13,26 @@
 namespace flow::nn {
 namespace {
 
-std::atomic<int> g_graph_count{0};
+using graph::meta_str;
 
-std::string meta_str(const TensorMeta& meta) {
-  std::ostringstream out;
-  out << "size=(";
-  for (int64_t d = 0; d < meta.shape.ndim(); ++d) out << (d ? ", " : "") << meta.shape[d];
-  out << (meta.shape.ndim() == 1 ? ",)" : ")") << ", dtype=flow." << dtype_name(meta.dtype) << ", device=" << meta.device;
-  return out.str();
-}
+std::atomic<int> g_graph_count{0};
 
 TensorMeta meta_of_tensor(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
 
 std::string optimizer_prefix(size_t index) { return "_optimizer." + std::to_string(index) + "."; }
+
+// Modules in a train/eval mode, parents first: train() also sets the children, so applying them
+// in order gives every module its own mode.
+using ModuleModes = std::vector<std::pair<Module*, bool>>;
+
+void apply_modes(const ModuleModes& modes) {
+  for (auto& [module, training] : modes) module->train(training);
+}
+
+struct RestoreModes {
+  ModuleModes modes;
+  ~RestoreModes() { apply_modes(modes); }
+};
 
 }  // namespace
 
@@ -37,11 +43,31 @@ struct Graph::ModuleCall {
   bool has_output = false;
 };
 
+// What one trace of build() gave.
+struct Graph::Traced {
+  graph::proto::Job job;
+  std::map<std::string, Tensor> fixed;  // the eager tensors behind variable and constant nodes
+  std::vector<TensorMeta> output_metas;
+  std::vector<TensorList> trained_params;  // per optimizer: parameters updated in the graph
+  std::map<const Module*, ModuleCall> module_calls;
+};
+
+// One input signature's compilation. The executor refers to the Job and plan, so a CompiledPlan
+// stays where it was made (plans_ holds it by pointer).
+struct Graph::CompiledPlan {
+  graph::InputSignature signature;
+  std::vector<TensorMeta> input_metas;
+  Traced traced;
+  std::unique_ptr<graph::Plan> plan;
+  std::unique_ptr<graph::Executor> executor;
+  double compile_seconds = 0;
+};
+
 // Gives traced ops the scope of the module being called and records module inputs/outputs.
 class Graph::Observer final : public ModuleCallObserver {
  public:
-  Observer(Graph& graph, graph::Tracer& tracer, std::map<const Module*, std::string> names)
-      : graph_(graph), tracer_(tracer), names_(std::move(names)), previous_(set_module_call_observer(this)) {}
+  Observer(Graph& graph, graph::Tracer& tracer, std::map<const Module*, std::string> names, std::map<const Module*, ModuleCall>& calls)
+      : graph_(graph), tracer_(tracer), names_(std::move(names)), calls_(calls), previous_(set_module_call_observer(this)) {}
   ~Observer() override { set_module_call_observer(previous_); }
 
   void enter(const Module& module, const Tensor& input) override {
@@ -51,18 +77,14 @@ class Graph::Observer final : public ModuleCallObserver {
     if (graph_.debug_level_ >= 1 && named != names_.end()) {
       *graph_.log_ << "(GRAPH:" << graph_.name_ << ") building module " << scope << " (" << module.name() << ")\n";
     }
-    auto& call = graph_.module_calls_[&module];
-    if (!call) {
-      call = std::make_unique<ModuleCall>();
-      call->input = meta_of_tensor(input);
-    }
+    calls_.try_emplace(&module, ModuleCall{meta_of_tensor(input), {}, false});
   }
   void exit(const Module& module, const Tensor& output) override {
     tracer_.pop_scope();
-    auto& call = graph_.module_calls_[&module];
-    if (call && output.defined() && !call->has_output) {
-      call->output = meta_of_tensor(output);
-      call->has_output = true;
+    auto call = calls_.find(&module);
+    if (call != calls_.end() && output.defined() && !call->second.has_output) {
+      call->second.output = meta_of_tensor(output);
+      call->second.has_output = true;
     }
   }
 
@@ -70,6 +92,7 @@ class Graph::Observer final : public ModuleCallObserver {
   Graph& graph_;
   graph::Tracer& tracer_;
   std::map<const Module*, std::string> names_;
+  std::map<const Module*, ModuleCall>& calls_;
   ModuleCallObserver* previous_;
 };
 
@@ -100,12 +123,21 @@ void Graph::add_optimizer(std::shared_ptr<optim::Optimizer> optimizer, std::shar
   if (!optimizer) fail("graph", "add_optimizer got a null optimizer");
   optimizers_.push_back(std::move(optimizer));
   schedulers_.push_back(std::move(scheduler));
-  config_.training = true;
+  config_.training_ = true;
 }
 
 void Graph::train(bool on) {
   if (is_compiled()) fail("graph", name(), ": train()/eval() must be chosen before the first call compiles the graph");
   for (auto& [name, module] : modules_) module->train(on);
+  traced_modes_ = module_modes();
+}
+
+std::vector<std::pair<Module*, bool>> Graph::module_modes() const {
+  ModuleModes modes;
+  for (auto& [prefix, module] : modules_) {
+    for (auto& [path, m] : module->named_modules(prefix)) modes.emplace_back(m.get(), m->is_training());
+  }
+  return modes;
 }
 
 void Graph::debug(int v_level, std::ostream& log) {
@@ -114,18 +146,32 @@ void Graph::debug(int v_level, std::ostream& log) {
   log_ = &log;
 }
 
-const graph::proto::Job& Graph::job() const {
-  if (!is_compiled()) fail("graph", name(), " has no Job yet: call the graph once to trace and compile it");
-  return job_;
+GraphConfig& GraphConfig::set_cache_limit(int64_t limit) {
+  if (limit < 1) fail("graph", "cache limit must be at least 1, got ", limit);
+  cache_limit_ = limit;
+  return *this;
 }
 
-const graph::Plan& Graph::plan() const {
-  if (!is_compiled()) fail("graph", name(), " has no plan yet: call the graph once to trace and compile it");
-  return *plan_;
+const Graph::CompiledPlan& Graph::current() const {
+  if (!current_) fail("graph", type_name(), " has no compiled plan yet: call the graph once to trace and compile it");
+  return *current_;
 }
 
-std::vector<TensorMeta> Graph::trace(const std::vector<TensorMeta>& input_metas, bool with_optimizers, int debug_level,
-                                     graph::proto::Job& job, std::map<std::string, Tensor>& fixed) {
+const graph::InputSignature& Graph::compiled_signature(int64_t index) const {
+  if (index < 0 || index >= num_compiled_plans()) fail("graph", name(), " has ", num_compiled_plans(), " compiled plans, no plan ", index);
+  return plans_[static_cast<size_t>(index)]->signature;
+}
+
+const graph::proto::Job& Graph::job() const { return current().traced.job; }
+const graph::Plan& Graph::plan() const { return *current().plan; }
+double Graph::compile_seconds() const { return current().compile_seconds; }
+
+const std::vector<TensorMeta>& Graph::input_metas() const {
+  static const std::vector<TensorMeta> none;
+  return current_ ? current_->input_metas : none;
+}
+
+void Graph::trace(const std::vector<TensorMeta>& input_metas, bool with_optimizers, int debug_level, Traced& traced) {
   std::map<TensorImpl*, std::string> variable_names;
   std::map<const Module*, std::string> module_names;
   TensorList module_params;
@@ -158,10 +204,9 @@ std::vector<TensorMeta> Graph::trace(const std::vector<TensorMeta>& input_metas,
   } restore{module_params, eager_grads};
 
   graph::Tracer tracer(name_, variable_names, debug_level, *log_);
-  std::vector<TensorMeta> output_metas;
   {
     InterpreterGuard guard(&tracer);
-    Observer observer(*this, tracer, module_names);
+    Observer observer(*this, tracer, module_names, traced.module_calls);
     TensorList lazy_inputs;
     for (size_t i = 0; i < input_metas.size(); ++i) {
       const TensorMeta& meta = input_metas[i];
@@ -170,14 +215,14 @@ std::vector<TensorMeta> Graph::trace(const std::vector<TensorMeta>& input_metas,
     if (debug_level >= 1) *log_ << "(GRAPH:" << name_ << ") building graph\n";
     const TensorList outputs = build(lazy_inputs);
     if (with_optimizers) {
-      trained_params_.assign(optimizers_.size(), {});
+      traced.trained_params.assign(optimizers_.size(), {});
       for (size_t i = 0; i < optimizers_.size(); ++i) {
         for (auto& group : optimizers_[i]->param_groups()) {
           for (auto& p : group.params) {
-            if (p.grad().defined() && p.grad().is_lazy()) trained_params_[i].push_back(p);
+            if (p.grad().defined() && p.grad().is_lazy()) traced.trained_params[i].push_back(p);
           }
         }
-        const TensorList& params = trained_params_[i];
+        const TensorList& params = traced.trained_params[i];
         optimizers_[i]->trace_step(params, [&](size_t k, const std::string& scalar) {
           return tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, params[k].dtype(), params[k].device());
         });
@@ -185,73 +230,81 @@ std::vector<TensorMeta> Graph::trace(const std::vector<TensorMeta>& input_metas,
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
       tracer.add_output(static_cast<int>(i), outputs[i]);
-      output_metas.push_back(meta_of_tensor(outputs[i]));
+      traced.output_metas.push_back(meta_of_tensor(outputs[i]));
     }
   }
   tracer.release();
-  job.Clear();
-  job.Swap(&tracer.job());
-  fixed = tracer.captured();
-  return output_metas;
+  traced.job.Clear();
+  traced.job.Swap(&tracer.job());
+  traced.fixed = tracer.captured();
 }
 
-void Graph::compile(const TensorList& inputs) {
-  const auto start = std::chrono::steady_clock::now();
+Graph::CompiledPlan& Graph::plan_for(const TensorList& inputs) {
   if (name_.empty()) name_ = type_name() + "_" + std::to_string(g_graph_count++);
-  std::vector<TensorMeta> input_metas;
-  for (const auto& t : inputs) input_metas.push_back(meta_of_tensor(t));
-  output_metas_ = trace(input_metas, true, debug_level_, job_, fixed_);
-  job_.set_training(config_.training);
-  graph::PassContext context{fixed_};
-  graph::default_passes().run(job_, context, debug_level_, log_);
-  plan_ = std::make_unique<graph::Plan>(graph::make_plan(job_));
-  if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") plan: " << plan_->summary() << "\n";
-  executor_ = std::make_unique<graph::Executor>(job_, *plan_, fixed_);
-  input_metas_ = std::move(input_metas);
-  compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") compiled in " << compile_seconds_ << " s\n";
+  graph::InputSignature signature = graph::signature_of(inputs, name_);
+  if (current_ && current_->signature == signature) return *current_;
+  for (auto& plan : plans_) {
+    if (plan->signature == signature) return *(current_ = plan.get());
+  }
+  if (num_compiled_plans() >= config_.cache_limit()) {
+    std::string seen;
+    for (size_t i = 0; i < plans_.size(); ++i) seen += "\n  plan " + std::to_string(i) + ": " + graph::signature_str(plans_[i]->signature);
+    fail("graph", name_, ": input signature ", graph::signature_str(signature), " would compile a plan past the cache limit of ",
+         config_.cache_limit(), " (graph.config().set_cache_limit(n) raises it); signatures compiled:", seen);
+  }
+  if (debug_level_ >= 1 && !plans_.empty()) {
+    // torch._dynamo's recompile log: the new signature, then the guard each cached plan fails.
+    *log_ << "(GRAPH:" << name_ << ") recompiling (plan " << plans_.size() << ", cache limit " << config_.cache_limit()
+          << ") for input signature " << graph::signature_str(signature) << "\n";
+    for (size_t i = 0; i < plans_.size(); ++i) {
+      *log_ << "(GRAPH:" << name_ << ")   plan " << i << " guard failed: " << graph::signature_change(plans_[i]->signature, signature) << "\n";
+    }
+  }
+  compile(std::move(signature));
+  return *(current_ = plans_.back().get());
+}
+
+void Graph::compile(graph::InputSignature signature) {
+  const auto start = std::chrono::steady_clock::now();
+  auto compiled = std::make_unique<CompiledPlan>();
+  compiled->signature = std::move(signature);
+  compiled->input_metas = graph::metas_of(compiled->signature);
+  // Every plan traces the modules in one mode: that of train()/eval(), else the modes at the first
+  // compile, whatever eager code (another graph's eval(), say) set since.
+  {
+    const RestoreModes restore{module_modes()};
+    if (traced_modes_.empty()) traced_modes_ = restore.modes;
+    apply_modes(traced_modes_);
+    trace(compiled->input_metas, true, debug_level_, compiled->traced);
+  }
+  Traced& traced = compiled->traced;
+  traced.job.set_training(config_.training());
+  graph::PassContext context{traced.fixed};
+  graph::default_passes().run(traced.job, context, debug_level_, log_);
+  compiled->plan = std::make_unique<graph::Plan>(graph::make_plan(traced.job));
+  if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") plan: " << compiled->plan->summary() << "\n";
+  compiled->executor = std::make_unique<graph::Executor>(traced.job, *compiled->plan, traced.fixed);
+  compiled->compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") compiled in " << compiled->compile_seconds << " s\n";
+  plans_.push_back(std::move(compiled));
 }
 
 graph::proto::Job Graph::trace_inference(const std::vector<TensorMeta>& input_metas, std::map<std::string, Tensor>& fixed) {
   if (!is_compiled()) fail("export", name(), " has not run yet: call the graph once so that its inputs are known");
-  // Eval mode while tracing, then every module back to its own mode (parents first, since
-  // train() also sets the children).
-  std::vector<std::pair<Module*, bool>> modes;
-  for (auto& [prefix, module] : modules_) {
-    for (auto& [path, m] : module->named_modules(prefix)) modes.emplace_back(m.get(), m->is_training());
-  }
-  struct RestoreModes {
-    std::vector<std::pair<Module*, bool>>& modes;
-    ~RestoreModes() {
-      for (auto& [module, training] : modes) module->train(training);
-    }
-  } restore{modes};
+  // Eval mode while tracing, then every module back to its own mode.
+  const RestoreModes restore{module_modes()};
   for (auto& [prefix, module] : modules_) module->eval();
-  graph::proto::Job job;
-  trace(input_metas, false, 0, job, fixed);
-  job.set_training(false);
-  return job;
+  Traced traced;
+  trace(input_metas, false, 0, traced);
+  traced.job.set_training(false);
+  fixed = std::move(traced.fixed);
+  return std::move(traced.job);
 }
 
-void Graph::check_inputs(const TensorList& inputs) const {
-  if (inputs.size() != input_metas_.size()) {
-    fail("graph", name(), " was traced with ", input_metas_.size(), " inputs, got ", inputs.size());
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) fail("graph", name(), ": input ", i, " is an undefined tensor");
-    const TensorMeta meta = meta_of_tensor(inputs[i]);
-    const TensorMeta& traced = input_metas_[i];
-    if (!(meta.shape == traced.shape) || meta.dtype != traced.dtype || meta.device != traced.device) {
-      fail("graph", name(), ": input ", i, " has ", meta_str(meta), " but the graph was traced with ", meta_str(traced),
-           " (a compiled graph takes inputs of the traced shapes, dtypes and devices)");
-    }
-  }
-}
-
-std::map<std::string, Tensor> Graph::next_feeds() {
+std::map<std::string, Tensor> Graph::next_feeds(const CompiledPlan& plan) {
   std::map<std::string, Tensor> feeds;
   for (size_t i = 0; i < optimizers_.size(); ++i) {
-    const TensorList& params = trained_params_[i];
+    const TensorList& params = plan.traced.trained_params[i];
     const auto values = optimizers_[i]->next_step_scalars(params);
     for (size_t k = 0; k < params.size(); ++k) {
       for (const auto& [scalar, value] : values[k]) {
@@ -264,27 +317,34 @@ std::map<std::string, Tensor> Graph::next_feeds() {
   return feeds;
 }
 
-std::vector<TensorList> Graph::execute(int64_t steps, const std::function<TensorList(int64_t)>& next_inputs) {
+std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const std::function<TensorList(int64_t)>& next_inputs) {
   const graph::PieceSource source = [&](int64_t piece, TensorList& inputs, std::map<std::string, Tensor>& feeds) {
     inputs = next_inputs(piece);
-    check_inputs(inputs);
+    if (piece > 0) {
+      const graph::InputSignature signature = graph::signature_of(inputs, name_);
+      if (!(signature == plan.signature)) {
+        fail("graph", name_, ": run_pipelined runs one plan, but step ", piece, " changes the input signature (",
+             graph::signature_change(plan.signature, signature), "); split the run where the signature changes");
+      }
+    }
     for (auto& t : inputs) t = t.contiguous();
-    feeds = next_feeds();
+    feeds = next_feeds(plan);
   };
-  std::vector<TensorList> outputs = executor_->run(steps, source);
-  train_step_ += config_.training ? steps : 0;
+  std::vector<TensorList> outputs = plan.executor->run(steps, source);
+  train_step_ += config_.training() ? steps : 0;
   return outputs;
 }
 
 TensorList Graph::operator()(const TensorList& inputs) {
-  if (!is_compiled()) compile(inputs);
-  return execute(1, [&](int64_t) { return inputs; }).at(0);
+  CompiledPlan& plan = plan_for(inputs);
+  return execute(plan, 1, [&](int64_t) { return inputs; }).at(0);
 }
 
 std::vector<TensorList> Graph::run_pipelined(int64_t steps, const std::function<TensorList(int64_t)>& next_inputs) {
   if (steps <= 0) return {};
-  if (!is_compiled()) compile(next_inputs(0));
-  return execute(steps, next_inputs);
+  const TensorList first = next_inputs(0);
+  CompiledPlan& plan = plan_for(first);
+  return execute(plan, steps, [&](int64_t step) { return step == 0 ? first : next_inputs(step); });
 }
 
 StateDict Graph::state_dict() const {
@@ -331,10 +391,12 @@ void Graph::print_module(std::ostream& out, const std::string& name, const Modul
   const std::string pad(static_cast<size_t>(indent), ' ');
   const std::string inner = pad + "  ";
   out << pad << "(MODULE:" << name << ":" << module.name() << "(" << module.extra_repr() << ")): (\n";
-  auto call = module_calls_.find(&module);
-  if (call != module_calls_.end()) {
-    out << inner << "(INPUT:_" << name << "_input.0:tensor(..., is_lazy=true, " << meta_str(call->second->input) << "))\n";
+  const ModuleCall* call = nullptr;
+  if (current_) {
+    auto found = current_->traced.module_calls.find(&module);
+    if (found != current_->traced.module_calls.end()) call = &found->second;
   }
+  if (call) out << inner << "(INPUT:_" << name << "_input.0:tensor(..., is_lazy=true, " << meta_str(call->input) << "))\n";
   for (const auto& [key, p] : module.named_parameters(false)) {
     out << inner << "(PARAMETER:" << name << "." << key << ":tensor(..., " << meta_str(meta_of_tensor(p))
         << (p.requires_grad() ? ", requires_grad=true" : "") << ")): ()\n";
@@ -343,8 +405,8 @@ void Graph::print_module(std::ostream& out, const std::string& name, const Modul
     out << inner << "(BUFFER:" << name << "." << key << ":tensor(..., " << meta_str(meta_of_tensor(b)) << ")): ()\n";
   }
   for (const auto& [child_name, child] : module.named_children()) print_module(out, name + "." + child_name, *child, indent + 2);
-  if (call != module_calls_.end() && call->second->has_output) {
-    out << inner << "(OUTPUT:_" << name << "_output.0:tensor(..., is_lazy=true, " << meta_str(call->second->output) << "))\n";
+  if (call && call->has_output) {
+    out << inner << "(OUTPUT:_" << name << "_output.0:tensor(..., is_lazy=true, " << meta_str(call->output) << "))\n";
   }
   out << pad << ")\n";
 }
@@ -352,13 +414,18 @@ void Graph::print_module(std::ostream& out, const std::string& name, const Modul
 void Graph::pretty_print(std::ostream& out) const {
   const std::string graph_name = name_.empty() ? type_name() : name_;
   out << "(GRAPH:" << graph_name << ":" << type_name() << "): (\n";
-  out << "  (CONFIG:config:GraphConfig(training=" << (config_.training ? "true" : "false") << "))\n";
-  for (size_t i = 0; i < input_metas_.size(); ++i) {
-    out << "  (INPUT:_" << graph_name << "_input." << i << ":tensor(..., " << meta_str(input_metas_[i]) << "))\n";
+  out << "  (CONFIG:config:GraphConfig(training=" << (config_.training() ? "true" : "false") << ", cache_limit=" << config_.cache_limit()
+      << ", compiled_plans=" << plans_.size() << "))\n";
+  const std::vector<TensorMeta>& inputs = input_metas();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    out << "  (INPUT:_" << graph_name << "_input." << i << ":tensor(..., " << meta_str(inputs[i]) << "))\n";
   }
   for (const auto& [name, module] : modules_) print_module(out, name, *module, 2);
-  for (size_t i = 0; i < output_metas_.size(); ++i) {
-    out << "  (OUTPUT:_" << graph_name << "_output." << i << ":tensor(..., " << meta_str(output_metas_[i]) << "))\n";
+  if (current_) {
+    const std::vector<TensorMeta>& outputs = current_->traced.output_metas;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      out << "  (OUTPUT:_" << graph_name << "_output." << i << ":tensor(..., " << meta_str(outputs[i]) << "))\n";
+    }
   }
   out << ")";
 }

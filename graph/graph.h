@@ -2,8 +2,11 @@
 // nn::Graph: the static-graph twin of an eager program. A subclass registers eager modules (and
 // an optimizer) and writes build(); the first call traces build() into a Job, runs the passes,
 // plans tasks and memory, and starts an actor runtime; later calls only feed inputs and run.
+// A call with a new input signature (graph/signature.h) compiles another plan, as
+// torch.compile's guards do, up to config().cache_limit() plans.
 // Variables are the modules' own parameters and buffers: training in the graph updates the
-// eager module, and eager changes are seen by the graph.
+// eager module, and eager changes are seen by the graph. Every plan shares them and the
+// optimizer state.
 #include <chrono>
 #include <functional>
 #include <iostream>
@@ -14,6 +17,7 @@
 
 #include "graph/job.h"
 #include "graph/plan.h"
+#include "graph/signature.h"
 #include "nn/module.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
@@ -24,8 +28,20 @@ class Executor;
 
 namespace flow::nn {
 
-struct GraphConfig {
-  bool training = false;  // set by add_optimizer
+class GraphConfig {
+ public:
+  // Set by add_optimizer.
+  bool training() const { return training_; }
+  // The most input signatures the graph compiles a plan for (default 8); a call with one more
+  // is a flow::Error naming the signatures seen. Each plan holds its own Job, runtime and
+  // planned memory block, so the limit also bounds memory.
+  GraphConfig& set_cache_limit(int64_t limit);
+  int64_t cache_limit() const { return cache_limit_; }
+
+ private:
+  friend class Graph;
+  bool training_ = false;
+  int64_t cache_limit_ = 8;
 };
 
 class Graph {
@@ -39,15 +55,16 @@ class Graph {
   // by deploy export, which traces it for inference).
   virtual TensorList build(const TensorList& inputs) = 0;
 
-  // The first call traces and compiles; later calls run the compiled plan. Inputs must have the
-  // shapes, dtypes and devices of the first call.
+  // A call with an input signature seen before runs its compiled plan; a new signature traces
+  // and compiles another plan first.
   TensorList operator()(const TensorList& inputs);
   template <typename... Rest>
   TensorList operator()(const Tensor& first, const Rest&... rest) {
     return (*this)(TensorList{first, rest...});
   }
   // Runs `steps` calls as one pipelined run: the input actor calls next_inputs(k) for step k
-  // while the compute actors still work on step k-1. Returns every step's outputs.
+  // while the compute actors still work on step k-1. Returns every step's outputs. One run is
+  // one plan: every step must have the signature of step 0 (a flow::Error otherwise).
   std::vector<TensorList> run_pipelined(int64_t steps, const std::function<TensorList(int64_t)>& next_inputs);
 
   template <typename M>
@@ -59,13 +76,15 @@ class Graph {
   // gradient is updated by the optimizer's update ops (the scheduler steps after every call).
   void add_optimizer(std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<optim::LRScheduler> scheduler = nullptr);
 
-  // Train/eval mode of the registered modules; fixed once the graph is compiled.
+  // Train/eval mode of the registered modules; fixed once the graph is compiled (every plan
+  // traces in it, whatever eager code sets later).
   void train(bool on = true);
   void eval() { train(false); }
   const GraphConfig& config() const { return config_; }
+  GraphConfig& config() { return config_; }
 
   // 0: quiet; 1: build and compile progress per module and pass, plan summary with the planned
-  // peak memory; 2: also every op created with its inputs, outputs, device and SBP; 3: also
+  // peak memory, each recompilation and the input change behind it; 2: also every op created with its inputs, outputs, device and SBP; 3: also
   // each op's source location and the Job after every pass.
   void debug(int v_level = 1, std::ostream& log = std::cerr);
 
@@ -75,17 +94,21 @@ class Graph {
   void load_state_dict(const StateDict& state, bool strict = true);
   int64_t train_step() const { return train_step_; }
 
-  bool is_compiled() const { return executor_ != nullptr; }
-  // The optimised Job and its plan; an error before the first call.
+  bool is_compiled() const { return !plans_.empty(); }
+  // Plans compiled so far, one per input signature (each compile counts once).
+  int64_t num_compiled_plans() const { return static_cast<int64_t>(plans_.size()); }
+  // The signature of plan `index`, in compile order.
+  const graph::InputSignature& compiled_signature(int64_t index) const;
+  // Of the plan the latest call ran (an error before the first call): its optimised Job, its
+  // plan, its compile time and its input metas (empty before the first call).
   const graph::proto::Job& job() const;
   const graph::Plan& plan() const;
-  double compile_seconds() const { return compile_seconds_; }
-  // The metas of the inputs the graph was traced with (empty before the first call).
-  const std::vector<TensorMeta>& input_metas() const { return input_metas_; }
+  double compile_seconds() const;
+  const std::vector<TensorMeta>& input_metas() const;
   // Traces build() again for inference on inputs of the given metas, into a new Job (no passes):
   // modules in eval mode, no optimizer update; gradient ops a training build() emits are dead.
-  // fixed receives the eager tensors behind variable and constant nodes. Used by deploy export;
-  // an error before the first call.
+  // fixed receives the eager tensors behind variable and constant nodes. Used by deploy export
+  // (with the first compiled signature); an error before the first call.
   graph::proto::Job trace_inference(const std::vector<TensorMeta>& input_metas, std::map<std::string, Tensor>& fixed);
   // "<Type>_<n>", numbered per process like OneFlow's graph names.
   const std::string& name() const { return name_; }
@@ -95,16 +118,21 @@ class Graph {
 
  private:
   struct ModuleCall;
+  struct Traced;
+  struct CompiledPlan;
   class Observer;
 
   void add_module(const std::string& name, std::shared_ptr<Module> module);
-  void compile(const TensorList& inputs);
-  // Traces build() on lazy inputs of these metas into job; returns the output metas.
-  std::vector<TensorMeta> trace(const std::vector<TensorMeta>& input_metas, bool with_optimizers, int debug_level,
-                                graph::proto::Job& job, std::map<std::string, Tensor>& fixed);
-  void check_inputs(const TensorList& inputs) const;
-  std::map<std::string, Tensor> next_feeds();
-  std::vector<TensorList> execute(int64_t steps, const std::function<TensorList(int64_t)>& next_inputs);
+  // The cached plan for these inputs' signature, compiled first if it is new.
+  CompiledPlan& plan_for(const TensorList& inputs);
+  void compile(graph::InputSignature signature);
+  // Traces build() on lazy inputs of these metas.
+  void trace(const std::vector<TensorMeta>& input_metas, bool with_optimizers, int debug_level, Traced& traced);
+  const CompiledPlan& current() const;
+  // Every registered module and submodule with its train/eval mode, parents first.
+  std::vector<std::pair<Module*, bool>> module_modes() const;
+  std::map<std::string, Tensor> next_feeds(const CompiledPlan& plan);
+  std::vector<TensorList> execute(CompiledPlan& plan, int64_t steps, const std::function<TensorList(int64_t)>& next_inputs);
   void print_module(std::ostream& out, const std::string& name, const Module& module, int indent) const;
 
   std::string name_;
@@ -114,16 +142,9 @@ class Graph {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> modules_;
   std::vector<std::shared_ptr<optim::Optimizer>> optimizers_;
   std::vector<std::shared_ptr<optim::LRScheduler>> schedulers_;
-  std::vector<TensorList> trained_params_;  // per optimizer: parameters updated in the graph
-  std::vector<TensorMeta> input_metas_;
-  std::vector<TensorMeta> output_metas_;
-  std::map<const Module*, std::unique_ptr<ModuleCall>> module_calls_;
-
-  graph::proto::Job job_;
-  std::unique_ptr<graph::Plan> plan_;
-  std::map<std::string, Tensor> fixed_;
-  std::unique_ptr<graph::Executor> executor_;
-  double compile_seconds_ = 0;
+  std::vector<std::unique_ptr<CompiledPlan>> plans_;  // in compile order
+  CompiledPlan* current_ = nullptr;                   // the plan the latest call ran
+  std::vector<std::pair<Module*, bool>> traced_modes_;  // the modes every plan traces in
   int64_t train_step_ = 0;
 };
 
