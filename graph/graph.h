@@ -51,7 +51,7 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
-  // The computation, called on lazy tensors to trace the Job: once by the first call (and again
+  // The computation, called on lazy tensors to trace a Job: once per input signature (and again
   // by deploy export, which traces it for inference).
   virtual TensorList build(const TensorList& inputs) = 0;
 
@@ -84,8 +84,9 @@ class Graph {
   GraphConfig& config() { return config_; }
 
   // 0: quiet; 1: build and compile progress per module and pass, plan summary with the planned
-  // peak memory, each recompilation and the input change behind it; 2: also every op created with its inputs, outputs, device and SBP; 3: also
-  // each op's source location and the Job after every pass.
+  // peak memory, each recompilation and the input change behind it; 2: also every op created
+  // with its inputs, outputs, device and SBP; 3: also each op's source location and the Job
+  // after every pass.
   void debug(int v_level = 1, std::ostream& log = std::cerr);
 
   // Module state (by registered name), optimizer state and the train step, so training resumes

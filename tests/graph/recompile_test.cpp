@@ -239,3 +239,23 @@ TEST(Recompile, ExportTracesTheFirstSignature) {
   EXPECT_EQ(exported.model.batch_size(), 64);
   EXPECT_TRUE(exported.model.dynamic_batch());
 }
+
+TEST(Recompile, PlacementAndSbpArePartOfTheSignature) {
+  using flow::graph::InputGuard;
+  const flow::TensorMeta meta{{4, 2}, flow::kFloat32, flow::Device("cpu")};
+  const InputGuard local{meta, std::nullopt, {}};
+  const InputGuard split{meta, flow::Placement("cpu", std::vector<int64_t>{0, 1}), {flow::Sbp::split(0)}};
+  InputGuard broadcast = split;
+  broadcast.sbp = {flow::Sbp::broadcast()};
+  InputGuard other_ranks = split;
+  other_ranks.placement = flow::Placement("cpu", std::vector<int64_t>{0, 2});
+  EXPECT_EQ(flow::graph::signature_change({split}, {split}), "");
+  EXPECT_FALSE(local == split);
+  EXPECT_EQ(flow::graph::signature_change({local}, {split}), "input 0 placement none (local) -> " + split.placement->str());
+  EXPECT_EQ(flow::graph::signature_change({split}, {other_ranks}),
+            "input 0 placement " + split.placement->str() + " -> " + other_ranks.placement->str());
+  EXPECT_EQ(flow::graph::signature_change({split}, {broadcast}),
+            "input 0 sbp " + flow::nd_sbp_str(split.sbp) + " -> " + flow::nd_sbp_str(broadcast.sbp));
+  EXPECT_EQ(flow::graph::guard_str(split),
+            "size=(4, 2), dtype=flow.float32, device=cpu, placement=" + split.placement->str() + ", sbp=" + flow::nd_sbp_str(split.sbp));
+}
