@@ -52,7 +52,7 @@ bool is_state(const JobIndex& index, const std::string& value) {
 
 }  // namespace
 
-void conv_batch_norm_folding(proto::Job& job, PassContext&) {
+void conv_batch_norm_folding(proto::Job& job, PassContext& context) {
   const JobIndex index(job);
   const std::set<std::string> written = written_in_place(job);
   std::map<int, std::vector<proto::Node>> inserted;  // new nodes replacing the batch norm at a position
@@ -85,6 +85,7 @@ void conv_batch_norm_folding(proto::Job& job, PassContext&) {
     const std::string folded = writer.add("conv", "conv2d", {conv.inputs(0), weight, bias}, attrs_of(conv));
     renamed[value_name(bn.name(), 0)] = folded;
     removed.insert(conv_position);
+    context.record.fused.push_back({{parse_value_name(folded).first, "conv2d"}, {{conv.name(), conv.op()}, {bn.name(), bn.op()}}});
   }
   if (inserted.empty()) return;
   proto::Job rewritten;

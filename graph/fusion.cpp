@@ -216,6 +216,11 @@ void elementwise_fusion(proto::Job& job, PassContext& context) {
     if (assign == nullptr && linear == nullptr && group.members.size() < 2) continue;
     const int at = assign ? index.position(assign->name()) : group.members.back();
     replacement[at] = fuse(job, index, group, assign, linear, renamed);
+    FusedGroup& fused_group = context.record.fused.emplace_back();
+    fused_group.node = {replacement[at].name(), replacement[at].op()};
+    if (linear) fused_group.members.push_back({linear->name(), linear->op()});
+    for (int member : group.members) fused_group.members.push_back({job.nodes(member).name(), job.nodes(member).op()});
+    if (assign) fused_group.members.push_back({assign->name(), assign->op()});
     removed.insert(group.members.begin(), group.members.end());
     if (linear) removed.insert(index.position(linear->name()));
     removed.erase(at);

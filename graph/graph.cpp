@@ -61,6 +61,7 @@ struct Graph::CompiledPlan {
   std::unique_ptr<graph::Plan> plan;
   std::unique_ptr<graph::Executor> executor;
   double compile_seconds = 0;
+  graph::CompileLog log;
 };
 
 // Gives traced ops the scope of the module being called and records module inputs/outputs.
@@ -166,6 +167,16 @@ const graph::proto::Job& Graph::job() const { return current().traced.job; }
 const graph::Plan& Graph::plan() const { return *current().plan; }
 double Graph::compile_seconds() const { return current().compile_seconds; }
 
+graph::ExplainReport Graph::explain() const {
+  if (plans_.empty()) fail("graph", type_name(), ".explain(): nothing compiled yet; call the graph once to trace and compile it");
+  graph::ExplainReport report{name_, {}};
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    const CompiledPlan& plan = *plans_[i];
+    report.plans.push_back(graph::explain_plan(static_cast<int64_t>(i), plan.signature, plan.log, plan.traced.job, *plan.plan, plan.compile_seconds));
+  }
+  return report;
+}
+
 const std::vector<TensorMeta>& Graph::input_metas() const {
   static const std::vector<TensorMeta> none;
   return current_ ? current_->input_metas : none;
@@ -252,22 +263,33 @@ Graph::CompiledPlan& Graph::plan_for(const TensorList& inputs) {
     fail("graph", name_, ": input signature ", graph::signature_str(signature), " would compile a plan past the cache limit of ",
          config_.cache_limit(), " (graph.config().set_cache_limit(n) raises it); signatures compiled:", seen);
   }
+  std::vector<std::string> guard_failures;
+  for (const auto& plan : plans_) guard_failures.push_back(graph::signature_change(plan->signature, signature));
   if (debug_level_ >= 1 && !plans_.empty()) {
     // torch._dynamo's recompile log: the new signature, then the guard each cached plan fails.
     *log_ << "(GRAPH:" << name_ << ") recompiling (plan " << plans_.size() << ", cache limit " << config_.cache_limit()
           << ") for input signature " << graph::signature_str(signature) << "\n";
-    for (size_t i = 0; i < plans_.size(); ++i) {
-      *log_ << "(GRAPH:" << name_ << ")   plan " << i << " guard failed: " << graph::signature_change(plans_[i]->signature, signature) << "\n";
-    }
+    for (size_t i = 0; i < guard_failures.size(); ++i) *log_ << "(GRAPH:" << name_ << ")   plan " << i << " guard failed: " << guard_failures[i] << "\n";
   }
-  compile(std::move(signature));
+  compile(std::move(signature), std::move(guard_failures));
   return *(current_ = plans_.back().get());
 }
 
-void Graph::compile(graph::InputSignature signature) {
-  const auto start = std::chrono::steady_clock::now();
+void Graph::compile(graph::InputSignature signature, std::vector<std::string> guard_failures) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto phase_start = start;
+  // Seconds since the previous phase ended.
+  const auto phase_seconds = [&phase_start] {
+    const auto now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - phase_start).count();
+    phase_start = now;
+    return seconds;
+  };
   auto compiled = std::make_unique<CompiledPlan>();
   compiled->signature = std::move(signature);
+  graph::CompileLog& log = compiled->log;
+  log.guard_failures = std::move(guard_failures);
   compiled->input_metas = graph::metas_of(compiled->signature);
   // Every plan traces the modules in one mode: that of train()/eval(), else the modes at the first
   // compile, whatever eager code (another graph's eval(), say) set since.
@@ -279,12 +301,18 @@ void Graph::compile(graph::InputSignature signature) {
   }
   Traced& traced = compiled->traced;
   traced.job.set_training(config_.training());
+  log.traced_nodes = traced.job.nodes_size();
+  log.traced_ops = graph::op_counts(traced.job);
+  log.trace_seconds = phase_seconds();
   graph::PassContext context{traced.fixed};
-  graph::default_passes().run(traced.job, context, debug_level_, log_);
+  log.passes = graph::default_passes().run(traced.job, context, debug_level_, log_);
+  log.passes_seconds = phase_seconds();
   compiled->plan = std::make_unique<graph::Plan>(graph::make_plan(traced.job));
+  log.plan_seconds = phase_seconds();
   if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") plan: " << compiled->plan->summary() << "\n";
   compiled->executor = std::make_unique<graph::Executor>(traced.job, *compiled->plan, traced.fixed);
-  compiled->compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log.runtime_seconds = phase_seconds();
+  compiled->compile_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") compiled in " << compiled->compile_seconds << " s\n";
   plans_.push_back(std::move(compiled));
 }

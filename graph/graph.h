@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/explain.h"
 #include "graph/job.h"
 #include "graph/plan.h"
 #include "graph/signature.h"
@@ -106,6 +107,10 @@ class Graph {
   const graph::Plan& plan() const;
   double compile_seconds() const;
   const std::vector<TensorMeta>& input_metas() const;
+  // What compiling did, for every plan in compile order, like torch._dynamo.explain: ops traced,
+  // each pass's fusions, folds and eliminations, reused and planned memory, time per compile
+  // phase, and the guards behind each recompilation. Printable; an error before the first call.
+  graph::ExplainReport explain() const;
   // Traces build() again for inference on inputs of the given metas, into a new Job (no passes):
   // modules in eval mode, no optimizer update; gradient ops a training build() emits are dead.
   // fixed receives the eager tensors behind variable and constant nodes. Used by deploy export
@@ -126,7 +131,8 @@ class Graph {
   void add_module(const std::string& name, std::shared_ptr<Module> module);
   // The cached plan for these inputs' signature, compiled first if it is new.
   CompiledPlan& plan_for(const TensorList& inputs);
-  void compile(graph::InputSignature signature);
+  // guard_failures: why the signature fails each earlier plan's guards.
+  void compile(graph::InputSignature signature, std::vector<std::string> guard_failures);
   // Traces build() on lazy inputs of these metas.
   void trace(const std::vector<TensorMeta>& input_metas, bool with_optimizers, int debug_level, Traced& traced);
   const CompiledPlan& current() const;

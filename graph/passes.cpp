@@ -2,6 +2,7 @@
 // elimination and dead-code elimination.
 #include "graph/passes.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -40,6 +41,23 @@ void remove_nodes(proto::Job& job, const std::set<int>& positions) {
   job.mutable_nodes()->Swap(kept.mutable_nodes());
 }
 
+std::vector<std::string> node_names(const proto::Job& job) {
+  std::vector<std::string> names;
+  names.reserve(static_cast<size_t>(job.nodes_size()));
+  for (const auto& node : job.nodes()) names.push_back(node.name());
+  return names;
+}
+
+// The names of `names` missing from `others`, in order.
+std::vector<std::string> missing_from(const std::vector<std::string>& names, const std::vector<std::string>& others) {
+  const std::set<std::string> present(others.begin(), others.end());
+  std::vector<std::string> missing;
+  for (const auto& name : names) {
+    if (!present.count(name)) missing.push_back(name);
+  }
+  return missing;
+}
+
 }  // namespace
 
 PassManager& PassManager::add(std::string name, PassFn pass) {
@@ -53,7 +71,7 @@ std::vector<std::string> PassManager::names() const {
   return names;
 }
 
-void PassManager::run(proto::Job& job, PassContext& context, int debug_level, std::ostream* log) const {
+std::vector<PassRecord> PassManager::run(proto::Job& job, PassContext& context, int debug_level, std::ostream* log) const {
   const char* dump_dir = std::getenv("FLOW_GRAPH_DUMP_DIR");
   auto dump = [&](size_t step, const std::string& stage) {
     if (dump_dir != nullptr && *dump_dir != '\0') {
@@ -62,14 +80,27 @@ void PassManager::run(proto::Job& job, PassContext& context, int debug_level, st
     if (debug_level >= 3 && log != nullptr) *log << "(GRAPH:" << job.name() << ") job after " << stage << ":\n" << job_to_text(job);
   };
   dump(0, "traced");
+  std::vector<PassRecord> records;
   for (size_t i = 0; i < passes_.size(); ++i) {
-    const int before = job.nodes_size();
+    const std::vector<std::string> before = node_names(job);
+    context.record = PassRecord{};
+    const auto start = std::chrono::steady_clock::now();
     passes_[i].second(job, context);
+    PassRecord& record = context.record;
+    record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    record.pass = passes_[i].first;
+    const std::vector<std::string> after = node_names(job);
+    record.nodes_before = static_cast<int64_t>(before.size());
+    record.nodes_after = static_cast<int64_t>(after.size());
+    record.removed = missing_from(before, after);
+    record.added = missing_from(after, before);
     if (debug_level >= 1 && log != nullptr) {
-      *log << "(GRAPH:" << job.name() << ") pass " << passes_[i].first << ": " << before << " -> " << job.nodes_size() << " nodes\n";
+      *log << "(GRAPH:" << job.name() << ") pass " << record.pass << ": " << record.nodes_before << " -> " << record.nodes_after << " nodes\n";
     }
-    dump(i + 1, passes_[i].first);
+    dump(i + 1, record.pass);
+    records.push_back(std::move(record));
   }
+  return records;
 }
 
 PassManager default_passes() {
@@ -98,20 +129,22 @@ void dead_code_elimination(proto::Job& job, PassContext& context) {
     }
     for (const auto& input : node.inputs()) needed.insert(input);
   }
+  for (int position : dead) context.record.eliminated.push_back({{job.nodes(position).name(), job.nodes(position).op()}, "dead"});
   remove_nodes(job, dead);
 }
 
-void unused_pool_indices_elimination(proto::Job& job, PassContext&) {
+void unused_pool_indices_elimination(proto::Job& job, PassContext& context) {
   const JobIndex index(job);
   for (int i = 0; i < job.nodes_size(); ++i) {
     proto::Node& node = *job.mutable_nodes(i);
     if (node.op() != "max_pool2d" || !index.consumers(value_name(node.name(), 1)).empty()) continue;
     node.set_op("max_pool2d_inference");
     node.mutable_outputs()->RemoveLast();
+    context.record.rewritten.push_back({node.name(), node.op()});
   }
 }
 
-void common_subexpression_elimination(proto::Job& job, PassContext&) {
+void common_subexpression_elimination(proto::Job& job, PassContext& context) {
   const std::set<std::string> written = written_in_place(job);
   std::map<std::string, std::string> first_by_key;
   std::map<std::string, std::string> renamed;
@@ -127,6 +160,7 @@ void common_subexpression_elimination(proto::Job& job, PassContext&) {
     if (inserted) continue;
     for (int j = 0; j < node.outputs_size(); ++j) renamed[value_name(node.name(), j)] = value_name(first->second, j);
     merged.insert(i);
+    context.record.eliminated.push_back({{node.name(), node.op()}, "duplicate of " + first->second});
   }
   remove_nodes(job, merged);
 }
@@ -150,6 +184,7 @@ void constant_folding(proto::Job& job, PassContext& context) {
     const TensorList values = execute_op(find_op(node.op()), inputs, attrs_of(node), {meta_of(node.outputs(0))});
     context.fixed[node.name()] = values.at(0);
     constants.insert(node.name());
+    context.record.folded.push_back({node.name(), node.op()});
     node.set_op(kConstantOp);
     node.clear_inputs();
     node.clear_input_sbp();
@@ -158,7 +193,7 @@ void constant_folding(proto::Job& job, PassContext& context) {
   }
 }
 
-void copy_elimination(proto::Job& job, PassContext&) {
+void copy_elimination(proto::Job& job, PassContext& context) {
   const std::set<std::string> written = written_in_place(job);
   const JobIndex index(job);
   std::map<std::string, std::string> renamed;
@@ -175,6 +210,7 @@ void copy_elimination(proto::Job& job, PassContext&) {
     if (feeds_output) continue;  // a graph output stays a tensor of its own
     auto chained = renamed.find(source);
     renamed[value] = chained == renamed.end() ? source : chained->second;
+    context.record.bypassed.push_back({{node.name(), node.op()}, "copy of " + renamed[value]});
   }
   for (auto& node : *job.mutable_nodes()) {
     for (auto& input : *node.mutable_inputs()) {

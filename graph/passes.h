@@ -1,6 +1,8 @@
 #pragma once
 // Job -> Job passes and the pass manager that runs them in order, optionally dumping the Job
-// after each one (debug level 3, or the directory in FLOW_GRAPH_DUMP_DIR).
+// after each one (debug level 3, or the directory in FLOW_GRAPH_DUMP_DIR). Each pass notes what
+// it did in a PassRecord, which nn::Graph::explain() reports.
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <ostream>
@@ -11,10 +13,45 @@
 
 namespace flow::graph {
 
+struct NodeRef {
+  std::string name;
+  std::string op;
+};
+
+// A group of nodes one node now computes: an element-wise chain (with the linear or assign it
+// absorbed), or a conv2d and the batch norm folded into it.
+struct FusedGroup {
+  NodeRef node;
+  std::vector<NodeRef> members;  // in Job order
+};
+
+struct RemovedNode {
+  NodeRef node;
+  std::string reason;  // "dead", "duplicate of <node>", "copy of <value>"
+};
+
+// What one pass did to the Job. The pass manager fills the counts, time and node differences;
+// the pass itself says why.
+struct PassRecord {
+  std::string pass;
+  int64_t nodes_before = 0;
+  int64_t nodes_after = 0;
+  double seconds = 0;
+  std::vector<std::string> removed;  // nodes of the Job before that the Job after lacks, in Job order
+  std::vector<std::string> added;    // nodes of the Job after that the Job before lacked, in Job order
+  std::vector<FusedGroup> fused;
+  std::vector<NodeRef> folded;           // evaluated at compile time into constants (op before folding)
+  std::vector<RemovedNode> eliminated;   // removed by dead-code or common-subexpression elimination
+  std::vector<RemovedNode> bypassed;     // copies whose readers now read the source; DCE removes them
+  std::vector<NodeRef> rewritten;        // op replaced in place (op after)
+};
+
 struct PassContext {
   // The eager tensors behind variable and constant nodes, by node name; constant folding adds
   // its results here.
   std::map<std::string, Tensor>& fixed;
+  // Where the running pass notes what it did; the pass manager starts a fresh one per pass.
+  PassRecord record = {};
 };
 
 using PassFn = std::function<void(proto::Job& job, PassContext& context)>;
@@ -22,9 +59,9 @@ using PassFn = std::function<void(proto::Job& job, PassContext& context)>;
 class PassManager {
  public:
   PassManager& add(std::string name, PassFn pass);
-  // Runs every pass in order. debug_level >= 1 logs each pass with the node count it leaves;
-  // >= 3 (or FLOW_GRAPH_DUMP_DIR) dumps the Job text after each pass.
-  void run(proto::Job& job, PassContext& context, int debug_level = 0, std::ostream* log = nullptr) const;
+  // Runs every pass in order and returns what each did. debug_level >= 1 logs each pass with the
+  // node count it leaves; >= 3 (or FLOW_GRAPH_DUMP_DIR) dumps the Job text after each pass.
+  std::vector<PassRecord> run(proto::Job& job, PassContext& context, int debug_level = 0, std::ostream* log = nullptr) const;
   std::vector<std::string> names() const;
 
  private:
