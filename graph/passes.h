@@ -40,10 +40,10 @@ struct PassRecord {
   std::vector<std::string> removed;  // nodes of the Job before that the Job after lacks, in Job order
   std::vector<std::string> added;    // nodes of the Job after that the Job before lacked, in Job order
   std::vector<FusedGroup> fused;
-  std::vector<NodeRef> folded;           // evaluated at compile time into constants (op before folding)
-  std::vector<RemovedNode> eliminated;   // removed by dead-code or common-subexpression elimination
-  std::vector<RemovedNode> bypassed;     // copies whose readers now read the source; DCE removes them
-  std::vector<NodeRef> rewritten;        // op replaced in place (op after)
+  std::vector<NodeRef> folded;          // evaluated at compile time into constants (op before folding)
+  std::vector<RemovedNode> eliminated;  // removed by dead-code or common-subexpression elimination
+  std::vector<RemovedNode> bypassed;    // copies whose readers now read the source; DCE removes them
+  std::vector<NodeRef> rewritten;       // op replaced in place (op after)
 };
 
 struct PassContext {
