@@ -118,6 +118,15 @@ int64_t Placement::index_of(int64_t rank) const {
   return it == ranks_.end() ? -1 : static_cast<int64_t>(it - ranks_.begin());
 }
 
+std::vector<int64_t> Placement::coordinates(int64_t index) const {
+  std::vector<int64_t> coords(hierarchy_.size());
+  for (int64_t d = hierarchy_.ndim() - 1; d >= 0; --d) {
+    coords[static_cast<size_t>(d)] = index % hierarchy_[d];
+    index /= hierarchy_[d];
+  }
+  return coords;
+}
+
 Device Placement::device_for(int64_t rank) const {
   if (type_ == DeviceType::kCPU) return kCPU;
   const int64_t local_world = distributed::is_initialized() ? distributed::process_group("placement").local_world_size() : 1;
@@ -205,12 +214,7 @@ void check_nd_sbp(const Placement& placement, const NdSbp& nd_sbp, const Shape& 
 Shape local_shape(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp, int64_t index) {
   Shape shape = logical;
   const Shape& hierarchy = placement.hierarchy();
-  int64_t rest = index;
-  std::vector<int64_t> coords(hierarchy.size());
-  for (int64_t d = hierarchy.ndim() - 1; d >= 0; --d) {
-    coords[static_cast<size_t>(d)] = rest % hierarchy[d];
-    rest /= hierarchy[d];
-  }
+  const std::vector<int64_t> coords = placement.coordinates(index);
   for (size_t d = 0; d < nd_sbp.size(); ++d) {
     if (nd_sbp[d].is_split()) {
       const auto axis = static_cast<size_t>(nd_sbp[d].axis);

@@ -32,6 +32,8 @@ class Placement {
   bool contains(int64_t rank) const { return index_of(rank) >= 0; }
   // Position of rank in ranks(), or -1.
   int64_t index_of(int64_t rank) const;
+  // The coordinates in hierarchy() of position `index` of ranks() (row-major).
+  std::vector<int64_t> coordinates(int64_t index) const;
   // The device a rank's local tensor is on: cpu, or cuda:(its local rank) for cuda.
   Device device_for(int64_t rank) const;
   // oneflow.placement(type="cpu", ranks=[[0, 1], [2, 3]])

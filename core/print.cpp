@@ -149,10 +149,7 @@ std::ostream& operator<<(std::ostream& out, const Tensor& tensor) {
     for (int64_t d : tensor.shape()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
     return out << "tensor([], size=(" << dims << ")" << suffix;
   }
-  const Tensor whole = tensor.is_global()
-                           ? tensor.to_global(tensor.placement(), NdSbp(tensor.sbp().size(), Sbp::broadcast())).to_local()
-                           : tensor;
-  const Tensor host = whole.cpu();
+  const Tensor host = tensor.whole_local().cpu();
   const bool summarize = host.numel() > kThreshold;
   std::vector<double> values;
   collect(host, summarize, values);

@@ -92,6 +92,10 @@ class Tensor {
   Tensor to_global(const Placement& placement, const Sbp& sbp) const { return to_global(placement, NdSbp{sbp}); }
   // This rank's piece of a global tensor (a local tensor is returned as is). Differentiable.
   Tensor to_local() const;
+  // The whole logical tensor as a local one: a global tensor is gathered (every rank of its
+  // placement calls it); a local tensor is returned as is. Reading values (item, tolist,
+  // printing) goes through it.
+  Tensor whole_local() const;
 
   // Data. data_ptr<T>() checks T against the dtype; item() needs exactly one element.
   const std::shared_ptr<Storage>& storage() const { return checked().storage; }
@@ -183,8 +187,6 @@ class Tensor {
 
  private:
   const TensorImpl& checked() const;
-  // The whole logical tensor as a local one (gathered for a global tensor).
-  Tensor whole_local() const;
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -55,6 +55,14 @@ void check_cpu_tensor(const Tensor& tensor, const char* op, const char* name) {
   FLOW_ARG_CHECK(tensor.is_contiguous(), op, name, " must be contiguous");
 }
 
+// An input and output of one collective: CPU, contiguous, one dtype.
+void check_cpu_pair(const Tensor& input, const Tensor& output, const char* op) {
+  check_cpu_tensor(input, op, "the input");
+  check_cpu_tensor(output, op, "the output");
+  FLOW_ARG_CHECK(input.dtype() == output.dtype(), op, "the input is ", dtype_name(input.dtype()), " but the output is ",
+                 dtype_name(output.dtype()));
+}
+
 int64_t row_elements(const Tensor& tensor, const char* op, const char* name) {
   FLOW_ARG_CHECK(tensor.dim() >= 1, op, name, " needs at least one dimension (rows are split along dim 0)");
   int64_t elements = 1;
@@ -275,10 +283,7 @@ std::shared_ptr<Work> GlooProcessGroup::all_reduce(const Tensor& tensor, ReduceO
 std::shared_ptr<Work> GlooProcessGroup::all_gather(const Tensor& input, const Tensor& output,
                                                    const std::vector<int64_t>& dim0_sizes, const Ranks& ranks) {
   const char* op = "all_gather";
-  check_cpu_tensor(input, op, "the input");
-  check_cpu_tensor(output, op, "the output");
-  FLOW_ARG_CHECK(input.dtype() == output.dtype(), op, "the input is ", dtype_name(input.dtype()), " but the output is ",
-                 dtype_name(output.dtype()));
+  check_cpu_pair(input, output, op);
   Ranks members = members_of(ranks, op);
   FLOW_ARG_CHECK(dim0_sizes.size() == members.size(), op, "dim0_sizes has ", dim0_sizes.size(), " entries for ",
                  members.size(), " members");
@@ -308,10 +313,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& input, cons
                                                        const std::vector<int64_t>& dim0_sizes, ReduceOp reduce,
                                                        const Ranks& ranks) {
   const char* op = "reduce_scatter";
-  check_cpu_tensor(input, op, "the input");
-  check_cpu_tensor(output, op, "the output");
-  FLOW_ARG_CHECK(input.dtype() == output.dtype(), op, "the input is ", dtype_name(input.dtype()), " but the output is ",
-                 dtype_name(output.dtype()));
+  check_cpu_pair(input, output, op);
   ReduceFunction reduce_elements = reduce_function(input.dtype(), reduce, op);
   Ranks members = members_of(ranks, op);
   FLOW_ARG_CHECK(dim0_sizes.size() == members.size(), op, "dim0_sizes has ", dim0_sizes.size(), " entries for ",
@@ -368,10 +370,7 @@ std::shared_ptr<Work> GlooProcessGroup::all_to_all(const Tensor& input, const st
                                                    const Tensor& output, const std::vector<int64_t>& recv_sizes,
                                                    const Ranks& ranks) {
   const char* op = "all_to_all";
-  check_cpu_tensor(input, op, "the input");
-  check_cpu_tensor(output, op, "the output");
-  FLOW_ARG_CHECK(input.dtype() == output.dtype(), op, "the input is ", dtype_name(input.dtype()), " but the output is ",
-                 dtype_name(output.dtype()));
+  check_cpu_pair(input, output, op);
   Ranks members = members_of(ranks, op);
   FLOW_ARG_CHECK(send_sizes.size() == members.size() && recv_sizes.size() == members.size(), op,
                  "send_sizes and recv_sizes need one entry per member (", members.size(), "), got ", send_sizes.size(),

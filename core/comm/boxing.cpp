@@ -19,21 +19,11 @@ struct Group {
   int64_t size() const { return static_cast<int64_t>(ranks.size()); }
 };
 
-std::vector<int64_t> coords_of(int64_t index, const Shape& hierarchy) {
-  std::vector<int64_t> coords(hierarchy.size());
-  for (int64_t d = hierarchy.ndim() - 1; d >= 0; --d) {
-    coords[static_cast<size_t>(d)] = index % hierarchy[d];
-    index /= hierarchy[d];
-  }
-  return coords;
-}
-
 Group group_along(const Placement& placement, size_t dim) {
-  const Shape& hierarchy = placement.hierarchy();
-  const std::vector<int64_t> mine = coords_of(placement.index_of(get_rank()), hierarchy);
+  const std::vector<int64_t> mine = placement.coordinates(placement.index_of(get_rank()));
   Group group;
   for (int64_t i = 0; i < placement.size(); ++i) {
-    std::vector<int64_t> coords = coords_of(i, hierarchy);
+    const std::vector<int64_t> coords = placement.coordinates(i);
     bool same = true;
     for (size_t d = 0; d < coords.size(); ++d) same = same && (d == dim || coords[d] == mine[d]);
     if (!same) continue;
@@ -56,7 +46,6 @@ Tensor split_to_split(const Tensor& x, const Shape& logical, int64_t from, int64
   const int64_t n = group.size();
   TensorList blocks;
   std::vector<int64_t> send_sizes, recv_sizes;
-  const int64_t my_from = split_part_size(logical[from], n, group.index);
   const int64_t my_to = split_part_size(logical[to], n, group.index);
   const int64_t others = x.numel() / std::max<int64_t>(1, x.size(from) * x.size(to));
   for (int64_t j = 0; j < n; ++j) {
@@ -77,7 +66,6 @@ Tensor split_to_split(const Tensor& x, const Shape& logical, int64_t from, int64
     pieces.push_back(received.narrow(0, offset, recv_sizes[static_cast<size_t>(j)]).reshape(piece_shape));
     offset += recv_sizes[static_cast<size_t>(j)];
   }
-  (void)my_from;
   return axis_from_front(cat(pieces, 0), from);
 }
 

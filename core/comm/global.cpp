@@ -142,21 +142,17 @@ Shape logical_shape_of(const Tensor& local, const Placement& placement, const Nd
   Tensor mine = tensor(local.shape().vec(), Shape{1, local.dim()});
   const Tensor gathered = all_gather(mine, members).contiguous();
   const int64_t* sizes = gathered.data_ptr<int64_t>();
-  const Shape& hierarchy = placement.hierarchy();
   Shape logical = local.shape();
   for (int64_t axis = 0; axis < local.dim(); ++axis) {
-    std::vector<bool> splits_axis(hierarchy.size(), false);
+    std::vector<bool> splits_axis(nd_sbp.size(), false);
     for (size_t d = 0; d < nd_sbp.size(); ++d) splits_axis[d] = nd_sbp[d].is_split() && nd_sbp[d].axis == axis;
     if (std::none_of(splits_axis.begin(), splits_axis.end(), [](bool b) { return b; })) continue;
     int64_t total = 0;
     for (int64_t index = 0; index < placement.size(); ++index) {
       // Count each piece along the splitting dimensions once: the other coordinates at 0.
-      int64_t rest = index;
+      const std::vector<int64_t> coords = placement.coordinates(index);
       bool counted = true;
-      for (int64_t d = hierarchy.ndim() - 1; d >= 0; --d) {
-        if (!splits_axis[static_cast<size_t>(d)] && rest % hierarchy[d] != 0) counted = false;
-        rest /= hierarchy[d];
-      }
+      for (size_t d = 0; d < coords.size(); ++d) counted = counted && (splits_axis[d] || coords[d] == 0);
       if (!counted) continue;
       const int64_t rank = placement.ranks()[static_cast<size_t>(index)];
       const int64_t row = std::lower_bound(members.begin(), members.end(), rank) - members.begin();
