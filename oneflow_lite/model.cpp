@@ -3,9 +3,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "core/interpreter.h"
 #include "core/serialization.h"
@@ -51,6 +55,7 @@ struct Program {
   std::vector<bool> copy_output;  // the output is (a view of) an input or a weight: hand out a copy
   int num_values = 0;
   int64_t planned_bytes = 0;
+  int64_t run_bytes = 0;  // planned_bytes plus the outputs allocated per run
 };
 
 // The memory of one run in flight: each device's block and the planned output tensors in it.
@@ -67,6 +72,7 @@ struct Model::Impl {
   std::vector<TensorSpec> inputs, outputs;
   std::vector<Device> input_devices;
   std::map<std::string, Tensor> weights;  // by constant node name
+  int64_t memory_limit = 0;
 
   mutable std::mutex mutex;
   mutable std::map<int64_t, std::shared_ptr<const Program>> programs;  // by batch size
@@ -76,6 +82,8 @@ struct Model::Impl {
   [[noreturn]] void invalid(const Args&... args) const {
     fail("oneflow_lite", dir, ": ", args...);
   }
+  // Refuses `bytes` of memory for `what` when it is over the limit, before it is allocated.
+  void check_memory(int64_t bytes, const std::string& what) const;
   std::shared_ptr<const Program> program(int64_t batch) const;
   std::shared_ptr<const Program> make_program(int64_t batch) const;
   // Checks one node of the Job and adds its values (and its step) to the program.
@@ -125,7 +133,39 @@ int64_t io_index(const proto::Node& node, size_t count) {
   return index->second.i();
 }
 
+// Sums byte counts; an overflow saturates, which is over any limit.
+int64_t add_bytes(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<int64_t>::max() : sum;
+}
+
+std::string bytes_str(int64_t bytes) {
+  std::ostringstream out;
+  out << bytes << " bytes";
+  if (bytes >= (int64_t{1} << 20)) out << " (" << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 30) << " GiB)";
+  return out.str();
+}
+
+int64_t physical_memory_bytes() { return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE); }
+
+// The Job's value for a model input or output must be what its spec promises at this batch size:
+// run() checks given inputs against the specs, and the kernels trust the Job's metas.
+void check_spec(const char* kind, const TensorSpec& spec, const TensorMeta& meta, int64_t batch) {
+  bool matches = meta.dtype == spec.dtype && meta.shape.size() == static_cast<int64_t>(spec.shape.size());
+  for (size_t d = 0; matches && d < spec.shape.size(); ++d) matches = meta.shape[d] == (d == 0 && spec.shape[d] == -1 ? batch : spec.shape[d]);
+  if (!matches) {
+    reject("is ", meta_str(meta), " but the model's ", kind, " '", spec.name, "' is ", shape_str(spec.shape), " ", dtype_name(spec.dtype),
+           " (batch ", batch, ")");
+  }
+}
+
 }  // namespace
+
+void Model::Impl::check_memory(int64_t bytes, const std::string& what) const {
+  if (bytes <= memory_limit) return;
+  invalid(what, " needs ", bytes_str(bytes), " of memory, more than the limit of ", bytes_str(memory_limit),
+          " (lite::LoadOptions::memory_limit; by default this machine's physical memory)");
+}
 
 void Model::Impl::add_node(proto::Node& node, int64_t batch, bool rebatch, Program& program, std::map<std::string, int>& value_ids,
                            std::map<std::string, TensorMeta>& metas, std::map<int64_t, int>& input_of_index,
@@ -139,7 +179,9 @@ void Model::Impl::add_node(proto::Node& node, int64_t batch, bool rebatch, Progr
   };
   if (node.op() == kOutputOp) {
     if (node.inputs_size() != 1 || !value_ids.count(node.inputs(0))) reject("reads an unknown value");
-    if (!output_of_index.emplace(io_index(node, outputs.size()), value_ids.at(node.inputs(0))).second) reject("a second node for the same output");
+    const int64_t index = io_index(node, outputs.size());
+    check_spec("output", outputs[index], metas.at(node.inputs(0)), batch);
+    if (!output_of_index.emplace(index, value_ids.at(node.inputs(0))).second) reject("a second node for the same output");
     return;
   }
   if (node.op() == kInputOp || node.op() == kConstantOp) {
@@ -148,9 +190,12 @@ void Model::Impl::add_node(proto::Node& node, int64_t batch, bool rebatch, Progr
       if (node.outputs(0).shape_size() == 0) reject("a dynamic batch needs an input of rank >= 1");
       node.mutable_outputs(0)->set_shape(0, batch);
     }
-    const int id = add_value(0, graph::meta_of(node.outputs(0)));
+    const TensorMeta meta = graph::meta_of(node.outputs(0));
+    const int id = add_value(0, meta);
     if (node.op() == kInputOp) {
-      if (!input_of_index.emplace(io_index(node, inputs.size()), id).second) reject("a second node for the same input");
+      const int64_t index = io_index(node, inputs.size());
+      check_spec("input", inputs[index], meta, batch);
+      if (!input_of_index.emplace(index, id).second) reject("a second node for the same input");
     } else {
       auto weight = weights.find(name);
       if (weight == weights.end()) reject("missing weight '", name, "' in weights.safetensors");
@@ -233,7 +278,8 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
   } catch (const std::exception& e) {
     invalid("model.pb: cannot plan the memory of the Job at batch ", batch, ": ", e.what());
   }
-  for (const auto& [device, bytes] : program->plan.block_bytes) program->planned_bytes += bytes;
+  for (const auto& [device, bytes] : program->plan.block_bytes) program->planned_bytes = add_bytes(program->planned_bytes, bytes);
+  program->run_bytes = program->planned_bytes;
   size_t step_index = 0;
   for (const auto& node : job.nodes()) {
     if (graph::is_source_kind(node.op())) continue;
@@ -246,6 +292,10 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
     for (int j = 0; j < node.outputs_size(); ++j) {
       auto planned = program->plan.buffers.find(graph::value_name(node.name(), j));
       step.planned.push_back(planned == program->plan.buffers.end() ? nullptr : &planned->second);
+      if (!step.planned.back()) {
+        const TensorMeta& meta = step.out_metas[j];
+        program->run_bytes = add_bytes(program->run_bytes, meta.shape.nbytes(itemsize(meta.dtype), "oneflow_lite"));
+      }
     }
   }
   return program;
@@ -253,9 +303,11 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
 
 std::shared_ptr<const Program> Model::Impl::program(int64_t batch) const {
   std::lock_guard<std::mutex> lock(mutex);
-  auto& cached = programs[batch];
-  if (!cached) cached = make_program(batch);
-  return cached;
+  auto cached = programs.find(batch);
+  if (cached != programs.end()) return cached->second;
+  std::shared_ptr<const Program> made = make_program(batch);
+  check_memory(made->run_bytes, "a run at batch " + std::to_string(batch));
+  return programs[batch] = made;
 }
 
 std::unique_ptr<Arena> Model::Impl::take_arena(int64_t batch, const Program& program) const {
@@ -289,15 +341,26 @@ void Model::Impl::give_back(int64_t batch, std::unique_ptr<Arena> arena) const {
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
-std::shared_ptr<const Model> Model::load(const std::string& dir) {
+std::shared_ptr<const Model> Model::load(const std::string& dir, const LoadOptions& options) {
+  if (options.memory_limit_bytes < 0) fail("oneflow_lite", "memory_limit must be >= 0, got ", options.memory_limit_bytes);
   auto impl = std::make_unique<Impl>();
   impl->dir = dir;
+  impl->memory_limit = options.memory_limit_bytes > 0 ? options.memory_limit_bytes : physical_memory_bytes();
   impl->exported = read_exported(dir);
   try {
     impl->inputs = specs_of(impl->exported.inputs());
     impl->outputs = specs_of(impl->exported.outputs());
   } catch (const std::exception& e) {
     impl->invalid("model.pb: input/output specs: ", e.what());
+  }
+  for (const auto* specs : {&impl->inputs, &impl->outputs}) {
+    for (const TensorSpec& spec : *specs) {
+      for (size_t d = 0; d < spec.shape.size(); ++d) {
+        if (spec.shape[d] == -1 && !(d == 0 && impl->exported.dynamic_batch())) {
+          impl->invalid("model.pb: '", spec.name, "' has shape ", shape_str(spec.shape), ": -1 is only dim 0 of a dynamic-batch model");
+        }
+      }
+    }
   }
   std::map<int64_t, Device> input_devices;
   for (const auto& node : impl->exported.job().nodes()) {
@@ -346,12 +409,19 @@ void Model::check_by_running() const {
   // A trial run on zeros at the exported batch size: a kernel that refuses its node's attributes
   // (a oneDNN primitive that cannot be created, say) is then reported at load, not at the first
   // request.
+  std::vector<Shape> shapes;
+  int64_t input_bytes = 0;
+  for (const TensorSpec& spec : inputs()) {
+    std::vector<int64_t> dims = spec.shape;
+    if (!dims.empty() && dims[0] == -1) dims[0] = exported_batch();
+    shapes.emplace_back(dims);
+    input_bytes = add_bytes(input_bytes, shapes.back().nbytes(itemsize(spec.dtype), "oneflow_lite"));
+  }
+  impl_->check_memory(add_bytes(input_bytes, run_bytes(exported_batch())), "the trial run at load (batch " + std::to_string(exported_batch()) + ")");
   TensorList zeros;
   for (size_t i = 0; i < inputs().size(); ++i) {
-    std::vector<int64_t> dims = inputs()[i].shape;
-    if (!dims.empty() && dims[0] == -1) dims[0] = exported_batch();
     // Zero bytes, not flow::zeros: storage-only dtypes (uint16, ...) have no fill kernel.
-    Tensor zero = make_tensor(Shape(dims), inputs()[i].dtype, kCPU);
+    Tensor zero = make_tensor(shapes[i], inputs()[i].dtype, kCPU);
     std::memset(zero.data_ptr(), 0, static_cast<size_t>(zero.nbytes()));
     zeros.push_back(zero.to(impl_->input_devices.at(i)));
   }
@@ -368,6 +438,7 @@ const std::vector<TensorSpec>& Model::outputs() const { return impl_->outputs; }
 bool Model::dynamic_batch() const { return impl_->exported.dynamic_batch(); }
 int64_t Model::exported_batch() const { return impl_->exported.batch_size(); }
 int64_t Model::planned_bytes(int64_t batch) const { return impl_->program(batch)->planned_bytes; }
+int64_t Model::run_bytes(int64_t batch) const { return impl_->program(batch)->run_bytes; }
 
 TensorList Model::run(const TensorList& given) const {
   const auto& specs = impl_->inputs;

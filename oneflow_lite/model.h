@@ -19,14 +19,26 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 
+struct LoadOptions {
+  // The most memory one run may need: its planned intermediates and outputs (and, for the trial
+  // run at load, its inputs). A model, or a batch size, needing more is refused with flow::Error
+  // instead of being allocated. 0 (the default) means this machine's physical memory.
+  int64_t memory_limit_bytes = 0;
+  LoadOptions& memory_limit(int64_t bytes) {
+    memory_limit_bytes = bytes;
+    return *this;
+  }
+};
+
 class Model {
  public:
   // Loads an export directory. Throws flow::Error("[oneflow_lite] <dir>: <what is wrong>") for a
   // missing or corrupt file, a format version this build does not read, an unknown op, a node
   // its op's checks reject (arity, ranks, attributes; the node is named), an op without a kernel
   // for the device, or a missing or mis-sized weight. A trial run on zeros at the exported batch
-  // size makes a kernel's refusal a load error too: a model that loads runs.
-  static std::shared_ptr<const Model> load(const std::string& dir);
+  // size makes a kernel's refusal a load error too: a model that loads runs. A model whose run
+  // needs more memory than options.memory_limit is refused before anything is allocated.
+  static std::shared_ptr<const Model> load(const std::string& dir, const LoadOptions& options = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -45,6 +57,9 @@ class Model {
   TensorList run(const TensorList& inputs) const;
   // The planned intermediate memory of one run at `batch` (planned once, then reused).
   int64_t planned_bytes(int64_t batch) const;
+  // What one run at `batch` allocates: planned intermediates plus the outputs it hands out. A
+  // batch whose run needs more than the memory limit is refused (flow::Error) by run().
+  int64_t run_bytes(int64_t batch) const;
 
  private:
   struct Impl;

@@ -145,6 +145,26 @@ TEST_F(LiteTest, TrainingGraphExportsItsForwardInEvalMode) {
   }
 }
 
+TEST_F(LiteTest, MemoryLimitRefusesARunBeforeAllocatingIt) {
+  auto net = test_models::mlp();
+  EvalGraph graph(net);
+  graph(flow::randn({2, 1, 28, 28}));
+  flow::save(graph, dir());
+  const auto model = flow::lite::Model::load(dir());
+  const int64_t at_2 = model->run_bytes(2);
+  EXPECT_GE(at_2, model->planned_bytes(2));
+  EXPECT_GT(model->run_bytes(64), at_2);
+  // The trial run at load needs the inputs too: (2,1,28,28) float32.
+  const int64_t trial = at_2 + 2 * 28 * 28 * 4;
+  EXPECT_THROW_MSG(flow::lite::Model::load(dir(), flow::lite::LoadOptions().memory_limit(trial - 1)),
+                   "the trial run at load (batch 2) needs " + std::to_string(trial) + " bytes of memory, more than the limit of " +
+                       std::to_string(trial - 1) + " bytes");
+  const auto limited = flow::lite::Model::load(dir(), flow::lite::LoadOptions().memory_limit(trial));
+  EXPECT_EQ(limited->run({flow::randn({2, 1, 28, 28})}).at(0).size(0), 2);
+  EXPECT_THROW_MSG(limited->run({flow::randn({64, 1, 28, 28})}), "a run at batch 64 needs");
+  EXPECT_THROW_MSG(flow::lite::Model::load(dir(), flow::lite::LoadOptions().memory_limit(-1)), "memory_limit must be >= 0, got -1");
+}
+
 TEST_F(LiteTest, BatchBakedIntoTheGraphGivesAStaticExport) {
   struct Flattened : nn::Graph {
     TensorList build(const TensorList& in) override { return {flow::relu(in[0].reshape({-1}))}; }
@@ -221,6 +241,26 @@ TEST_F(LiteLoadErrors, VersionMismatch) {
   model.mutable_job()->set_version(7);
   write_model(model);
   EXPECT_THROW_MSG(flow::lite::Model::load(dir()), "Job schema version 7");
+}
+
+TEST_F(LiteLoadErrors, SpecsThatDisagreeWithTheJob) {
+  // run() checks given inputs against the specs and the kernels trust the Job: the two must agree.
+  auto model = exported_;
+  model.mutable_inputs(0)->add_shape(1);
+  write_model(model);
+  EXPECT_THROW_MSG(flow::lite::Model::load(dir()), "is (2, 1, 28, 28) float32 on cpu but the model's input 'input_0' is (-1, 1, 28, 28, 1) float32");
+  model = exported_;
+  model.mutable_outputs(0)->set_dtype("float64");
+  write_model(model);
+  EXPECT_THROW_MSG(flow::lite::Model::load(dir()), "but the model's output 'output_0' is (-1, 10) float64");
+  model = exported_;
+  model.mutable_inputs(0)->set_shape(2, -1);
+  write_model(model);
+  EXPECT_THROW_MSG(flow::lite::Model::load(dir()), "'input_0' has shape (-1, 1, -1, 28): -1 is only dim 0 of a dynamic-batch model");
+  model = exported_;
+  model.set_dynamic_batch(false);
+  write_model(model);
+  EXPECT_THROW_MSG(flow::lite::Model::load(dir()), "'input_0' has shape (-1, 1, 28, 28): -1 is only dim 0 of a dynamic-batch model");
 }
 
 TEST_F(LiteLoadErrors, UnknownOp) {
