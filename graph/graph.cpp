@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "core/autograd_meta.h"
+#include "core/comm/global.h"
 #include "core/functional.h"
 #include "graph/executor.h"
 #include "graph/passes.h"
@@ -48,6 +50,7 @@ struct Graph::Traced {
   graph::proto::Job job;
   std::map<std::string, Tensor> fixed;  // the eager tensors behind variable and constant nodes
   std::vector<TensorMeta> output_metas;
+  std::vector<graph::InputGuard> output_layouts;  // each output's meta, and placement and sbp if global
   std::vector<TensorList> trained_params;  // per optimizer: parameters updated in the graph
   std::map<const Module*, ModuleCall> module_calls;
 };
@@ -182,7 +185,7 @@ const std::vector<TensorMeta>& Graph::input_metas() const {
   return current_ ? current_->input_metas : none;
 }
 
-void Graph::trace(const std::vector<TensorMeta>& input_metas, bool with_optimizers, int debug_level, Traced& traced) {
+void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int debug_level, Traced& traced) {
   std::map<TensorImpl*, std::string> variable_names;
   std::map<const Module*, std::string> module_names;
   TensorList module_params;
@@ -219,9 +222,13 @@ void Graph::trace(const std::vector<TensorMeta>& input_metas, bool with_optimize
     InterpreterGuard guard(&tracer);
     Observer observer(*this, tracer, module_names, traced.module_calls);
     TensorList lazy_inputs;
-    for (size_t i = 0; i < input_metas.size(); ++i) {
-      const TensorMeta& meta = input_metas[i];
-      lazy_inputs.push_back(tracer.add_input(static_cast<int>(i), make_tensor(meta.shape, meta.dtype, meta.device)));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const TensorMeta& meta = inputs[i].meta;
+      if (!inputs[i].placement) {
+        lazy_inputs.push_back(tracer.add_input(static_cast<int>(i), make_tensor(meta.shape, meta.dtype, meta.device)));
+        continue;
+      }
+      lazy_inputs.push_back(tracer.add_global_input(static_cast<int>(i), meta, *inputs[i].placement, inputs[i].sbp));
     }
     if (debug_level >= 1) *log_ << "(GRAPH:" << name_ << ") building graph\n";
     const TensorList outputs = build(lazy_inputs);
@@ -230,18 +237,36 @@ void Graph::trace(const std::vector<TensorMeta>& input_metas, bool with_optimize
       for (size_t i = 0; i < optimizers_.size(); ++i) {
         for (auto& group : optimizers_[i]->param_groups()) {
           for (auto& p : group.params) {
-            if (p.grad().defined() && p.grad().is_lazy()) traced.trained_params[i].push_back(p);
+            if (p.grad().defined() && graph::is_traced(p.grad())) traced.trained_params[i].push_back(p);
           }
         }
         const TensorList& params = traced.trained_params[i];
+        {
+          // A global parameter is updated with a gradient of its own sbp (as OneFlow does): for
+          // a broadcast parameter its partial-sum gradient is all-reduced once here.
+          autograd::NoGradGuard no_grad;
+          for (Tensor p : params) {
+            if (p.is_global() && !(p.grad().sbp() == p.sbp())) p.set_grad(p.grad().to_global(p.placement(), p.sbp()));
+          }
+        }
         optimizers_[i]->trace_step(params, [&](size_t k, const std::string& scalar) {
-          return tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, params[k].dtype(), params[k].device());
+          const Tensor& p = params[k];
+          const Tensor fed = tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, p.dtype(), p.device());
+          if (!p.is_global()) return fed;
+          const NdSbp broadcast(static_cast<size_t>(p.placement().hierarchy().ndim()), Sbp::broadcast());
+          return distributed::make_global({Shape{}, p.dtype(), p.device()}, p.placement(), broadcast, fed);
         });
       }
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
       tracer.add_output(static_cast<int>(i), outputs[i]);
       traced.output_metas.push_back(meta_of_tensor(outputs[i]));
+      graph::InputGuard layout{meta_of_tensor(outputs[i]), std::nullopt, {}};
+      if (outputs[i].is_global()) {
+        layout.placement = outputs[i].placement();
+        layout.sbp = outputs[i].sbp();
+      }
+      traced.output_layouts.push_back(std::move(layout));
     }
   }
   tracer.release();
@@ -297,7 +322,7 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
     const RestoreModes restore{module_modes()};
     if (traced_modes_.empty()) traced_modes_ = restore.modes;
     apply_modes(traced_modes_);
-    trace(compiled->input_metas, true, debug_level_, compiled->traced);
+    trace(compiled->signature, true, debug_level_, compiled->traced);
   }
   Traced& traced = compiled->traced;
   traced.job.set_training(config_.training());
@@ -323,7 +348,9 @@ graph::proto::Job Graph::trace_inference(const std::vector<TensorMeta>& input_me
   const RestoreModes restore{module_modes()};
   for (auto& [prefix, module] : modules_) module->eval();
   Traced traced;
-  trace(input_metas, false, 0, traced);
+  graph::InputSignature signature;
+  for (const TensorMeta& meta : input_metas) signature.push_back({meta, std::nullopt, {}});
+  trace(signature, false, 0, traced);
   traced.job.set_training(false);
   fixed = std::move(traced.fixed);
   return std::move(traced.job);
@@ -355,10 +382,18 @@ std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const 
              graph::signature_change(plan.signature, signature), "); split the run where the signature changes");
       }
     }
-    for (auto& t : inputs) t = t.contiguous();
+    // The Job of a global input reads this rank's piece.
+    for (auto& t : inputs) t = (t.is_global() ? t.impl()->global->local : t).contiguous();
     feeds = next_feeds(plan);
   };
   std::vector<TensorList> outputs = plan.executor->run(steps, source);
+  const std::vector<graph::InputGuard>& layouts = plan.traced.output_layouts;
+  for (TensorList& step_outputs : outputs) {
+    for (size_t i = 0; i < step_outputs.size(); ++i) {
+      if (!layouts[i].placement) continue;
+      step_outputs[i] = distributed::make_global(layouts[i].meta, *layouts[i].placement, layouts[i].sbp, step_outputs[i]);
+    }
+  }
   train_step_ += config_.training() ? steps : 0;
   return outputs;
 }

@@ -133,8 +133,9 @@ class Graph {
   CompiledPlan& plan_for(const TensorList& inputs);
   // guard_failures: why the signature fails each earlier plan's guards.
   void compile(graph::InputSignature signature, std::vector<std::string> guard_failures);
-  // Traces build() on lazy inputs of these metas.
-  void trace(const std::vector<TensorMeta>& input_metas, bool with_optimizers, int debug_level, Traced& traced);
+  // Traces build() on lazy inputs of this signature (global inputs: lazy global tensors whose
+  // pieces are the Job's inputs).
+  void trace(const graph::InputSignature& inputs, bool with_optimizers, int debug_level, Traced& traced);
   const CompiledPlan& current() const;
   // Every registered module and submodule with its train/eval mode, parents first.
   std::vector<std::pair<Module*, bool>> module_modes() const;

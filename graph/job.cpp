@@ -93,6 +93,8 @@ std::string describe_str(const proto::TensorDesc& desc) {
   out << "(";
   for (int d = 0; d < desc.shape_size(); ++d) out << (d ? ", " : "") << desc.shape(d);
   out << (desc.shape_size() == 1 ? ",)" : ")") << ", " << desc.dtype() << ", " << desc.device() << ", " << desc.sbp();
+  // A global value's piece: the logical tensor's placement.
+  if (desc.placement() != desc.device()) out << ", placement=" << desc.placement();
   return out.str();
 }
 

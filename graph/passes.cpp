@@ -8,15 +8,17 @@
 #include <set>
 
 #include "core/interpreter.h"
+#include "core/ops/comm.h"
 
 namespace flow::graph {
 namespace {
 
-// Whether a pass may merge or fold the node: a pure op whose results nobody overwrites.
+// Whether a pass may merge or fold the node: a pure op whose results nobody overwrites. Collectives
+// are left alone: every rank runs each of them, in Job order.
 bool is_pure(const proto::Node& node, const std::set<std::string>& written) {
   if (is_source_kind(node.op()) || node.op() == kOutputOp) return false;
   const OpDef& op = find_op(node.op());
-  if (op.random || op.inplace || node.op() == "empty") return false;
+  if (op.random || op.inplace || distributed::is_collective(op) || node.op() == "empty") return false;
   for (int j = 0; j < node.outputs_size(); ++j) {
     if (written.count(value_name(node.name(), j))) return false;
   }

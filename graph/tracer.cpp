@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/comm/global.h"
+#include "core/comm/process_group.h"
+
 namespace flow::graph {
 namespace {
 
@@ -30,6 +33,12 @@ std::string owner_scope(const std::string& variable) {
 }
 
 }  // namespace
+
+bool is_traced(const Tensor& t) {
+  if (!t.defined()) return false;
+  if (t.is_global()) return t.impl()->global->local.defined() && t.impl()->global->local.is_lazy();
+  return t.is_lazy();
+}
 
 Tracer::Tracer(const std::string& job_name, std::map<TensorImpl*, std::string> variable_names, int debug_level, std::ostream& log)
     : variable_names_(std::move(variable_names)), debug_level_(debug_level), log_(log) {
@@ -66,8 +75,12 @@ void Tracer::mark(const Tensor& t, const std::string& value) {
 
 std::string Tracer::value_of(const Tensor& t) {
   if (t.impl()->lazy) return t.impl()->lazy->value;
+  return capture(t, t.impl());
+}
+
+std::string Tracer::capture(const Tensor& t, const TensorImpl* owner) {
   proto::Node node;
-  auto named = variable_names_.find(t.impl());
+  auto named = variable_names_.find(const_cast<TensorImpl*>(owner));
   if (named != variable_names_.end()) {
     node.set_name(named->second);
     node.set_op(kVariableOp);
@@ -78,23 +91,41 @@ std::string Tracer::value_of(const Tensor& t) {
     (*node.mutable_attrs())["key"].set_s(node.name());
   }
   *node.add_outputs() = describe(meta_of_tensor(t));
+  if (owner->global) {
+    node.mutable_outputs(0)->set_placement(owner->global->placement.str());
+    node.mutable_outputs(0)->set_sbp(nd_sbp_str(owner->global->nd_sbp));
+  }
   captured_[node.name()] = t;
   const std::string value = value_name(node.name(), 0);
   mark(t, value);
-  log_node(node);
+  if (global_depth_ == 0) log_node(node);
   job_.add_nodes()->Swap(&node);
   return value;
 }
 
-Tensor Tracer::add_input(int index, const Tensor& example) {
+Tensor Tracer::add_input(int index, const Tensor& example) { return input_node(index, meta_of_tensor(example), nullptr, {}); }
+
+Tensor Tracer::input_node(int index, const TensorMeta& meta, const Placement* placement, const NdSbp& nd_sbp) {
   proto::Node& node = *job_.add_nodes();
   node.set_name(job_.name() + "_input." + std::to_string(index));
   node.set_op(kInputOp);
   (*node.mutable_attrs())["index"].set_i(index);
-  const TensorMeta meta = meta_of_tensor(example);
   *node.add_outputs() = describe(meta);
+  if (placement) {
+    node.mutable_outputs(0)->set_placement(placement->str());
+    node.mutable_outputs(0)->set_sbp(nd_sbp_str(nd_sbp));
+  }
   log_node(node);
   return lazy_tensor(meta, value_name(node.name(), 0));
+}
+
+Tensor Tracer::add_global_input(int index, const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp) {
+  const int64_t rank = distributed::get_rank();
+  const int64_t position = placement.index_of(rank);
+  if (position < 0) fail("graph", job_.name(), ": input ", index, " is on ", placement.str(), ", which does not hold rank ", rank);
+  const TensorMeta piece{local_shape(meta.shape, placement, nd_sbp, position), meta.dtype, meta.device};
+  const Tensor lazy_piece = input_node(index, piece, &placement, nd_sbp);
+  return distributed::make_global(meta, placement, nd_sbp, lazy_piece);
 }
 
 Tensor Tracer::add_feed(const std::string& key, DType dtype, Device device) {
@@ -108,8 +139,10 @@ Tensor Tracer::add_feed(const std::string& key, DType dtype, Device device) {
   return lazy_tensor(meta, value_name(node.name(), 0));
 }
 
-void Tracer::add_output(int index, const Tensor& value) {
-  if (!value.defined()) fail("graph", "build() returned an undefined tensor as output ", index);
+void Tracer::add_output(int index, const Tensor& result) {
+  if (!result.defined()) fail("graph", "build() returned an undefined tensor as output ", index);
+  const Tensor value = result.is_global() ? result.impl()->global->local : result;
+  if (!value.defined()) fail("graph", "build() returned output ", index, " on ", result.placement().str(), ", which has no piece on this rank");
   const std::string input = value_of(value);
   proto::Node& node = *job_.add_nodes();
   node.set_name(job_.name() + "_output." + std::to_string(index));
@@ -117,10 +150,55 @@ void Tracer::add_output(int index, const Tensor& value) {
   node.add_inputs(input);
   (*node.mutable_attrs())["index"].set_i(index);
   *node.add_outputs() = describe(meta_of_tensor(value));
+  if (result.is_global()) {
+    node.mutable_outputs(0)->set_placement(result.placement().str());
+    node.mutable_outputs(0)->set_sbp(nd_sbp_str(result.sbp()));
+  }
   log_node(node);
 }
 
+TensorList Tracer::apply_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  for (const Tensor& input : inputs) {
+    if (!input.defined() || !input.is_global()) continue;
+    const Tensor& piece = input.impl()->global->local;
+    if (piece.defined() && !piece.is_lazy()) capture(piece, input.impl());
+  }
+  const int first = job_.nodes_size();
+  struct Depth {
+    int& depth;
+    explicit Depth(int& d) : depth(++d) {}
+    ~Depth() { --depth; }
+  };
+  TensorList outputs;
+  {
+    const Depth depth(global_depth_);
+    outputs = distributed::apply_global(op, inputs, attrs);
+  }
+  annotate_pieces(outputs, first);
+  if (global_depth_ == 0) {
+    for (int i = first; i < job_.nodes_size(); ++i) log_node(job_.nodes(i));
+  }
+  return outputs;
+}
+
+void Tracer::annotate_pieces(const TensorList& outputs, int first) {
+  for (const Tensor& output : outputs) {
+    if (!output.defined() || !output.is_global()) continue;
+    const Tensor& piece = output.impl()->global->local;
+    if (!piece.defined() || !piece.is_lazy()) continue;
+    const auto [name, index] = parse_value_name(piece.impl()->lazy->value);
+    for (int i = job_.nodes_size() - 1; i >= first; --i) {
+      proto::Node& node = *job_.mutable_nodes(i);
+      if (node.name() != name) continue;
+      node.mutable_outputs(index)->set_placement(output.placement().str());
+      node.mutable_outputs(index)->set_sbp(nd_sbp_str(output.sbp()));
+      break;
+    }
+  }
+}
+
 TensorList Tracer::apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  if (op.global_conversion || distributed::any_global(inputs)) return apply_global(op, inputs, attrs);
   const std::vector<TensorMeta> out_metas = check_and_infer(op, inputs, attrs);
   proto::Node node;
   std::string scope = current_scope();
@@ -142,7 +220,7 @@ TensorList Tracer::apply(const OpDef& op, const TensorList& inputs, const Attrs&
   set_attrs(node, attrs);
   if (debug_level_ >= 3) node.set_location(caller_location());
   for (const auto& meta : out_metas) *node.add_outputs() = describe(meta);
-  if (op.sbp) {
+  if (op.sbp && global_depth_ == 0) {
     // One process: every value is broadcast; the op's signature with all-B inputs must exist.
     for (size_t i = 0; i < inputs.size(); ++i) node.add_input_sbp(Sbp::broadcast().str());
   }
@@ -165,7 +243,7 @@ TensorList Tracer::apply(const OpDef& op, const TensorList& inputs, const Attrs&
       outputs.push_back(lazy_tensor(out_metas[i], value));
     }
   }
-  log_node(node);
+  if (global_depth_ == 0) log_node(node);
   job_.add_nodes()->Swap(&node);
   if (AutogradRecorder* recorder = autograd_recorder()) recorder->record(op, inputs, outputs, attrs);
   return outputs;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/interpreter.h"
+#include "core/tensor.h"
 #include "graph/job.h"
 
 namespace flow {
@@ -30,12 +31,21 @@ class Tracer final : public Interpreter {
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
+  // An op with a global input (or a global conversion) goes through the eager SPMD dispatch
+  // (core/comm/global.h), which picks its sbp signature and boxes its inputs: the boxing
+  // collectives and the op on this rank's pieces are recorded here, so the Job is this rank's
+  // part of the logical program. Nodes computing a global value's piece carry its placement and
+  // sbp in their output descriptions.
   TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) override;
 
   // A lazy tensor for argument `index` of the graph call, with example's meta.
   Tensor add_input(int index, const Tensor& example);
+  // A lazy global tensor of logical meta `meta` for a global argument: the Job's input is this
+  // rank's piece.
+  Tensor add_global_input(int index, const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp);
   // A lazy 0-d tensor fed with a new value on every run (an optimizer's learning rate).
   Tensor add_feed(const std::string& key, DType dtype, Device device);
+  // A global value's output node reads its piece (the caller makes the result global again).
   void add_output(int index, const Tensor& value);
 
   // Module scopes name the nodes created inside them ("model.linear_relu_stack.0").
@@ -53,6 +63,15 @@ class Tracer final : public Interpreter {
   const std::map<std::string, Tensor>& captured() const { return captured_; }
 
  private:
+  TensorList apply_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
+  // An input node of meta `meta`; a global argument's (its piece) also names placement and sbp.
+  Tensor input_node(int index, const TensorMeta& meta, const Placement* placement, const NdSbp& nd_sbp);
+  // Captures the eager tensor t as a variable (named after `owner`, the tensor the state is
+  // registered as) or a constant node.
+  std::string capture(const Tensor& t, const TensorImpl* owner);
+  // Marks each node made since `first` that computes a piece of a global output with its
+  // placement and sbp.
+  void annotate_pieces(const TensorList& outputs, int first);
   std::string unique_name(const std::string& base);
   std::string current_scope() const;
   void mark(const Tensor& t, const std::string& value);
@@ -66,7 +85,11 @@ class Tracer final : public Interpreter {
   std::map<std::string, int> name_counts_;
   int debug_level_;
   std::ostream& log_;
+  int global_depth_ = 0;  // > 0 inside the SPMD dispatch: its nodes are logged once annotated
 };
+
+// Whether t is a lazy tensor of a trace, or a global tensor whose piece on this rank is one.
+bool is_traced(const Tensor& t);
 
 // The source location of the user's call into flow (first stack frame outside flow's
 // libraries), for debug level 3; empty when it cannot be told.

@@ -202,8 +202,28 @@ void Module::replace_data(Tensor& target, const Tensor& value) {
   impl.dtype = value.dtype();
   impl.device = value.device();
   impl.storage = value.storage();
+  impl.global = value.impl()->global;
   if (impl.autograd && impl.autograd->grad.defined()) {
-    impl.autograd->grad = impl.autograd->grad.to(value.device()).to(value.dtype());
+    // A local gradient does not fit a global tensor.
+    impl.autograd->grad = impl.global ? Tensor() : impl.autograd->grad.to(value.device()).to(value.dtype());
+  }
+}
+
+void Module::to_global(const Placement& placement, const NdSbp& sbp, const std::map<std::string, NdSbp>& sbp_of) {
+  autograd::NoGradGuard no_grad;
+  std::vector<std::pair<std::string, Tensor>> state = named_parameters();
+  for (auto& named : named_buffers()) state.push_back(named);
+  std::set<std::string> names;
+  for (const auto& [name, t] : state) names.insert(name);
+  for (const auto& [name, s] : sbp_of) {
+    if (!names.count(name)) fail("to_global", "sbp_of names '", name, "', which is not a parameter or buffer of ", this->name());
+  }
+  const NdSbp broadcast(static_cast<size_t>(placement.hierarchy().ndim()), Sbp::broadcast());
+  for (auto& [name, t] : state) {
+    auto own = sbp_of.find(name);
+    const NdSbp& wanted = own != sbp_of.end() ? own->second : sbp;
+    const Tensor whole = t.is_global() ? t : t.to_global(placement, broadcast);
+    replace_data(t, whole.to_global(placement, wanted));
   }
 }
 

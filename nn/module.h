@@ -1,6 +1,7 @@
 #pragma once
 // nn::Module: the base of every layer and model, with PyTorch's registration, traversal,
 // state_dict, train/eval, device/dtype moves and printing.
+#include <map>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -62,6 +63,12 @@ class Module : public std::enable_shared_from_this<Module> {
   // Moves/casts every parameter and buffer in place: existing Tensor handles see the change.
   void to(Device device);
   void to(DType dtype);
+  // Makes every parameter and buffer a global tensor on `placement` (OneFlow's
+  // module.to_global): each rank's tensor is taken as the whole logical tensor (the same on
+  // every rank after manual_seed and the same initialisation) and cut to `sbp`. sbp_of gives
+  // some tensors their own sbp, by state name ("0.weight"), e.g. for Megatron-style layers.
+  // Existing Tensor handles (an optimizer's parameter list) see the change.
+  void to_global(const Placement& placement, const NdSbp& sbp, const std::map<std::string, NdSbp>& sbp_of = {});
   // Resets gradients of all parameters (to undefined, or to zeros with set_to_none=false).
   void zero_grad(bool set_to_none = true);
 

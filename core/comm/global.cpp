@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/autograd_meta.h"
 #include "core/comm/boxing.h"
 #include "core/interpreter.h"
 #include "core/ops/comm.h"
@@ -30,7 +31,12 @@ const OpDef& kToGlobal =
           return std::vector<TensorMeta>{{in[0].shape, in[0].dtype, placement.device_for(get_rank())}};
         })
         .vjp([](const VjpContext& ctx) {
-          return TensorList{ctx.grad().to_global(placement_attr(ctx.attrs, "to_global"), sbp_attr(ctx.attrs, "src_sbp", "to_global"))};
+          // The gradient is laid out as the input was, except that a partial-sum input gets a
+          // broadcast gradient (OneFlow's dual sbp): every piece of a sum has the whole
+          // gradient, and a partial-sum gradient would cost an all-reduce later.
+          NdSbp grad_sbp = sbp_attr(ctx.attrs, "src_sbp", "to_global");
+          for (Sbp& sbp : grad_sbp) sbp = sbp.is_partial_sum() ? Sbp::broadcast() : sbp;
+          return TensorList{ctx.grad().to_global(placement_attr(ctx.attrs, "to_global"), grad_sbp)};
         })
         .def();
 
@@ -218,8 +224,26 @@ std::vector<NdSbp> pick_signature(const OpDef& op, const std::vector<TensorMeta>
   return inputs;
 }
 
-TensorList apply_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  if (op.global_conversion) return run_conversion(op, inputs, attrs);
+namespace {
+
+// A 0-d local tensor beside global inputs (a scalar such as where()'s fill value) is taken as
+// broadcast on their placement: the same value on every rank.
+TensorList with_scalars_broadcast(const TensorList& inputs) {
+  const auto global = std::find_if(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.is_global(); });
+  TensorList lifted = inputs;
+  for (Tensor& t : lifted) {
+    if (t.defined() && !t.is_global() && t.dim() == 0) {
+      t = t.to_global(global->placement(), NdSbp(static_cast<size_t>(global->placement().hierarchy().ndim()), Sbp::broadcast()));
+    }
+  }
+  return lifted;
+}
+
+}  // namespace
+
+TensorList apply_global(const OpDef& op, const TensorList& given, const Attrs& attrs) {
+  if (op.global_conversion) return run_conversion(op, given, attrs);
+  const TensorList inputs = with_scalars_broadcast(given);
   const Placement* placement = nullptr;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) fail(op.name, "input ", i, " is an undefined tensor");
@@ -253,7 +277,14 @@ TensorList apply_global(const OpDef& op, const TensorList& inputs, const Attrs& 
     TensorList locals;
     for (const Tensor& input : boxed) locals.push_back(input.impl()->global->local);
     const Attrs local_attrs = attrs_for_piece(attrs, out_metas, *placement, out_sbps);
-    local_outputs = execute_op(op, locals, local_attrs, check_and_infer(op, locals, local_attrs));
+    if (std::any_of(locals.begin(), locals.end(), [](const Tensor& t) { return t.is_lazy(); })) {
+      // Tracing a Graph: the interpreter (the tracer) records the op on the pieces; autograd
+      // records the global op below, not this one.
+      autograd::NoGradGuard no_grad;
+      local_outputs = current_interpreter().apply(op, locals, local_attrs);
+    } else {
+      local_outputs = execute_op(op, locals, local_attrs, check_and_infer(op, locals, local_attrs));
+    }
   }
   if (!op.inplace) {
     for (size_t o = 0; o < out_metas.size(); ++o) {
@@ -294,6 +325,11 @@ Tensor Tensor::to_global(const Placement& placement, const NdSbp& nd_sbp) const 
   if (!(device() == placement.device_for(rank))) {
     fail("to_global", "the local tensor is on ", device(), " but rank ", rank, " of ", placement.str(), " uses ",
          placement.device_for(rank));
+  }
+  if (is_lazy() && std::any_of(nd_sbp.begin(), nd_sbp.end(), [](const Sbp& s) { return s.is_split(); })) {
+    // The logical shape of split pieces is found by exchanging their sizes, which needs data.
+    fail("to_global", "inside nn::Graph::build() a local tensor becomes global only with broadcast or partial_sum sbp, got ",
+         nd_sbp_str(nd_sbp), "; pass the graph a global input instead");
   }
   const Shape logical = distributed::logical_shape_of(*this, placement, nd_sbp);
   return apply_one(distributed::kLocalToGlobal, {*this},

@@ -135,6 +135,10 @@ const OpDef& kAllToAll =
 
 }  // namespace
 
+bool is_collective(const OpDef& op) {
+  return &op == &kAllReduce || &op == &kAllGather || &op == &kReduceScatter || &op == &kBroadcast || &op == &kAllToAll;
+}
+
 Ranks resolve_ranks(const Ranks& ranks, const char* op) {
   const int64_t world = process_group(op).world_size();
   Ranks members = ranks;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/comm/process_group.h"
+#include "core/op.h"
 #include "core/tensor.h"
 
 namespace flow::distributed {
@@ -30,6 +31,10 @@ Tensor broadcast(const Tensor& input, int64_t root, const Ranks& ranks = {});
 // recv_sizes[i] rows received from each member i, in member order. vjp: the reverse exchange.
 Tensor all_to_all(const Tensor& input, const std::vector<int64_t>& send_sizes, const std::vector<int64_t>& recv_sizes,
                   const Ranks& ranks = {});
+
+// Whether op is one of the collectives above: every member must run it, in the same order, so a
+// compiler may not evaluate it ahead of time (constant folding) on one rank.
+bool is_collective(const OpDef& op);
 
 // The members of a collective (ranks, or every rank when empty), checked: sorted, unique,
 // inside the world, including this rank. flow::Error prefixed with [op] otherwise.

@@ -21,7 +21,8 @@ const OpDef& kCopy =
           .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
             return std::vector<TensorMeta>{{in[0].shape, attrs.get<DType>("dtype"), attrs.get<Device>("device")}};
           })
-          .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return sbp::elementwise(in, attrs); })
+          // A copy of partial sums is a partial sum (autograd clones gradients, which are often P).
+          .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return sbp::linear_elementwise(in, attrs); })
           .vjp([](const VjpContext& ctx) {
             return TensorList{to(to(ctx.grad(), ctx.input_meta(0).dtype), ctx.input_meta(0).device)};
           })

@@ -254,6 +254,14 @@ TensorOptions like(const Tensor& other, const TensorOptions& options) {
 }
 }  // namespace
 
+TensorOptions options_beside(const Tensor& other) {
+  TensorOptions options = TensorOptions(other.dtype()).device(other.device());
+  if (other.is_global()) {
+    options.placement(other.placement()).sbp(NdSbp(static_cast<size_t>(other.placement().hierarchy().ndim()), Sbp::broadcast()));
+  }
+  return options;
+}
+
 Tensor empty_like(const Tensor& other, const TensorOptions& options) { return empty(other.shape(), like(other, options)); }
 Tensor zeros_like(const Tensor& other, const TensorOptions& options) { return zeros(other.shape(), like(other, options)); }
 Tensor ones_like(const Tensor& other, const TensorOptions& options) { return ones(other.shape(), like(other, options)); }

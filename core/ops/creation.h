@@ -46,6 +46,9 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOption
 // A random permutation of 0..n-1; int64 by default.
 Tensor randperm(int64_t n, const TensorOptions& options = {});
 
+// Options for a helper tensor (a fill value, a zero buffer) used beside `other` in an op: its
+// dtype and device, and for a global `other` its placement with every dimension broadcast.
+TensorOptions options_beside(const Tensor& other);
 Tensor empty_like(const Tensor& other, const TensorOptions& options = {});
 Tensor zeros_like(const Tensor& other, const TensorOptions& options = {});
 Tensor ones_like(const Tensor& other, const TensorOptions& options = {});

@@ -134,7 +134,7 @@ const OpDef& kGather =
         .vjp([](const VjpContext& ctx) {
           const TensorMeta& meta = ctx.input_meta(0);
           const int64_t dim = ctx.attrs.get<int64_t>("dim");
-          return TensorList{scatter_add(zeros(meta.shape, TensorOptions(meta.dtype).device(meta.device)), dim, ctx.input(1), ctx.grad()),
+          return TensorList{scatter_add(zeros(meta.shape, options_beside(ctx.grad()).dtype(meta.dtype)), dim, ctx.input(1), ctx.grad()),
                             Tensor()};
         })
         .def();
@@ -292,7 +292,7 @@ Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Tens
 }
 
 Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Scalar& value) {
-  const Tensor src = full(index.shape(), value, TensorOptions(input.dtype()).device(input.device()));
+  const Tensor src = full(index.shape(), value, options_beside(input));
   return scatter(input, dim, index, src);
 }
 

@@ -68,9 +68,10 @@ TEST(Dispatch, RegistryHoldsEveryDefinitionWithItsSlots) {
   EXPECT_TRUE(permute.vjp);
   const flow::OpDef& copy = flow::find_op("copy");
   auto signatures = copy.sbp({{flow::Shape{4, 5}, flow::kFloat32, flow::kCPU}}, flow::Attrs());
-  ASSERT_EQ(signatures.size(), 3u);  // S(0), S(1), B
+  ASSERT_EQ(signatures.size(), 4u);  // S(0), S(1), B, P: a copy of partial sums is one
   EXPECT_EQ(signatures[0].outputs[0].str(), "S(0)");
   EXPECT_EQ(signatures[2].inputs[0].str(), "B");
+  EXPECT_EQ(signatures[3].outputs[0].str(), "P");
   EXPECT_THROW_MSG(flow::find_op("no_such_op"), "[op] no op named 'no_such_op' is registered");
 }
 
