@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "core/atomic_file.h"
+#include "core/comm/process_group.h"
 #include "core/bool_bytes.h"
 #include "core/functional.h"
 
@@ -93,9 +94,15 @@ void save(const StateDict& state, const std::string& path) {
   Json header = Json::object();
   std::vector<Tensor> blobs;
   uint64_t offset = 0;
+  std::set<int64_t> holders;  // ranks holding pieces of global tensors
   for (const auto& [name, tensor] : state) {
     if (name == "__metadata__") fail("save", "'__metadata__' is reserved and cannot name a tensor");
-    const Tensor host = tensor.detach().cpu().contiguous();
+    Tensor whole = tensor.detach();
+    if (whole.is_global()) {
+      for (int64_t rank : whole.placement().ranks()) holders.insert(rank);
+      whole = whole.whole_local();
+    }
+    const Tensor host = whole.cpu().contiguous();
     const uint64_t bytes = static_cast<uint64_t>(host.numel()) * itemsize(host.dtype());
     header[name] = {{"dtype", dtype_codes().at(host.dtype())}, {"shape", host.shape().vec()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -105,6 +112,11 @@ void save(const StateDict& state, const std::string& path) {
     Json metadata = Json::object();
     for (const auto& [key, value] : state.metadata()) metadata[key] = value;
     header["__metadata__"] = metadata;
+  }
+  const distributed::Ranks ranks(holders.begin(), holders.end());
+  if (!ranks.empty() && distributed::get_rank() != ranks.front()) {
+    distributed::process_group("save").barrier(ranks);
+    return;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -116,6 +128,7 @@ void save(const StateDict& state, const std::string& path) {
   out.write(text.data(), text.size());
   for (const Tensor& blob : blobs) out.write(blob.data_ptr(), static_cast<size_t>(blob.numel()) * itemsize(blob.dtype()));
   out.commit();
+  if (!ranks.empty()) distributed::process_group("save").barrier(ranks);
 }
 
 StateDict load(const std::string& path) {

@@ -38,7 +38,10 @@ class StateDict {
 
 // Crash-safe: writes `<path>.tmp`, fsyncs it, renames it over `path` and fsyncs the directory
 // (core/atomic_file.h), so a process killed at any moment leaves the old or the new checkpoint.
-// Tensors on any device are written from CPU copies.
+// Tensors on any device are written from CPU copies. Global tensors are written as the logical
+// tensors they are (gathered), so a checkpoint loads on any number of ranks or in one process:
+// every rank holding a piece calls save (it is collective), the lowest of them writes, and save
+// returns on each of them once the file is complete.
 void save(const StateDict& state, const std::string& path);
 // Reads CPU tensors in the file's header order (the file is memory-mapped, and read through
 // load_bytes). A missing, truncated or malformed file throws

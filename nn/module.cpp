@@ -5,6 +5,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/autograd_meta.h"
+#include "core/comm/global.h"
 #include "core/functional.h"
 
 namespace flow::nn {
@@ -185,7 +186,10 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   if (!problems.empty()) fail("load_state_dict", "error(s) in loading state_dict for ", name(), ":", problems);
   autograd::NoGradGuard no_grad;
   for (auto& [name, t] : own) {
-    if (state.contains(name)) t.copy_(state.at(name));
+    if (!state.contains(name)) continue;
+    // A checkpoint holds logical tensors: a global module takes its pieces of them.
+    const Tensor& value = state.at(name);
+    t.copy_(t.is_global() && !value.is_global() ? distributed::from_whole(value, t.placement(), t.sbp()) : value);
   }
 }
 
@@ -218,12 +222,10 @@ void Module::to_global(const Placement& placement, const NdSbp& sbp, const std::
   for (const auto& [name, s] : sbp_of) {
     if (!names.count(name)) fail("to_global", "sbp_of names '", name, "', which is not a parameter or buffer of ", this->name());
   }
-  const NdSbp broadcast(static_cast<size_t>(placement.hierarchy().ndim()), Sbp::broadcast());
   for (auto& [name, t] : state) {
     auto own = sbp_of.find(name);
     const NdSbp& wanted = own != sbp_of.end() ? own->second : sbp;
-    const Tensor whole = t.is_global() ? t : t.to_global(placement, broadcast);
-    replace_data(t, whole.to_global(placement, wanted));
+    replace_data(t, t.is_global() ? t.to_global(placement, wanted) : distributed::from_whole(t, placement, wanted));
   }
 }
 

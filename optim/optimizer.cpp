@@ -7,6 +7,7 @@
 #include <glog/logging.h>
 
 #include "autograd/grad_mode.h"
+#include "core/comm/global.h"
 #include "core/functional.h"
 #include "core/ops/optimizer_update.h"
 
@@ -177,7 +178,9 @@ void Optimizer::load_state_dict(const StateDict& state) {
         if (!(t.shape() == p.shape())) fail("load_state_dict", "state ", name, " has shape ", t.shape(), " but the parameter has ", p.shape());
         // Existing state tensors are written in place: a compiled Graph holds them as variables.
         Tensor& slot = state_[p.impl()][name.substr(prefix.size())];
-        const Tensor value = t.to(p.device()).to(p.dtype());
+        // A checkpoint holds logical tensors: a global parameter's state takes its layout.
+        const Tensor local = t.to(p.device()).to(p.dtype());
+        const Tensor value = p.is_global() && !local.is_global() ? distributed::from_whole(local, p.placement(), p.sbp()) : local;
         if (slot.defined() && slot.shape() == value.shape()) {
           autograd::NoGradGuard no_grad;
           slot.copy_(value);

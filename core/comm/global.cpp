@@ -175,6 +175,10 @@ bool any_global(const TensorList& inputs) {
   return std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.is_global(); });
 }
 
+Tensor from_whole(const Tensor& whole, const Placement& placement, const NdSbp& nd_sbp) {
+  return whole.to_global(placement, NdSbp(nd_sbp.size(), Sbp::broadcast())).to_global(placement, nd_sbp);
+}
+
 Tensor make_global(const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp, const Tensor& local) {
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = meta.shape;

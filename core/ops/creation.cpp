@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/autograd_meta.h"
+#include "core/comm/global.h"
 #include "core/comm/process_group.h"
 #include "core/interpreter.h"
 #include "core/ops/checks.h"
@@ -138,12 +139,11 @@ Attrs source_attrs(const Shape& shape, DType dtype, const TensorOptions& options
 Tensor finish(Tensor t, const TensorOptions& options) {
   if (options.placement_) {
     const Placement& placement = *options.placement_;
-    const NdSbp broadcast(placement.hierarchy().size(), Sbp::broadcast());
-    const NdSbp nd_sbp = options.sbp_.empty() ? broadcast : options.sbp_;
+    const NdSbp nd_sbp = options.sbp_.empty() ? NdSbp(placement.hierarchy().size(), Sbp::broadcast()) : options.sbp_;
     if (!placement.contains(distributed::get_rank())) {
       fail("tensor", "rank ", distributed::get_rank(), " is not in ", placement.str(), "; create global tensors on its ranks");
     }
-    t = t.to_global(placement, broadcast).to_global(placement, nd_sbp);
+    t = distributed::from_whole(t, placement, nd_sbp);
   } else if (!options.sbp_.empty()) {
     fail("tensor", "sbp ", nd_sbp_str(options.sbp_), " was given without a placement");
   }
