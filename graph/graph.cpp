@@ -150,6 +150,12 @@ void Graph::debug(int v_level, std::ostream& log) {
   log_ = &log;
 }
 
+GraphConfig& GraphConfig::enable_zero(int64_t stage) {
+  if (stage < 0 || stage > 2) fail("graph", "ZeRO stage must be 0 (off), 1 or 2, got ", stage);
+  zero_stage_ = stage;
+  return *this;
+}
+
 GraphConfig& GraphConfig::set_cache_limit(int64_t limit) {
   if (limit < 1) fail("graph", "cache limit must be at least 1, got ", limit);
   cache_limit_ = limit;
@@ -199,7 +205,10 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
   }
   if (with_optimizers) {
     for (size_t i = 0; i < optimizers_.size(); ++i) {
-      for (auto& group : optimizers_[i]->param_groups()) optimizers_[i]->init_state(group.params);
+      for (auto& group : optimizers_[i]->param_groups()) {
+        optimizers_[i]->init_state(group.params);
+        if (config_.zero_stage() > 0) optimizers_[i]->shard_state(group.params);
+      }
       for (const auto& [key, t] : optimizers_[i]->state_dict()) variable_names[t.impl()] = optimizer_prefix(i) + key;
     }
   }
@@ -241,21 +250,13 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
           }
         }
         const TensorList& params = traced.trained_params[i];
-        {
-          // A global parameter is updated with a gradient of its own sbp (as OneFlow does): for
-          // a broadcast parameter its partial-sum gradient is all-reduced once here.
-          autograd::NoGradGuard no_grad;
-          for (Tensor p : params) {
-            if (p.is_global() && !(p.grad().sbp() == p.sbp())) p.set_grad(p.grad().to_global(p.placement(), p.sbp()));
-          }
-        }
         optimizers_[i]->trace_step(params, [&](size_t k, const std::string& scalar) {
           const Tensor& p = params[k];
           const Tensor fed = tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, p.dtype(), p.device());
           if (!p.is_global()) return fed;
           const NdSbp broadcast(static_cast<size_t>(p.placement().hierarchy().ndim()), Sbp::broadcast());
           return distributed::make_global({Shape{}, p.dtype(), p.device()}, p.placement(), broadcast, fed);
-        });
+        }, config_.zero_stage());
       }
     }
     for (size_t i = 0; i < outputs.size(); ++i) {

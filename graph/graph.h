@@ -38,11 +38,18 @@ class GraphConfig {
   // planned memory block, so the limit also bounds memory.
   GraphConfig& set_cache_limit(int64_t limit);
   int64_t cache_limit() const { return cache_limit_; }
+  // ZeRO (OneFlow's config.enable_zero): the optimizer state of data-parallel parameters
+  // (global, broadcast on a 1-D placement) is split along dim 0 over their ranks, each rank
+  // updates its rows and all-gathers the parameter; stage 2 also reduce-scatters the gradients
+  // instead of all-reducing them. 0 turns it off. Set before the first call.
+  GraphConfig& enable_zero(int64_t stage = 1);
+  int64_t zero_stage() const { return zero_stage_; }
 
  private:
   friend class Graph;
   bool training_ = false;
   int64_t cache_limit_ = 8;
+  int64_t zero_stage_ = 0;
 };
 
 class Graph {

@@ -114,7 +114,25 @@ std::vector<std::string> Optimizer::step_scalar_names(const Tensor& param) const
   return names;
 }
 
-void Optimizer::trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed) {
+bool Optimizer::zero_shardable(const Tensor& param) {
+  if (!param.is_global() || param.dim() == 0) return false;
+  const Placement& placement = param.placement();
+  return placement.hierarchy().ndim() == 1 && placement.size() > 1 && param.sbp() == NdSbp{Sbp::broadcast()} &&
+         param.size(0) >= placement.size();
+}
+
+void Optimizer::shard_state(const TensorList& params) {
+  autograd::NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    if (!zero_shardable(p)) continue;
+    for (auto& [name, t] : state_for(p)) {
+      // A copy of this rank's rows, so the whole tensor's memory is released.
+      if (t.shape() == p.shape() && t.is_global() && t.sbp() == p.sbp()) t = t.to_global(p.placement(), sbp::split(0)).clone();
+    }
+  }
+}
+
+void Optimizer::trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed, int64_t zero_stage) {
   autograd::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor p = params[i];
@@ -122,7 +140,21 @@ void Optimizer::trace_step(const TensorList& params, const std::function<Tensor(
     std::map<std::string, double> values;
     std::map<std::string, Tensor> tensors;
     for (const auto& name : step_scalar_names(p)) tensors[name] = fed(i, name);
-    update(p, p.grad(), options, state_for(p), StepScalars(values, tensors));
+    const StepScalars scalars(values, tensors);
+    if (!p.is_global()) {
+      update(p, p.grad(), options, state_for(p), scalars);
+      continue;
+    }
+    if (zero_stage == 0 || !zero_shardable(p)) {
+      update(p, p.grad().to_global(p.placement(), p.sbp()), options, state_for(p), scalars);
+      continue;
+    }
+    const NdSbp rows{sbp::split(0)};
+    const Tensor grad = zero_stage == 1 ? p.grad().to_global(p.placement(), p.sbp()).to_global(p.placement(), rows)
+                                        : p.grad().to_global(p.placement(), rows);
+    Tensor shard = p.to_global(p.placement(), rows).clone();
+    update(shard, grad, options, state_for(p), scalars);
+    p.copy_(shard.to_global(p.placement(), p.sbp()));
   }
 }
 

@@ -58,7 +58,17 @@ class Optimizer {
   // feed (which advances those parameters' step counts, as an eager step would).
   void init_state(const TensorList& params);
   std::vector<std::string> step_scalar_names(const Tensor& param) const;
-  void trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed);
+  // A global parameter is updated with a gradient of its own sbp (as OneFlow does): the
+  // partial-sum gradient of a broadcast parameter is all-reduced once. With zero_stage >= 1
+  // (nn::Graph's config().enable_zero, ZeRO), a parameter that zero_shardable() accepts is
+  // updated on this rank's rows only, with its state split the same way (shard_state), and is
+  // then all-gathered; stage 1 all-reduces its gradient first, stage 2 reduce-scatters it.
+  void trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed, int64_t zero_stage = 0);
+  // A data-parallel parameter: global, broadcast over a 1-D placement of several ranks, with at
+  // least one row per rank.
+  static bool zero_shardable(const Tensor& param);
+  // Keeps the param-shaped state of every zero_shardable parameter split along dim 0 (S(0)).
+  void shard_state(const TensorList& params);
   std::vector<std::map<std::string, double>> next_step_scalars(const TensorList& params);
 
  protected:

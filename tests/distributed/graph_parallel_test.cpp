@@ -249,6 +249,54 @@ TEST_F(GraphParallel, CheckpointOfTwoRanksResumesInOneProcessAndOnEveryRank) {
   EXPECT_LT(max_relative_difference(resumed, uninterrupted), 1e-5);
 }
 
+// Bytes of this rank's optimizer state in the Job (its variables named "_optimizer.*").
+int64_t optimizer_state_bytes(const graph::proto::Job& job) {
+  int64_t bytes = 0;
+  for (const auto& node : job.nodes()) {
+    if (node.op() != graph::kVariableOp || node.name().rfind("_optimizer.", 0) != 0) continue;
+    bytes += graph::meta_of(node.outputs(0)).shape.numel() * static_cast<int64_t>(itemsize(dtype_from_name(node.outputs(0).dtype())));
+  }
+  return bytes;
+}
+
+TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
+  const auto batches = flow::testing::make_ddp_batches(10, 64, 51);
+  const Placement placement = world_placement(world);
+  const auto run = [&](int64_t stage, int64_t& state_bytes, std::map<std::string, int>& comm) {
+    auto model = flow::testing::make_ddp_mlp(0);
+    model->to_global(placement, kB);
+    TrainGraph graph(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1).momentum(0.9)));
+    graph.config().enable_zero(stage);
+    for (const auto& batch : batches) graph(global_from_whole(batch.data, placement, kS0), global_from_whole(batch.target, placement, kS0));
+    state_bytes = optimizer_state_bytes(graph.job());
+    comm = collectives(graph.job());
+    return whole_parameters(*model);
+  };
+  int64_t plain_bytes = 0, zero1_bytes = 0, zero2_bytes = 0;
+  std::map<std::string, int> plain_comm, zero1_comm, zero2_comm;
+  const TensorList plain = run(0, plain_bytes, plain_comm);
+  const TensorList zero1 = run(1, zero1_bytes, zero1_comm);
+  const TensorList zero2 = run(2, zero2_bytes, zero2_comm);
+  EXPECT_LT(max_relative_difference(zero1, plain), 1e-6);
+  EXPECT_LT(max_relative_difference(zero2, plain), 1e-6);
+
+  // The momentum buffers: whole without ZeRO, this rank's rows with it.
+  int64_t whole = 0, rows = 0;
+  for (const Tensor& p : flow::testing::make_ddp_mlp(0)->parameters()) {
+    whole += p.numel() * 4;
+    rows += local_shape(p.shape(), placement, kS0, rank).numel() * 4;
+  }
+  EXPECT_EQ(plain_bytes, whole);
+  EXPECT_EQ(zero1_bytes, rows);
+  EXPECT_EQ(zero2_bytes, rows);
+  if (world == 2) EXPECT_LE(zero1_bytes, plain_bytes / 2 + 32 * 4 + 4);  // halved, up to the odd 5-row tensors
+  // Six parameters; the loss all-reduces its sum and count. Stage 1 all-reduces each gradient,
+  // stage 2 reduce-scatters it; both all-gather each updated parameter.
+  EXPECT_EQ(plain_comm, (std::map<std::string, int>{{"comm_all_reduce", 8}}));
+  EXPECT_EQ(zero1_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 8}}));
+  EXPECT_EQ(zero2_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 2}, {"comm_reduce_scatter", 6}}));
+}
+
 TEST_F(GraphParallel, DebugLogShowsPlacementAndSbp) {
   const Placement placement = world_placement(world);
   auto model = megatron_mlp();
