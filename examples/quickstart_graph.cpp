@@ -5,14 +5,23 @@
 // once, sharing the weights and optimizer state, as torch.compile recompiles. At the end the
 // prediction graph is exported for deployment (graph + weights, no model code needed) into a
 // model repository that oneflow_lite_run and flow_serve read.
+// With --parallel dp|mp under flow_run, the same graphs train on global tensors: dp splits each
+// batch across the ranks (parameters broadcast), mp splits the first two Linear layers Megatron's
+// way (column- then row-parallel); the compiled Job of each rank holds its pieces and the
+// collectives the compiler chose.
 // Usage: quickstart_graph [--epochs N] [--data DIR] [--out FILE] [--export DIR]   (--help says more)
+//        flow_run --nproc-per-node 2 -- quickstart_graph --parallel dp
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "core/comm/global.h"
 #include "core/flow.h"
 #include "data/dataloader.h"
 #include "data/vision.h"
+#include "distributed/distributed.h"
 #include "examples/quickstart_model.h"
 #include "examples/quickstart_options.h"
 #include "graph/export.h"
@@ -59,6 +68,35 @@ struct GraphNeuralNetworkPredict : nn::Graph {
   std::shared_ptr<NeuralNetwork> model;
 };
 
+// How --parallel lays the model and the batches out over every rank of the job.
+struct Layout {
+  std::optional<flow::Placement> placement;  // none: one process, local tensors
+  flow::NdSbp data_sbp;
+
+  flow::Tensor operator()(const flow::Tensor& whole) const {
+    return placement ? flow::distributed::from_whole(whole, *placement, data_sbp) : whole;
+  }
+  bool prints() const { return !placement || flow::distributed::get_rank() == 0; }
+};
+
+Layout lay_out(const std::string& parallel, NeuralNetwork& model) {
+  if (parallel == "none") return {};
+  flow::distributed::init_process_group();
+  std::vector<int64_t> ranks(static_cast<size_t>(flow::distributed::get_world_size()));
+  for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int64_t>(r);
+  const flow::Placement placement("cpu", ranks);
+  const flow::NdSbp broadcast{flow::sbp::broadcast()};
+  if (parallel == "dp") {
+    model.to_global(placement, broadcast);
+    return {placement, {flow::sbp::split(0)}};
+  }
+  model.to_global(placement, broadcast,
+                  {{"linear_relu_stack.0.weight", {flow::sbp::split(0)}},
+                   {"linear_relu_stack.0.bias", {flow::sbp::split(0)}},
+                   {"linear_relu_stack.2.weight", {flow::sbp::split(1)}}});
+  return {placement, broadcast};
+}
+
 int main(int argc, char** argv) {
   CLI::App app("The FashionMNIST quickstart in Graph mode: trains an MLP with SGD as a compiled nn::Graph, saves the\n"
                "Graph state and exports the prediction graph for oneflow_lite_run and flow_serve.",
@@ -68,6 +106,10 @@ int main(int argc, char** argv) {
   add_quickstart_options(app, options);
   std::string export_dir = "model_repository/fashion_mnist/1";
   app.add_option("--export", export_dir, "the export directory of the prediction graph")->capture_default_str();
+  std::string parallel = "none";
+  app.add_option("--parallel", parallel, "none, or under flow_run: dp (data parallel) or mp (model parallel)")
+      ->check(CLI::IsMember({"none", "dp", "mp"}))
+      ->capture_default_str();
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   try {
     flow::manual_seed(0);
@@ -77,45 +119,59 @@ int main(int argc, char** argv) {
     flow::data::DataLoader train_dataloader(training_data, flow::data::DataLoaderOptions().batch_size(batch_size).shuffle(true).num_workers(1));
     flow::data::DataLoader test_dataloader(test_data, flow::data::DataLoaderOptions().batch_size(batch_size).num_workers(1));
     auto model = std::make_shared<NeuralNetwork>();
+    const Layout layout = lay_out(parallel, *model);
     auto optimizer = std::make_shared<flow::optim::SGD>(model->parameters(), flow::optim::SGDOptions(1e-3));
     GraphNeuralNetworkTrain train_graph(model, optimizer);
     GraphNeuralNetworkEval eval_graph(model);
     const int64_t size = train_dataloader.dataset_size();
     for (int t = 0; t < options.epochs; ++t) {
-      std::printf("Epoch %d\n-------------------------------\n", t + 1);
+      if (layout.prints()) std::printf("Epoch %d\n-------------------------------\n", t + 1);
       model->train();  // eval_graph's eval() put the shared model in eval mode
       int64_t batch_index = 0;
       for (const auto& batch : train_dataloader) {
-        const flow::Tensor loss = train_graph(batch.data, batch.target).at(0);
-        if (t == 0 && batch_index == 0) {
+        const flow::Tensor loss = train_graph(layout(batch.data), layout(batch.target)).at(0);
+        if (t == 0 && batch_index == 0 && layout.prints()) {
           std::cout << train_graph << "\n";
           std::printf("compiled the training graph in %.3f s: %s\n", train_graph.compile_seconds(), train_graph.plan().summary().c_str());
         }
-        if (batch_index % 100 == 0) {
+        if (batch_index % 100 == 0 && layout.prints()) {
           std::printf("loss: %f  [%5lld/%5lld]\n", loss.item<double>(), static_cast<long long>(batch_index * batch_size),
                       static_cast<long long>(size));
         }
         ++batch_index;
       }
-      if (t == 0) {
+      if (t == 0 && layout.prints()) {
         std::printf("trained %lld batches; the training graph compiled %lld plans (one per batch shape)\n",
                     static_cast<long long>(batch_index), static_cast<long long>(train_graph.num_compiled_plans()));
       }
       double test_loss = 0;
       int64_t correct = 0;
       for (const auto& batch : test_dataloader) {
-        const flow::TensorList results = eval_graph(batch.data, batch.target);
+        const flow::Tensor target = layout(batch.target);
+        const flow::TensorList results = eval_graph(layout(batch.data), target);
         test_loss += results[1].item<double>();
-        correct += flow::sum(flow::eq(flow::argmax(results[0], 1), batch.target)).item<int64_t>();
+        correct += flow::sum(flow::eq(flow::argmax(results[0], 1), target)).item<int64_t>();
       }
       test_loss /= static_cast<double>(test_dataloader.size());
-      std::printf("Test Error: \n Accuracy: %.1f%%, Avg loss: %f \n\n",
+      if (layout.prints()) std::printf("Test Error: \n Accuracy: %.1f%%, Avg loss: %f \n\n",
                   100.0 * static_cast<double>(correct) / static_cast<double>(test_dataloader.dataset_size()), test_loss);
     }
-    std::printf("Done!\n");
+    if (layout.prints()) std::printf("Done!\n");
+    // Global state is saved as logical tensors (collective; rank 0 writes).
     flow::save(train_graph.state_dict(), options.out);
+    if (!layout.prints()) return 0;
     std::printf("Saved flow Graph state (model, optimizer, train step) to %s\n", options.out.c_str());
-    GraphNeuralNetworkPredict predict(model);
+    // A deployed model is local: a parallel run exports a single-process copy of the trained model.
+    auto deployed = model;
+    if (layout.placement) {
+      deployed = std::make_shared<NeuralNetwork>();
+      flow::StateDict trained;
+      for (const auto& [key, t] : flow::load(options.out)) {
+        if (key.rfind("model.", 0) == 0) trained.insert(key.substr(6), t);
+      }
+      deployed->load_state_dict(trained);
+    }
+    GraphNeuralNetworkPredict predict(deployed);
     predict(test_dataloader.begin()->data);
     flow::save(predict, export_dir, flow::ExportOptions().input_names({"image"}).output_names({"logits"}));
     std::printf("Exported the prediction graph for deployment to %s\n", export_dir.c_str());

@@ -345,6 +345,14 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
 
 graph::proto::Job Graph::trace_inference(const std::vector<TensorMeta>& input_metas, std::map<std::string, Tensor>& fixed) {
   if (!is_compiled()) fail("export", name(), " has not run yet: call the graph once so that its inputs are known");
+  for (const auto& [prefix, module] : modules_) {
+    for (const auto& [key, t] : module->state_dict()) {
+      if (t.is_global()) {
+        fail("export", name(), ": ", prefix, ".", key, " is a global tensor; a deployed model is local: load the gathered state ",
+             "(flow::save, then load_state_dict) into a local copy of the module and export that");
+      }
+    }
+  }
   // Eval mode while tracing, then every module back to its own mode.
   const RestoreModes restore{module_modes()};
   for (auto& [prefix, module] : modules_) module->eval();
