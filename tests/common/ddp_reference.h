@@ -49,17 +49,21 @@ inline void sgd_step(nn::Module& model, double lr) {
   model.zero_grad();
 }
 
-// Largest |a - b| / max(|b|, 1e-3) over every parameter element.
-inline double max_relative_difference(const nn::Module& a, const nn::Module& b) {
-  const TensorList pa = a.parameters(), pb = b.parameters();
+// Largest |a - b| / max(|b|, 1e-3) over every element of tensors paired by position.
+inline double max_relative_difference(const TensorList& a, const TensorList& b) {
   double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    const auto va = pa[i].tolist<float>(), vb = pb[i].tolist<float>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto va = a[i].tolist<float>(), vb = b[i].tolist<float>();
     for (size_t j = 0; j < va.size(); ++j) {
       worst = std::max(worst, std::abs(static_cast<double>(va[j]) - vb[j]) / std::max(std::abs(static_cast<double>(vb[j])), 1e-3));
     }
   }
   return worst;
+}
+
+// The same over every parameter of two modules.
+inline double max_relative_difference(const nn::Module& a, const nn::Module& b) {
+  return max_relative_difference(a.parameters(), b.parameters());
 }
 
 }  // namespace flow::testing

@@ -181,17 +181,6 @@ TensorList whole_parameters(const nn::Module& model) {
   return out;
 }
 
-double max_relative_difference(const TensorList& a, const TensorList& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const auto va = a[i].tolist<float>(), vb = b[i].tolist<float>();
-    for (size_t j = 0; j < va.size(); ++j) {
-      worst = std::max(worst, std::abs(static_cast<double>(va[j]) - vb[j]) / std::max(std::abs(static_cast<double>(vb[j])), 1e-3));
-    }
-  }
-  return worst;
-}
-
 // A run on ranks {0, 1} saves after 3 of 6 steps; the checkpoint holds logical tensors, so it
 // resumes in one process and on every rank of the job, each continuing as the 2-rank run did.
 TEST_F(GraphParallel, CheckpointOfTwoRanksResumesInOneProcessAndOnEveryRank) {
@@ -244,9 +233,9 @@ TEST_F(GraphParallel, CheckpointOfTwoRanksResumesInOneProcessAndOnEveryRank) {
   if (rank >= 2) return;
   // The checkpoint restored the parameters exactly; three more steps (momentum included) agree
   // up to the summation order that the number of ranks changes.
-  EXPECT_EQ(max_relative_difference(restored, saved), 0.0);
-  EXPECT_LT(max_relative_difference(whole_parameters(*local), uninterrupted), 1e-5);
-  EXPECT_LT(max_relative_difference(resumed, uninterrupted), 1e-5);
+  EXPECT_EQ(flow::testing::max_relative_difference(restored, saved), 0.0);
+  EXPECT_LT(flow::testing::max_relative_difference(whole_parameters(*local), uninterrupted), 1e-5);
+  EXPECT_LT(flow::testing::max_relative_difference(resumed, uninterrupted), 1e-5);
 }
 
 // Bytes of this rank's optimizer state in the Job (its variables named "_optimizer.*").
@@ -277,8 +266,8 @@ TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
   const TensorList plain = run(0, plain_bytes, plain_comm);
   const TensorList zero1 = run(1, zero1_bytes, zero1_comm);
   const TensorList zero2 = run(2, zero2_bytes, zero2_comm);
-  EXPECT_LT(max_relative_difference(zero1, plain), 1e-6);
-  EXPECT_LT(max_relative_difference(zero2, plain), 1e-6);
+  EXPECT_LT(flow::testing::max_relative_difference(zero1, plain), 1e-6);
+  EXPECT_LT(flow::testing::max_relative_difference(zero2, plain), 1e-6);
 
   // The momentum buffers: whole without ZeRO, this rank's rows with it.
   int64_t whole = 0, rows = 0;
