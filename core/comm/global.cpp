@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include "core/autograd_meta.h"
 #include "core/comm/boxing.h"
@@ -17,17 +18,21 @@ namespace {
 Placement placement_attr(const Attrs& attrs, const char* op) { return Placement::parse(attrs.get<std::string>("placement"), op); }
 NdSbp sbp_attr(const Attrs& attrs, const char* name, const char* op) { return parse_nd_sbp(attrs.get<std::string>(name), op); }
 
-// global -> global with another sbp (boxing).
+// global -> global with another sbp (boxing), or on another placement.
 const OpDef& kToGlobal =
     OpBuilder("to_global")
         .inputs({"input"})
         .outputs({"out"})
-        .attrs({{"placement", AttrType::kString}, {"sbp", AttrType::kString}, {"src_sbp", AttrType::kString}})
+        .attrs({{"placement", AttrType::kString},
+                {"sbp", AttrType::kString},
+                {"src_placement", AttrType::kString},
+                {"src_sbp", AttrType::kString}})
         .global_conversion()
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           const Placement placement = placement_attr(attrs, "to_global");
           check_nd_sbp(placement, sbp_attr(attrs, "sbp", "to_global"), in[0].shape, "to_global");
-          check_nd_sbp(placement, sbp_attr(attrs, "src_sbp", "to_global"), in[0].shape, "to_global");
+          check_nd_sbp(Placement::parse(attrs.get<std::string>("src_placement"), "to_global"), sbp_attr(attrs, "src_sbp", "to_global"),
+                       in[0].shape, "to_global");
           return std::vector<TensorMeta>{{in[0].shape, in[0].dtype, placement.device_for(get_rank())}};
         })
         .vjp([](const VjpContext& ctx) {
@@ -36,7 +41,7 @@ const OpDef& kToGlobal =
           // gradient, and a partial-sum gradient would cost an all-reduce later.
           NdSbp grad_sbp = sbp_attr(ctx.attrs, "src_sbp", "to_global");
           for (Sbp& sbp : grad_sbp) sbp = sbp.is_partial_sum() ? Sbp::broadcast() : sbp;
-          return TensorList{ctx.grad().to_global(placement_attr(ctx.attrs, "to_global"), grad_sbp)};
+          return TensorList{ctx.grad().to_global(Placement::parse(ctx.attrs.get<std::string>("src_placement"), "to_global"), grad_sbp)};
         })
         .def();
 
@@ -109,6 +114,30 @@ void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs
   if (AutogradRecorder* recorder = autograd_recorder()) recorder->record(op, inputs, outputs, attrs);
 }
 
+// This rank's piece (undefined off `placement`) of `input` moved to another placement: the
+// source ranks gather the whole tensor, the first of them broadcasts it to the ranks of both
+// placements, and each destination rank keeps its piece under `dst`. Simple rather than
+// minimal: a split moving between equal-sized rank sets could send pieces pairwise.
+Tensor move_between_placements(const Tensor& input, const Placement& placement, const NdSbp& dst) {
+  const Placement& source = input.placement();
+  const int64_t rank = get_rank();
+  std::set<int64_t> members(source.ranks().begin(), source.ranks().end());
+  members.insert(placement.ranks().begin(), placement.ranks().end());
+  if (!members.count(rank)) return Tensor();
+  autograd::NoGradGuard no_grad;
+  const Shape& logical = input.shape();
+  Tensor whole;
+  if (source.contains(rank)) {
+    whole = box(input.impl()->global->local, logical, source, input.sbp(), NdSbp(input.sbp().size(), Sbp::broadcast()));
+  } else {
+    whole = empty(logical, TensorOptions(input.dtype()).device(placement.device_for(rank)));
+  }
+  const int64_t root = source.ranks().front();
+  whole = broadcast(whole.contiguous(), root, Ranks(members.begin(), members.end()));
+  if (!placement.contains(rank)) return Tensor();
+  return box(whole, logical, placement, NdSbp(dst.size(), Sbp::broadcast()), dst);
+}
+
 TensorList run_conversion(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   const TensorMeta out_meta = check_and_infer(op, inputs, attrs)[0];
   const Tensor& input = inputs[0];
@@ -124,14 +153,15 @@ TensorList run_conversion(const OpDef& op, const TensorList& inputs, const Attrs
     CHECK(&op == &kToGlobal) << op.name;
     if (!input.is_global()) fail("to_global", "input is a local tensor");
     const Placement placement = placement_attr(attrs, "to_global");
-    if (!(placement == input.placement())) {
-      fail("to_global", "moving a tensor to another placement is not supported yet (from ", input.placement().str(), " to ",
-           placement.str(), ")");
-    }
     const NdSbp dst = sbp_attr(attrs, "sbp", "to_global");
     const Tensor& local = input.impl()->global->local;
-    const Tensor boxed = local.defined() ? box(local, input.shape(), placement, input.sbp(), dst) : Tensor();
-    out = make_global(out_meta, placement, dst, boxed);
+    Tensor moved;
+    if (placement == input.placement()) {
+      if (local.defined()) moved = box(local, input.shape(), placement, input.sbp(), dst);
+    } else {
+      moved = move_between_placements(input, placement, dst);
+    }
+    out = make_global(out_meta, placement, dst, moved);
   }
   const TensorList outputs{out};
   record(op, inputs, outputs, attrs);
@@ -322,7 +352,11 @@ Tensor Tensor::to_global(const Placement& placement, const NdSbp& nd_sbp) const 
   if (is_global()) {
     if (placement == this->placement() && nd_sbp == sbp()) return *this;
     return apply_one(distributed::kToGlobal, {*this},
-                     Attrs().set("placement", placement.attr()).set("sbp", nd_sbp_attr(nd_sbp)).set("src_sbp", nd_sbp_attr(sbp())));
+                     Attrs()
+                         .set("placement", placement.attr())
+                         .set("sbp", nd_sbp_attr(nd_sbp))
+                         .set("src_placement", this->placement().attr())
+                         .set("src_sbp", nd_sbp_attr(sbp())));
   }
   const int64_t rank = distributed::get_rank();
   if (!placement.contains(rank)) fail("to_global", "rank ", rank, " is not in ", placement.str(), " and has no piece to give");

@@ -181,6 +181,33 @@ TEST_F(GlobalTensor, ColumnAndRowParallelLinearEqualOneProcess) {
   EXPECT_EQ(w1_global.grad().to_local().shape(), w1_global.to_local().shape());
 }
 
+// A tensor moves to another placement (a pipeline stage's ranks) and back, with gradients; ranks
+// off a placement hold no piece but take part in the ops, as every rank runs the same program.
+TEST_F(GlobalTensor, MovesBetweenPlacementsWithGradients) {
+  const Placement everyone = world_placement(world);
+  const Placement last("cpu", std::vector<int64_t>{world - 1});
+  manual_seed(61);
+  const Tensor whole = randn({5, 3});
+  manual_seed(61);
+  Tensor a = randn({5, 3}, TensorOptions().placement(everyone).sbp(sbp::split(0))).requires_grad_();
+  const Tensor b = a.to_global(last, sbp::broadcast());
+  EXPECT_EQ(b.placement(), last);
+  EXPECT_EQ(b.shape(), (Shape{5, 3}));
+  if (rank == world - 1) expect_equal(b.to_local(), whole);
+  // On the last rank only; the others make the loss's seed too, without a piece.
+  (b * b * 2.0).sum().backward();
+  ASSERT_TRUE(a.grad().defined());
+  EXPECT_EQ(a.grad().placement(), everyone);
+  EXPECT_EQ(a.grad().sbp(), NdSbp{sbp::split(0)});
+  expect_equal(a.grad(), whole * 4.0, 1e-6);
+  // And back, onto another sbp.
+  expect_equal(b.to_global(everyone, sbp::split(1)), whole);
+  // Creation on a placement without this rank gives a global tensor with no piece here.
+  const Tensor elsewhere = zeros({2, 2}, TensorOptions().placement(last).sbp(sbp::broadcast()));
+  EXPECT_EQ(elsewhere.placement(), last);
+  if (rank != world - 1) EXPECT_EQ(elsewhere.to_local().numel(), 0);
+}
+
 TEST_F(GlobalTensor, HybridOnTwoByTwoPlacementEqualsOneProcess) {
   if (world != 4) GTEST_SKIP() << "needs 4 ranks";
   const Placement placement("cpu", std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});
