@@ -125,8 +125,11 @@ void Executor::act(int task, int64_t piece, int slot, const std::vector<int>& in
 }
 
 std::vector<TensorList> Executor::run(int64_t pieces, const PieceSource& source) {
-  int num_outputs = 0;
-  for (const auto& node : job_.nodes()) num_outputs += node.op() == kOutputOp;
+  size_t num_outputs = 0;
+  // Outputs by index; a global output with no piece on this rank has no node here.
+  for (const auto& node : job_.nodes()) {
+    if (node.op() == kOutputOp) num_outputs = std::max<size_t>(num_outputs, static_cast<size_t>(node.attrs().at("index").i()) + 1);
+  }
   results_.assign(pieces, TensorList(num_outputs));
   source_ = &source;
   auto release = [&] {

@@ -150,6 +150,12 @@ void Graph::debug(int v_level, std::ostream& log) {
   log_ = &log;
 }
 
+GraphConfig& GraphConfig::set_gradient_accumulation_steps(int64_t steps) {
+  if (steps < 1) fail("graph", "gradient accumulation steps must be at least 1, got ", steps);
+  gradient_accumulation_steps_ = steps;
+  return *this;
+}
+
 GraphConfig& GraphConfig::enable_zero(int64_t stage) {
   if (stage < 0 || stage > 2) fail("graph", "ZeRO stage must be 0 (off), 1 or 2, got ", stage);
   zero_stage_ = stage;
@@ -240,7 +246,7 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
       lazy_inputs.push_back(tracer.add_global_input(static_cast<int>(i), meta, *inputs[i].placement, inputs[i].sbp));
     }
     if (debug_level >= 1) *log_ << "(GRAPH:" << name_ << ") building graph\n";
-    const TensorList outputs = build(lazy_inputs);
+    const TensorList outputs = with_optimizers ? build_micro_batches(lazy_inputs) : build(lazy_inputs);
     if (with_optimizers) {
       traced.trained_params.assign(optimizers_.size(), {});
       for (size_t i = 0; i < optimizers_.size(); ++i) {
@@ -250,6 +256,11 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
           }
         }
         const TensorList& params = traced.trained_params[i];
+        if (config_.gradient_accumulation_steps() > 1) {
+          // The micro-batches' gradients were summed: their mean is the whole batch's gradient.
+          autograd::NoGradGuard no_grad;
+          for (Tensor p : params) p.set_grad(p.grad() * (1.0 / static_cast<double>(config_.gradient_accumulation_steps())));
+        }
         optimizers_[i]->trace_step(params, [&](size_t k, const std::string& scalar) {
           const Tensor& p = params[k];
           const Tensor fed = tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, p.dtype(), p.device());
@@ -274,6 +285,38 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
   traced.job.Clear();
   traced.job.Swap(&tracer.job());
   traced.fixed = tracer.captured();
+}
+
+TensorList Graph::build_micro_batches(const TensorList& inputs) {
+  const int64_t n = config_.gradient_accumulation_steps();
+  if (n == 1) return build(inputs);
+  std::vector<TensorList> results;
+  for (int64_t k = 0; k < n; ++k) {
+    TensorList micro;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& x = inputs[i];
+      if (x.dim() == 0 || x.size(0) % n != 0) {
+        fail("graph", name_, ": gradient accumulation over ", n, " micro-batches needs dim 0 of input ", i, " ", x.shape(), " to divide by ", n);
+      }
+      const int64_t rows = x.size(0) / n;
+      micro.push_back(x.narrow(0, k * rows, rows));
+    }
+    results.push_back(build(micro));
+  }
+  autograd::NoGradGuard no_grad;
+  TensorList outputs;
+  for (size_t o = 0; o < results[0].size(); ++o) {
+    TensorList parts;
+    for (const TensorList& result : results) parts.push_back(result.at(o));
+    if (parts[0].dim() > 0) {
+      outputs.push_back(cat(parts, 0));
+      continue;
+    }
+    Tensor sum = parts[0];
+    for (size_t k = 1; k < parts.size(); ++k) sum = sum + parts[k];
+    outputs.push_back(sum * (1.0 / static_cast<double>(n)));
+  }
+  return outputs;
 }
 
 Graph::CompiledPlan& Graph::plan_for(const TensorList& inputs) {
@@ -392,12 +435,16 @@ std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const 
       }
     }
     // The Job of a global input reads this rank's piece.
-    for (auto& t : inputs) t = (t.is_global() ? t.impl()->global->local : t).contiguous();
+    for (auto& t : inputs) {
+      const Tensor piece = t.is_global() ? t.impl()->global->local : t;
+      t = piece.defined() ? piece.contiguous() : piece;
+    }
     feeds = next_feeds(plan);
   };
   std::vector<TensorList> outputs = plan.executor->run(steps, source);
   const std::vector<graph::InputGuard>& layouts = plan.traced.output_layouts;
   for (TensorList& step_outputs : outputs) {
+    step_outputs.resize(layouts.size());
     for (size_t i = 0; i < step_outputs.size(); ++i) {
       if (!layouts[i].placement) continue;
       step_outputs[i] = distributed::make_global(layouts[i].meta, *layouts[i].placement, layouts[i].sbp, step_outputs[i]);

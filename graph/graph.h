@@ -44,12 +44,20 @@ class GraphConfig {
   // instead of all-reducing them. 0 turns it off. Set before the first call.
   GraphConfig& enable_zero(int64_t stage = 1);
   int64_t zero_stage() const { return zero_stage_; }
+  // Each call's inputs are split along dim 0 into `steps` micro-batches; build() runs on each
+  // (traced one after another into the Job), their gradients are averaged and the optimizer
+  // updates once, so a call equals one step on the whole batch (for mean-reduced losses). 0-d
+  // outputs (losses) are averaged over the micro-batches, others concatenated along dim 0. With
+  // modules on different placements this is pipeline parallelism. Set before the first call.
+  GraphConfig& set_gradient_accumulation_steps(int64_t steps);
+  int64_t gradient_accumulation_steps() const { return gradient_accumulation_steps_; }
 
  private:
   friend class Graph;
   bool training_ = false;
   int64_t cache_limit_ = 8;
   int64_t zero_stage_ = 0;
+  int64_t gradient_accumulation_steps_ = 1;
 };
 
 class Graph {
@@ -140,6 +148,8 @@ class Graph {
   CompiledPlan& plan_for(const TensorList& inputs);
   // guard_failures: why the signature fails each earlier plan's guards.
   void compile(graph::InputSignature signature, std::vector<std::string> guard_failures);
+  // build() on the inputs, or on each micro-batch of them with gradient accumulation.
+  TensorList build_micro_batches(const TensorList& inputs);
   // Traces build() on lazy inputs of this signature (global inputs: lazy global tensors whose
   // pieces are the Job's inputs).
   void trace(const graph::InputSignature& inputs, bool with_optimizers, int debug_level, Traced& traced);

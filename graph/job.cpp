@@ -5,6 +5,8 @@
 
 #include <sstream>
 
+#include "core/ops/comm.h"
+
 namespace flow::graph {
 
 bool is_source_kind(const std::string& op) {
@@ -128,7 +130,10 @@ const std::vector<int>& JobIndex::consumers(const std::string& value) const {
 bool has_side_effects(const proto::Node& node) {
   if (node.op() == kOutputOp) return true;
   if (is_source_kind(node.op())) return false;
-  return find_op(node.op()).inplace;
+  // Other ranks wait for every collective, even one whose result this rank does not read (the
+  // source of a move to another placement).
+  const OpDef& op = find_op(node.op());
+  return op.inplace || distributed::is_collective(op);
 }
 
 std::set<std::string> written_in_place(const proto::Job& job) {

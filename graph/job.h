@@ -57,8 +57,8 @@ class JobIndex {
   std::map<std::string, std::vector<int>> consumers_;
 };
 
-// Whether running the node changes state outside its outputs (in-place writes of variables),
-// so passes must keep it and keep its order.
+// Whether running the node changes state outside its outputs (in-place writes of variables) or
+// other ranks wait for it (a collective), so passes must keep it and keep its order.
 bool has_side_effects(const proto::Node& node);
 // Values some in-place op overwrites (input i of an in-place op with at least i+1 outputs).
 std::set<std::string> written_in_place(const proto::Job& job);

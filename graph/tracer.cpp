@@ -120,9 +120,8 @@ Tensor Tracer::input_node(int index, const TensorMeta& meta, const Placement* pl
 }
 
 Tensor Tracer::add_global_input(int index, const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp) {
-  const int64_t rank = distributed::get_rank();
-  const int64_t position = placement.index_of(rank);
-  if (position < 0) fail("graph", job_.name(), ": input ", index, " is on ", placement.str(), ", which does not hold rank ", rank);
+  const int64_t position = placement.index_of(distributed::get_rank());
+  if (position < 0) return distributed::make_global(meta, placement, nd_sbp, Tensor());  // no piece here, no input node
   const TensorMeta piece{local_shape(meta.shape, placement, nd_sbp, position), meta.dtype, meta.device};
   const Tensor lazy_piece = input_node(index, piece, &placement, nd_sbp);
   return distributed::make_global(meta, placement, nd_sbp, lazy_piece);
@@ -142,7 +141,7 @@ Tensor Tracer::add_feed(const std::string& key, DType dtype, Device device) {
 void Tracer::add_output(int index, const Tensor& result) {
   if (!result.defined()) fail("graph", "build() returned an undefined tensor as output ", index);
   const Tensor value = result.is_global() ? result.impl()->global->local : result;
-  if (!value.defined()) fail("graph", "build() returned output ", index, " on ", result.placement().str(), ", which has no piece on this rank");
+  if (!value.defined()) return;  // a global output on other ranks: the caller gets it without a piece
   const std::string input = value_of(value);
   proto::Node& node = *job_.add_nodes();
   node.set_name(job_.name() + "_output." + std::to_string(index));

@@ -41,11 +41,12 @@ class Tracer final : public Interpreter {
   // A lazy tensor for argument `index` of the graph call, with example's meta.
   Tensor add_input(int index, const Tensor& example);
   // A lazy global tensor of logical meta `meta` for a global argument: the Job's input is this
-  // rank's piece.
+  // rank's piece (a rank off the placement has none, and no input node).
   Tensor add_global_input(int index, const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp);
   // A lazy 0-d tensor fed with a new value on every run (an optimizer's learning rate).
   Tensor add_feed(const std::string& key, DType dtype, Device device);
-  // A global value's output node reads its piece (the caller makes the result global again).
+  // A global value's output node reads its piece (the caller makes the result global again); a
+  // rank without a piece of it has no output node.
   void add_output(int index, const Tensor& value);
 
   // Module scopes name the nodes created inside them ("model.linear_relu_stack.0").

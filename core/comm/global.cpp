@@ -206,6 +206,7 @@ bool any_global(const TensorList& inputs) {
 }
 
 Tensor from_whole(const Tensor& whole, const Placement& placement, const NdSbp& nd_sbp) {
+  if (!placement.contains(get_rank())) return make_global({whole.shape(), whole.dtype(), whole.device()}, placement, nd_sbp, Tensor());
   return whole.to_global(placement, NdSbp(nd_sbp.size(), Sbp::broadcast())).to_global(placement, nd_sbp);
 }
 
@@ -267,7 +268,7 @@ TensorList with_scalars_broadcast(const TensorList& inputs) {
   TensorList lifted = inputs;
   for (Tensor& t : lifted) {
     if (t.defined() && !t.is_global() && t.dim() == 0) {
-      t = t.to_global(global->placement(), NdSbp(static_cast<size_t>(global->placement().hierarchy().ndim()), Sbp::broadcast()));
+      t = from_whole(t, global->placement(), NdSbp(static_cast<size_t>(global->placement().hierarchy().ndim()), Sbp::broadcast()));
     }
   }
   return lifted;

@@ -18,8 +18,9 @@ std::vector<NdSbp> pick_signature(const OpDef& op, const std::vector<TensorMeta>
                                   const std::vector<NdSbp>& input_sbps, const Shape& hierarchy, std::vector<NdSbp>* output_sbps);
 
 // The global tensor whose logical value is `whole`, which every rank of the placement passes
-// (the same values): each keeps its piece under nd_sbp. How creation ops, Module::to_global and
-// loading a checkpoint into global state lay tensors out.
+// (the same values): each keeps its piece under nd_sbp; a rank off the placement gets a global
+// tensor with no piece. How creation ops, Module::to_global and loading a checkpoint into global
+// state lay tensors out.
 Tensor from_whole(const Tensor& whole, const Placement& placement, const NdSbp& nd_sbp);
 
 // A global tensor of logical meta `meta` whose piece on this rank is `local` (undefined off the

@@ -141,8 +141,7 @@ Tensor finish(Tensor t, const TensorOptions& options) {
     const Placement& placement = *options.placement_;
     const NdSbp nd_sbp = options.sbp_.empty() ? NdSbp(placement.hierarchy().size(), Sbp::broadcast()) : options.sbp_;
     // A rank off the placement holds no piece (it still made the tensor: its generator stays in step).
-    t = placement.contains(distributed::get_rank()) ? distributed::from_whole(t, placement, nd_sbp)
-                                                    : distributed::make_global({t.shape(), t.dtype(), t.device()}, placement, nd_sbp, Tensor());
+    t = distributed::from_whole(t, placement, nd_sbp);
   } else if (!options.sbp_.empty()) {
     fail("tensor", "sbp ", nd_sbp_str(options.sbp_), " was given without a placement");
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "common/ddp_reference.h"
@@ -236,6 +237,53 @@ TEST_F(GraphParallel, CheckpointOfTwoRanksResumesInOneProcessAndOnEveryRank) {
   EXPECT_EQ(flow::testing::max_relative_difference(restored, saved), 0.0);
   EXPECT_LT(flow::testing::max_relative_difference(whole_parameters(*local), uninterrupted), 1e-5);
   EXPECT_LT(flow::testing::max_relative_difference(resumed, uninterrupted), 1e-5);
+}
+
+// Two pipeline stages: the first Linear + ReLU on rank 0, the second Linear on rank 1; the
+// activation moves between them (to_global onto the next stage's placement).
+struct TwoStages : nn::Module {
+  explicit TwoStages(std::optional<Placement> second_stage = std::nullopt) : second_stage(std::move(second_stage)) {
+    manual_seed(5);
+    first = register_module("first", std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(12, 16), std::make_shared<nn::ReLU>()));
+    second = register_module("second", std::make_shared<nn::Linear>(16, 5));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor hidden = first->forward(x);
+    return second->forward(second_stage ? hidden.to_global(*second_stage, kB) : hidden);
+  }
+  std::optional<Placement> second_stage;
+  std::shared_ptr<nn::Sequential> first;
+  std::shared_ptr<nn::Linear> second;
+};
+
+TEST_F(GraphParallel, PipelineOfTwoStagesWithMicroBatchesEqualsOneProcess) {
+  if (rank >= 2) return;  // the two stages are ranks 0 and 1
+  const auto batches = flow::testing::make_ddp_batches(3, 16, 71);
+  auto reference = std::make_shared<TwoStages>();
+  TrainGraph reference_graph(reference, std::make_shared<optim::SGD>(reference->parameters(), optim::SGDOptions(0.1)));
+  for (const auto& batch : batches) reference_graph(batch.data, batch.target);
+
+  const Placement stage0("cpu", std::vector<int64_t>{0}), stage1("cpu", std::vector<int64_t>{1});
+  auto model = std::make_shared<TwoStages>(stage1);
+  model->first->to_global(stage0, kB);
+  model->second->to_global(stage1, kB);
+  TrainGraph graph(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
+  graph.config().set_gradient_accumulation_steps(4);
+  for (const auto& batch : batches) graph(global_from_whole(batch.data, stage0, kB), global_from_whole(batch.target, stage1, kB));
+
+  // Each rank holds and updates its stage only; both equal one process on the whole batches.
+  const nn::Module& mine = rank == 0 ? static_cast<const nn::Module&>(*model->first) : *model->second;
+  const nn::Module& expected = rank == 0 ? static_cast<const nn::Module&>(*reference->first) : *reference->second;
+  EXPECT_LT(flow::testing::max_relative_difference(mine, expected), 1e-5);
+  // 4 micro-batches: the activation moves forward and its gradient back once each.
+  EXPECT_EQ(collectives(graph.job()), (std::map<std::string, int>{{"comm_broadcast", 8}})) << graph::job_to_text(graph.job());
+  EXPECT_THROW(
+      {
+        TrainGraph odd(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
+        odd.config().set_gradient_accumulation_steps(3);
+        odd(global_from_whole(batches[0].data, stage0, kB), global_from_whole(batches[0].target, stage1, kB));
+      },
+      Error);
 }
 
 // Bytes of this rank's optimizer state in the Job (its variables named "_optimizer.*").
