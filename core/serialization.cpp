@@ -94,14 +94,22 @@ void save(const StateDict& state, const std::string& path) {
   Json header = Json::object();
   std::vector<Tensor> blobs;
   uint64_t offset = 0;
-  std::set<int64_t> holders;  // ranks holding pieces of global tensors
+  // Ranks holding pieces of global tensors; the lowest writes, each tensor gathered to it.
+  std::set<int64_t> holders;
+  for (const auto& [name, tensor] : state) {
+    if (tensor.is_global()) holders.insert(tensor.placement().ranks().begin(), tensor.placement().ranks().end());
+  }
+  const distributed::Ranks ranks(holders.begin(), holders.end());
+  const bool writes = ranks.empty() || distributed::get_rank() == ranks.front();
   for (const auto& [name, tensor] : state) {
     if (name == "__metadata__") fail("save", "'__metadata__' is reserved and cannot name a tensor");
     Tensor whole = tensor.detach();
     if (whole.is_global()) {
-      for (int64_t rank : whole.placement().ranks()) holders.insert(rank);
-      whole = whole.whole_local();
+      // Gathered among its ranks when the writer is one of them, else moved to the writer.
+      const Placement writer(whole.placement().device_type(), std::vector<int64_t>{ranks.front()});
+      whole = whole.placement().contains(ranks.front()) ? whole.whole_local() : whole.to_global(writer, {Sbp::broadcast()}).to_local();
     }
+    if (!writes) continue;
     const Tensor host = whole.cpu().contiguous();
     const uint64_t bytes = static_cast<uint64_t>(host.numel()) * itemsize(host.dtype());
     header[name] = {{"dtype", dtype_codes().at(host.dtype())}, {"shape", host.shape().vec()}, {"data_offsets", {offset, offset + bytes}}};
@@ -113,8 +121,7 @@ void save(const StateDict& state, const std::string& path) {
     for (const auto& [key, value] : state.metadata()) metadata[key] = value;
     header["__metadata__"] = metadata;
   }
-  const distributed::Ranks ranks(holders.begin(), holders.end());
-  if (!ranks.empty() && distributed::get_rank() != ranks.front()) {
+  if (!writes) {
     distributed::process_group("save").barrier(ranks);
     return;
   }

@@ -10,7 +10,7 @@
 // way (column- then row-parallel); the compiled Job of each rank holds its pieces and the
 // collectives the compiler chose.
 // Usage: quickstart_graph [--epochs N] [--data DIR] [--out FILE] [--export DIR]   (--help says more)
-//        flow_run --nproc-per-node 2 -- quickstart_graph --parallel dp
+//        flow_run --nproc-per-node 2 -- quickstart_graph --parallel dp|mp|pp
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -68,33 +68,47 @@ struct GraphNeuralNetworkPredict : nn::Graph {
   std::shared_ptr<NeuralNetwork> model;
 };
 
-// How --parallel lays the model and the batches out over every rank of the job.
+// How --parallel lays the model and the batches out over the ranks of the job.
 struct Layout {
-  std::optional<flow::Placement> placement;  // none: one process, local tensors
-  flow::NdSbp data_sbp;
+  std::optional<flow::Placement> data_placement, target_placement;  // none: one process, local tensors
+  flow::NdSbp sbp;                                                  // of images and targets
+  int64_t printer = 0;                                              // the rank holding the loss
 
-  flow::Tensor operator()(const flow::Tensor& whole) const {
-    return placement ? flow::distributed::from_whole(whole, *placement, data_sbp) : whole;
+  flow::Tensor data(const flow::Tensor& whole) const { return place(whole, data_placement); }
+  flow::Tensor target(const flow::Tensor& whole) const { return place(whole, target_placement); }
+  bool prints() const { return !data_placement || flow::distributed::get_rank() == printer; }
+
+ private:
+  flow::Tensor place(const flow::Tensor& whole, const std::optional<flow::Placement>& placement) const {
+    return placement ? flow::distributed::from_whole(whole, *placement, sbp) : whole;
   }
-  bool prints() const { return !placement || flow::distributed::get_rank() == 0; }
 };
 
 Layout lay_out(const std::string& parallel, NeuralNetwork& model) {
   if (parallel == "none") return {};
   flow::distributed::init_process_group();
-  std::vector<int64_t> ranks(static_cast<size_t>(flow::distributed::get_world_size()));
+  const int64_t world = flow::distributed::get_world_size();
+  const flow::NdSbp broadcast{flow::sbp::broadcast()};
+  if (parallel == "pp") {
+    if (world != 2) throw flow::Error("--parallel pp runs two stages: flow_run --nproc-per-node 2");
+    const flow::Placement first("cpu", std::vector<int64_t>{0}), second("cpu", std::vector<int64_t>{1});
+    model.to_global(second, broadcast);
+    model.linear_relu_stack->operator[](0)->to_global(first, broadcast);
+    model.second_stage = second;
+    return {first, second, broadcast, 1};
+  }
+  std::vector<int64_t> ranks(static_cast<size_t>(world));
   for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int64_t>(r);
   const flow::Placement placement("cpu", ranks);
-  const flow::NdSbp broadcast{flow::sbp::broadcast()};
   if (parallel == "dp") {
     model.to_global(placement, broadcast);
-    return {placement, {flow::sbp::split(0)}};
+    return {placement, placement, {flow::sbp::split(0)}, 0};
   }
   model.to_global(placement, broadcast,
                   {{"linear_relu_stack.0.weight", {flow::sbp::split(0)}},
                    {"linear_relu_stack.0.bias", {flow::sbp::split(0)}},
                    {"linear_relu_stack.2.weight", {flow::sbp::split(1)}}});
-  return {placement, broadcast};
+  return {placement, placement, broadcast, 0};
 }
 
 int main(int argc, char** argv) {
@@ -107,8 +121,8 @@ int main(int argc, char** argv) {
   std::string export_dir = "model_repository/fashion_mnist/1";
   app.add_option("--export", export_dir, "the export directory of the prediction graph")->capture_default_str();
   std::string parallel = "none";
-  app.add_option("--parallel", parallel, "none, or under flow_run: dp (data parallel) or mp (model parallel)")
-      ->check(CLI::IsMember({"none", "dp", "mp"}))
+  app.add_option("--parallel", parallel, "none, or under flow_run: dp (data parallel), mp (model parallel) or pp (2 pipeline stages, 4 micro-batches)")
+      ->check(CLI::IsMember({"none", "dp", "mp", "pp"}))
       ->capture_default_str();
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   try {
@@ -122,6 +136,7 @@ int main(int argc, char** argv) {
     const Layout layout = lay_out(parallel, *model);
     auto optimizer = std::make_shared<flow::optim::SGD>(model->parameters(), flow::optim::SGDOptions(1e-3));
     GraphNeuralNetworkTrain train_graph(model, optimizer);
+    if (parallel == "pp") train_graph.config().set_gradient_accumulation_steps(4);
     GraphNeuralNetworkEval eval_graph(model);
     const int64_t size = train_dataloader.dataset_size();
     for (int t = 0; t < options.epochs; ++t) {
@@ -129,7 +144,7 @@ int main(int argc, char** argv) {
       model->train();  // eval_graph's eval() put the shared model in eval mode
       int64_t batch_index = 0;
       for (const auto& batch : train_dataloader) {
-        const flow::Tensor loss = train_graph(layout(batch.data), layout(batch.target)).at(0);
+        const flow::Tensor loss = train_graph(layout.data(batch.data), layout.target(batch.target)).at(0);
         if (t == 0 && batch_index == 0 && layout.prints()) {
           std::cout << train_graph << "\n";
           std::printf("compiled the training graph in %.3f s: %s\n", train_graph.compile_seconds(), train_graph.plan().summary().c_str());
@@ -147,8 +162,9 @@ int main(int argc, char** argv) {
       double test_loss = 0;
       int64_t correct = 0;
       for (const auto& batch : test_dataloader) {
-        const flow::Tensor target = layout(batch.target);
-        const flow::TensorList results = eval_graph(layout(batch.data), target);
+        const flow::Tensor target = layout.target(batch.target);
+        const flow::TensorList results = eval_graph(layout.data(batch.data), target);
+        if (!layout.prints()) continue;  // the loss and logits are read where they live
         test_loss += results[1].item<double>();
         correct += flow::sum(flow::eq(flow::argmax(results[0], 1), target)).item<int64_t>();
       }
@@ -163,7 +179,7 @@ int main(int argc, char** argv) {
     std::printf("Saved flow Graph state (model, optimizer, train step) to %s\n", options.out.c_str());
     // A deployed model is local: a parallel run exports a single-process copy of the trained model.
     auto deployed = model;
-    if (layout.placement) {
+    if (layout.data_placement) {
       deployed = std::make_shared<NeuralNetwork>();
       flow::StateDict trained;
       for (const auto& [key, t] : flow::load(options.out)) {

@@ -252,7 +252,9 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
       for (size_t i = 0; i < optimizers_.size(); ++i) {
         for (auto& group : optimizers_[i]->param_groups()) {
           for (auto& p : group.params) {
-            if (p.grad().defined() && graph::is_traced(p.grad())) traced.trained_params[i].push_back(p);
+            // A global gradient without a piece here belongs to a stage on other ranks: its update
+            // records nothing on this rank, but its step count advances everywhere alike.
+            if (p.grad().defined() && (graph::is_traced(p.grad()) || p.grad().is_global())) traced.trained_params[i].push_back(p);
           }
         }
         const TensorList& params = traced.trained_params[i];
