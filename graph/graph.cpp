@@ -21,6 +21,16 @@ std::atomic<int> g_graph_count{0};
 
 TensorMeta meta_of_tensor(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
 
+// OneFlow's printing of a tensor's meta; a global tensor's with its placement and sbp.
+std::string layout_str(const Tensor& t) {
+  graph::InputGuard layout{meta_of_tensor(t), std::nullopt, {}};
+  if (t.is_global()) {
+    layout.placement = t.placement();
+    layout.sbp = t.sbp();
+  }
+  return graph::guard_str(layout);
+}
+
 std::string optimizer_prefix(size_t index) { return "_optimizer." + std::to_string(index) + "."; }
 
 // Modules in a train/eval mode, parents first: train() also sets the children, so applying them
@@ -49,7 +59,6 @@ struct Graph::ModuleCall {
 struct Graph::Traced {
   graph::proto::Job job;
   std::map<std::string, Tensor> fixed;  // the eager tensors behind variable and constant nodes
-  std::vector<TensorMeta> output_metas;
   std::vector<graph::InputGuard> output_layouts;  // each output's meta, and placement and sbp if global
   std::vector<TensorList> trained_params;  // per optimizer: parameters updated in the graph
   std::map<const Module*, ModuleCall> module_calls;
@@ -274,7 +283,6 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
       tracer.add_output(static_cast<int>(i), outputs[i]);
-      traced.output_metas.push_back(meta_of_tensor(outputs[i]));
       graph::InputGuard layout{meta_of_tensor(outputs[i]), std::nullopt, {}};
       if (outputs[i].is_global()) {
         layout.placement = outputs[i].placement();
@@ -519,11 +527,11 @@ void Graph::print_module(std::ostream& out, const std::string& name, const Modul
   }
   if (call) out << inner << "(INPUT:_" << name << "_input.0:tensor(..., is_lazy=true, " << meta_str(call->input) << "))\n";
   for (const auto& [key, p] : module.named_parameters(false)) {
-    out << inner << "(PARAMETER:" << name << "." << key << ":tensor(..., " << meta_str(meta_of_tensor(p))
+    out << inner << "(PARAMETER:" << name << "." << key << ":tensor(..., " << layout_str(p)
         << (p.requires_grad() ? ", requires_grad=true" : "") << ")): ()\n";
   }
   for (const auto& [key, b] : module.named_buffers(false)) {
-    out << inner << "(BUFFER:" << name << "." << key << ":tensor(..., " << meta_str(meta_of_tensor(b)) << ")): ()\n";
+    out << inner << "(BUFFER:" << name << "." << key << ":tensor(..., " << layout_str(b) << ")): ()\n";
   }
   for (const auto& [child_name, child] : module.named_children()) print_module(out, name + "." + child_name, *child, indent + 2);
   if (call && call->has_output) {
@@ -537,15 +545,17 @@ void Graph::pretty_print(std::ostream& out) const {
   out << "(GRAPH:" << graph_name << ":" << type_name() << "): (\n";
   out << "  (CONFIG:config:GraphConfig(training=" << (config_.training() ? "true" : "false") << ", cache_limit=" << config_.cache_limit()
       << ", compiled_plans=" << plans_.size() << "))\n";
-  const std::vector<TensorMeta>& inputs = input_metas();
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    out << "  (INPUT:_" << graph_name << "_input." << i << ":tensor(..., " << meta_str(inputs[i]) << "))\n";
+  if (current_) {
+    const graph::InputSignature& inputs = current_->signature;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      out << "  (INPUT:_" << graph_name << "_input." << i << ":tensor(..., " << graph::guard_str(inputs[i]) << "))\n";
+    }
   }
   for (const auto& [name, module] : modules_) print_module(out, name, *module, 2);
   if (current_) {
-    const std::vector<TensorMeta>& outputs = current_->traced.output_metas;
+    const std::vector<graph::InputGuard>& outputs = current_->traced.output_layouts;
     for (size_t i = 0; i < outputs.size(); ++i) {
-      out << "  (OUTPUT:_" << graph_name << "_output." << i << ":tensor(..., " << meta_str(outputs[i]) << "))\n";
+      out << "  (OUTPUT:_" << graph_name << "_output." << i << ":tensor(..., " << graph::guard_str(outputs[i]) << "))\n";
     }
   }
   out << ")";

@@ -369,6 +369,17 @@ TEST_F(GraphParallel, DebugLogShowsPlacementAndSbp) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("-> ((4, 5), float32, cpu, (P,), placement="), std::string::npos) << text;
+  // Printing the graph shows the logical metas with placement and sbp, as OneFlow does.
+  std::ostringstream printed;
+  printed << graph;
+  EXPECT_NE(printed.str().find("(PARAMETER:model.0.weight:tensor(..., size=(16, 12), dtype=flow.float32, device=cpu, placement=" +
+                               placement.str() + ", sbp=(S(0),), requires_grad=true)"),
+            std::string::npos)
+      << printed.str();
+  EXPECT_NE(printed.str().find("(OUTPUT:_" + graph.name() + "_output.0:tensor(..., size=(4, 5), dtype=flow.float32, device=cpu, placement=" +
+                               placement.str() + ", sbp=(P,)))"),
+            std::string::npos)
+      << printed.str();
 }
 
 TEST_F(GraphParallel, SplitLocalTensorInsideBuildIsAnError) {
