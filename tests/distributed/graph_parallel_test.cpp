@@ -84,7 +84,10 @@ TEST_F(GraphParallel, DataParallelTrainingEqualsOneProcessGraph) {
     ASSERT_TRUE(p.is_global());
     EXPECT_EQ(p.sbp(), kB);
   }
-  EXPECT_LT(flow::testing::max_relative_difference(*model, *reference), 1e-6);
+  // The batch's gradient sums are associated differently (per piece, then all-reduced): the
+  // Release build measures under 1e-6 after 20 steps, the sanitizer build's unvectorised
+  // reductions 3.8e-6.
+  EXPECT_LT(flow::testing::max_relative_difference(*model, *reference), 1e-5);
 
   // Each rank's Job holds its piece of the batch; each parameter's partial-sum gradient is
   // all-reduced once, into its update, and the loss (a mean over the global batch) all-reduces
