@@ -11,6 +11,8 @@
 #include "core/interpreter.h"
 #include "core/ops/comm.h"
 #include "core/ops/creation.h"
+#include "core/ops/index.h"
+#include "core/ops/view.h"
 
 namespace flow::distributed {
 namespace {
@@ -208,6 +210,40 @@ bool any_global(const TensorList& inputs) {
 Tensor from_whole(const Tensor& whole, const Placement& placement, const NdSbp& nd_sbp) {
   if (!placement.contains(get_rank())) return make_global({whole.shape(), whole.dtype(), whole.device()}, placement, nd_sbp, Tensor());
   return whole.to_global(placement, NdSbp(nd_sbp.size(), Sbp::broadcast())).to_global(placement, nd_sbp);
+}
+
+TensorList all_reduce_partial_sums(const TensorList& partials) {
+  if (partials.empty()) return {};
+  const Placement& placement = partials[0].placement();
+  const NdSbp partial{Sbp::partial_sum()}, broadcast{Sbp::broadcast()};
+  for (const Tensor& t : partials) {
+    if (!(t.placement() == placement) || !(t.sbp() == partial)) {
+      fail("all_reduce", "bucketed tensors must be partial sums on one 1-D placement, got sbp ", nd_sbp_str(t.sbp()), " on ",
+           t.placement().str());
+    }
+  }
+  autograd::NoGradGuard no_grad;
+  TensorList pieces;
+  for (const Tensor& t : partials) pieces.push_back(t.impl()->global->local.defined() ? t.impl()->global->local.reshape({-1}) : Tensor());
+  TensorList out;
+  if (placement.contains(get_rank())) {
+    Ranks members = placement.ranks();
+    std::sort(members.begin(), members.end());
+    const Tensor reduced = all_reduce(cat(pieces, 0), ReduceOp::kSum, members);
+    int64_t offset = 0;
+    for (size_t i = 0; i < partials.size(); ++i) {
+      const int64_t count = pieces[i].numel();
+      out.push_back(reduced.narrow(0, offset, count).reshape(partials[i].shape()));
+      offset += count;
+    }
+  } else {
+    out.assign(partials.size(), Tensor());
+  }
+  TensorList results;
+  for (size_t i = 0; i < partials.size(); ++i) {
+    results.push_back(make_global({partials[i].shape(), partials[i].dtype(), partials[i].device()}, placement, broadcast, out[i]));
+  }
+  return results;
 }
 
 Tensor make_global(const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp, const Tensor& local) {

@@ -23,6 +23,11 @@ std::vector<NdSbp> pick_signature(const OpDef& op, const std::vector<TensorMeta>
 // state lay tensors out.
 Tensor from_whole(const Tensor& whole, const Placement& placement, const NdSbp& nd_sbp);
 
+// Partial sums made broadcast with one all_reduce for all of them (gradient bucketing): every
+// tensor is global with sbp P on the same 1-D placement, and every rank of it calls this. Returns
+// the tensors with sbp B, in order. Runs outside autograd.
+TensorList all_reduce_partial_sums(const TensorList& partials);
+
 // A global tensor of logical meta `meta` whose piece on this rank is `local` (undefined off the
 // placement).
 Tensor make_global(const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp, const Tensor& local);

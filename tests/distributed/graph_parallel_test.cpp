@@ -4,6 +4,7 @@
 // collectives each compiled Job holds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -46,16 +47,14 @@ std::map<std::string, int> collectives(const graph::proto::Job& job) {
   return counts;
 }
 
-// How many of the Job's all-reduces feed an optimizer update (a fused in-place update node).
-int all_reduces_into_updates(const graph::proto::Job& job) {
-  std::map<std::string, std::string> op_of;
-  for (const auto& node : job.nodes()) op_of[node.name()] = node.op();
-  int count = 0;
+// The element counts of the Job's all-reduces, sorted.
+std::vector<int64_t> all_reduce_sizes(const graph::proto::Job& job) {
+  std::vector<int64_t> sizes;
   for (const auto& node : job.nodes()) {
-    if (node.op() != "fused_elementwise_inplace") continue;
-    for (const auto& input : node.inputs()) count += op_of[graph::parse_value_name(input).first] == "comm_all_reduce";
+    if (node.op() == "comm_all_reduce") sizes.push_back(graph::meta_of(node.outputs(0)).shape.numel());
   }
-  return count;
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
 }
 
 std::shared_ptr<nn::Sequential> train_one_process_graph(const std::vector<flow::testing::DdpBatch>& batches, double lr) {
@@ -89,12 +88,12 @@ TEST_F(GraphParallel, DataParallelTrainingEqualsOneProcessGraph) {
   // reductions 3.8e-6.
   EXPECT_LT(flow::testing::max_relative_difference(*model, *reference), 1e-5);
 
-  // Each rank's Job holds its piece of the batch; each parameter's partial-sum gradient is
-  // all-reduced once, into its update, and the loss (a mean over the global batch) all-reduces
-  // its sum and its count: nothing else moves.
+  // Each rank's Job holds its piece of the batch; the partial-sum gradients of the 6 parameters
+  // are all-reduced together in one bucket of all their 1637 elements, and the loss (a mean
+  // over the global batch) all-reduces its sum and its count: nothing else moves.
   const auto& job = graph.job();
-  EXPECT_EQ(collectives(job), (std::map<std::string, int>{{"comm_all_reduce", 8}})) << graph::job_to_text(job);
-  EXPECT_EQ(all_reduces_into_updates(job), 6);
+  EXPECT_EQ(collectives(job), (std::map<std::string, int>{{"comm_all_reduce", 3}})) << graph::job_to_text(job);
+  EXPECT_EQ(all_reduce_sizes(job), (std::vector<int64_t>{1, 1, 1637}));
   for (const auto& node : job.nodes()) {
     if (node.op() != graph::kInputOp) continue;
     EXPECT_EQ(node.outputs(0).shape(0), 64 / world);
@@ -152,7 +151,7 @@ TEST_F(GraphParallel, ModelParallelGraphEqualsEagerAndOneProcess) {
   const auto& job = graph.job();
   EXPECT_EQ(collectives(job), (std::map<std::string, int>{{"comm_all_gather", 1}, {"comm_all_reduce", 1}, {"comm_reduce_scatter", 1}}))
       << graph::job_to_text(job);
-  EXPECT_EQ(all_reduces_into_updates(job), 0);
+  EXPECT_EQ(all_reduce_sizes(job), (std::vector<int64_t>{1}));
 }
 
 // 2-D hybrid on {{0,1},{2,3}}: data split over the outer dimension, Megatron's split of the
@@ -343,10 +342,11 @@ TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
   EXPECT_EQ(zero1_bytes, rows);
   EXPECT_EQ(zero2_bytes, rows);
   if (world == 2) EXPECT_LE(zero1_bytes, plain_bytes / 2 + 32 * 4 + 4);  // halved, up to the odd 5-row tensors
-  // Six parameters; the loss all-reduces its sum and count. Stage 1 all-reduces each gradient,
-  // stage 2 reduce-scatters it; both all-gather each updated parameter.
-  EXPECT_EQ(plain_comm, (std::map<std::string, int>{{"comm_all_reduce", 8}}));
-  EXPECT_EQ(zero1_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 8}}));
+  // Six parameters; the loss all-reduces its sum and count. Without ZeRO and at stage 1 the
+  // gradients are all-reduced in one bucket, stage 2 reduce-scatters each; stages 1 and 2
+  // all-gather each updated parameter.
+  EXPECT_EQ(plain_comm, (std::map<std::string, int>{{"comm_all_reduce", 3}}));
+  EXPECT_EQ(zero1_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 3}}));
   EXPECT_EQ(zero2_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 2}, {"comm_reduce_scatter", 6}}));
 }
 
