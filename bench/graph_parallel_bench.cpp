@@ -73,9 +73,7 @@ int main(int argc, char** argv) {
     std::optional<flow::Placement> placement;
     if (mode != "none") {
       dist::init_process_group();
-      std::vector<int64_t> ranks(static_cast<size_t>(dist::get_world_size()));
-      for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int64_t>(r);
-      placement = flow::Placement("cpu", ranks);
+      placement = flow::Placement::all(flow::DeviceType::kCPU);
       const flow::NdSbp b{flow::sbp::broadcast()}, s0{flow::sbp::split(0)};
       if (mode == "mp") {
         model->to_global(*placement, b,

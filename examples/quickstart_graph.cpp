@@ -87,19 +87,16 @@ struct Layout {
 Layout lay_out(const std::string& parallel, NeuralNetwork& model) {
   if (parallel == "none") return {};
   flow::distributed::init_process_group();
-  const int64_t world = flow::distributed::get_world_size();
   const flow::NdSbp broadcast{flow::sbp::broadcast()};
   if (parallel == "pp") {
-    if (world != 2) throw flow::Error("--parallel pp runs two stages: flow_run --nproc-per-node 2");
+    if (flow::distributed::get_world_size() != 2) throw flow::Error("--parallel pp runs two stages: flow_run --nproc-per-node 2");
     const flow::Placement first("cpu", std::vector<int64_t>{0}), second("cpu", std::vector<int64_t>{1});
     model.to_global(second, broadcast);
     model.linear_relu_stack->operator[](0)->to_global(first, broadcast);
     model.second_stage = second;
     return {first, second, broadcast, 1};
   }
-  std::vector<int64_t> ranks(static_cast<size_t>(world));
-  for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int64_t>(r);
-  const flow::Placement placement("cpu", ranks);
+  const flow::Placement placement = flow::Placement::all(flow::DeviceType::kCPU);
   if (parallel == "dp") {
     model.to_global(placement, broadcast);
     return {placement, placement, {flow::sbp::split(0)}, 0};

@@ -3,7 +3,6 @@
 // process (every rank computes the single-process reference itself).
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <sstream>
 
 #include "autograd/engine.h"
@@ -20,12 +19,6 @@ namespace flow::distributed::testing {
 namespace {
 
 using GlobalTensor = RankTest;
-
-Placement world_placement(int64_t world) {
-  std::vector<int64_t> ranks(static_cast<size_t>(world));
-  std::iota(ranks.begin(), ranks.end(), int64_t{0});
-  return Placement("cpu", ranks);
-}
 
 void expect_equal(const Tensor& actual, const Tensor& expected, double tolerance = 0) {
   ASSERT_EQ(actual.shape(), expected.shape());
@@ -46,7 +39,7 @@ Tensor partial_piece(const Tensor& whole, int64_t rank, int64_t world) {
 }
 
 TEST_F(GlobalTensor, RandnOnRanksEqualsRandnInOneProcess) {
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   for (const Shape& shape : {Shape{8, 3}, Shape{7, 5}, Shape{3, 2}}) {
     manual_seed(7);
     const Tensor reference = randn(shape);
@@ -67,7 +60,7 @@ TEST_F(GlobalTensor, RandnOnRanksEqualsRandnInOneProcess) {
 }
 
 TEST_F(GlobalTensor, EveryOneDimensionalTransitionKeepsTheLogicalTensor) {
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   const std::vector<Sbp> layouts{sbp::split(0), sbp::split(1), sbp::broadcast(), sbp::partial_sum()};
   const Tensor whole = integer_valued({5, 7}, 3);  // uneven on 2 and 4 ranks
   for (const Sbp& from : layouts) {
@@ -85,7 +78,7 @@ TEST_F(GlobalTensor, EveryOneDimensionalTransitionKeepsTheLogicalTensor) {
 }
 
 TEST_F(GlobalTensor, LinearOpsKeepPartialSumsAndOthersReduceFirst) {
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   const Tensor whole = integer_valued({3, 4}, 17);
   const Tensor partial = partial_piece(whole, rank, world).to_global(placement, sbp::partial_sum());
   const Tensor linear_result = partial * 3.0 + partial - whole.to_global(placement, sbp::broadcast());
@@ -99,7 +92,7 @@ TEST_F(GlobalTensor, LinearOpsKeepPartialSumsAndOthersReduceFirst) {
 }
 
 TEST_F(GlobalTensor, PrintsTheLogicalTensorWithPlacementAndSbp) {
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   const Tensor global = arange(6, TensorOptions().dtype(kFloat32).placement(placement).sbp(sbp::split(0)));
   std::ostringstream printed;
   printed << global;
@@ -110,7 +103,7 @@ TEST_F(GlobalTensor, PrintsTheLogicalTensorWithPlacementAndSbp) {
 }
 
 TEST_F(GlobalTensor, LocalPiecesOfUnevenSplitsMakeTheLogicalShape) {
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   const Tensor piece = ones({split_part_size(9, world, rank), 2});
   const Tensor global = piece.to_global(placement, sbp::split(0));
   EXPECT_EQ(global.shape(), (Shape{9, 2}));
@@ -141,7 +134,7 @@ TEST_F(GlobalTensor, TwoDimensionalPlacementTransitions) {
 }
 
 TEST_F(GlobalTensor, DataParallelMatmulAndGradientsEqualOneProcess) {
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   const Tensor x = integer_valued({8, 4}, 5), w = integer_valued({4, 3}, 6);
   // One process.
   Tensor w_ref = w.clone().requires_grad_();
@@ -159,7 +152,7 @@ TEST_F(GlobalTensor, DataParallelMatmulAndGradientsEqualOneProcess) {
 }
 
 TEST_F(GlobalTensor, ColumnAndRowParallelLinearEqualOneProcess) {
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   const Tensor x = integer_valued({4, 6}, 21), w1 = integer_valued({8, 6}, 22), w2 = integer_valued({5, 8}, 23);
   Tensor w1_ref = w1.clone().requires_grad_(), w2_ref = w2.clone().requires_grad_(), x_ref = x.clone().requires_grad_();
   const Tensor out_ref = linear(linear(x_ref, w1_ref).relu(), w2_ref);
@@ -184,7 +177,7 @@ TEST_F(GlobalTensor, ColumnAndRowParallelLinearEqualOneProcess) {
 // A tensor moves to another placement (a pipeline stage's ranks) and back, with gradients; ranks
 // off a placement hold no piece but take part in the ops, as every rank runs the same program.
 TEST_F(GlobalTensor, MovesBetweenPlacementsWithGradients) {
-  const Placement everyone = world_placement(world);
+  const Placement everyone = Placement::all(DeviceType::kCPU);
   const Placement last("cpu", std::vector<int64_t>{world - 1});
   manual_seed(61);
   const Tensor whole = randn({5, 3});
@@ -226,7 +219,7 @@ TEST_F(GlobalTensor, HybridOnTwoByTwoPlacementEqualsOneProcess) {
 }
 
 TEST_F(GlobalTensor, MistakesAreClearErrors) {
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   const Tensor x = ones({4, 2});
   EXPECT_THROW(x.to_global(placement, sbp::split(2)), Error);
   EXPECT_THROW(x.to_global(placement, NdSbp{sbp::split(0), sbp::broadcast()}), Error);

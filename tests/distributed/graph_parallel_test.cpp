@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <numeric>
 #include <optional>
 #include <sstream>
 
@@ -25,18 +24,9 @@ namespace {
 using GraphParallel = RankTest;
 using test_graphs::TrainGraph;
 
-Placement world_placement(int64_t world) {
-  std::vector<int64_t> ranks(static_cast<size_t>(world));
-  std::iota(ranks.begin(), ranks.end(), int64_t{0});
-  return Placement("cpu", ranks);
-}
-
 const NdSbp kB{sbp::broadcast()};
 const NdSbp kS0{sbp::split(0)};
 
-Tensor global_from_whole(const Tensor& whole, const Placement& placement, const NdSbp& nd_sbp) {
-  return from_whole(whole, placement, nd_sbp);
-}
 
 // The collectives of the Job, counted by op: "comm_all_reduce" -> 8.
 std::map<std::string, int> collectives(const graph::proto::Job& job) {
@@ -69,13 +59,13 @@ TEST_F(GraphParallel, DataParallelTrainingEqualsOneProcessGraph) {
   const auto reference = train_one_process_graph(batches, 0.1);
 
   // Parameters broadcast, data split along the batch: OneFlow's data parallelism.
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   auto model = flow::testing::make_ddp_mlp(0);
   model->to_global(placement, kB);
   TrainGraph graph(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
   Tensor loss;
   for (const auto& batch : batches) {
-    loss = graph(global_from_whole(batch.data, placement, kS0), global_from_whole(batch.target, placement, kS0)).at(0);
+    loss = graph(from_whole(batch.data, placement, kS0), from_whole(batch.target, placement, kS0)).at(0);
   }
   EXPECT_TRUE(loss.is_global());
   EXPECT_EQ(loss.placement(), placement);
@@ -122,12 +112,12 @@ TEST_F(GraphParallel, ModelParallelGraphEqualsEagerAndOneProcess) {
     flow::testing::sgd_step(*reference, 0.1);
   }
 
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   // Eager model parallel.
   auto eager = megatron_mlp();
   eager->to_global(placement, kB, megatron_sbps());
   for (const auto& batch : batches) {
-    const flow::testing::DdpBatch global{global_from_whole(batch.data, placement, kB), global_from_whole(batch.target, placement, kB)};
+    const flow::testing::DdpBatch global{from_whole(batch.data, placement, kB), from_whole(batch.target, placement, kB)};
     flow::testing::ddp_loss(*eager, global).backward();
     flow::testing::sgd_step(*eager, 0.1);
   }
@@ -136,7 +126,7 @@ TEST_F(GraphParallel, ModelParallelGraphEqualsEagerAndOneProcess) {
   model->to_global(placement, kB, megatron_sbps());
   EXPECT_EQ(model->named_parameters()[2].second.sbp(), NdSbp{sbp::split(1)});
   TrainGraph graph(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
-  for (const auto& batch : batches) graph(global_from_whole(batch.data, placement, kB), global_from_whole(batch.target, placement, kB));
+  for (const auto& batch : batches) graph(from_whole(batch.data, placement, kB), from_whole(batch.target, placement, kB));
 
   EXPECT_LT(flow::testing::max_relative_difference(*eager, *reference), 1e-5);
   EXPECT_LT(flow::testing::max_relative_difference(*model, *reference), 1e-5);
@@ -172,7 +162,7 @@ TEST_F(GraphParallel, HybridOnTwoByTwoPlacementEqualsOneProcess) {
                     {"2.weight", {sbp::broadcast(), sbp::split(1)}}});
   TrainGraph graph(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
   const NdSbp data_sbp{sbp::split(0), sbp::broadcast()};
-  for (const auto& batch : batches) graph(global_from_whole(batch.data, placement, data_sbp), global_from_whole(batch.target, placement, data_sbp));
+  for (const auto& batch : batches) graph(from_whole(batch.data, placement, data_sbp), from_whole(batch.target, placement, data_sbp));
   EXPECT_LT(flow::testing::max_relative_difference(*model, *reference), 1e-5);
   EXPECT_EQ(model->parameters()[0].to_local().shape(), (Shape{8, 12}));
 }
@@ -198,7 +188,7 @@ TEST_F(GraphParallel, CheckpointOfTwoRanksResumesInOneProcessAndOnEveryRank) {
       if (placement == nullptr) {
         graph(batches[k].data, batches[k].target);
       } else {
-        graph(global_from_whole(batches[k].data, *placement, kS0), global_from_whole(batches[k].target, *placement, kS0));
+        graph(from_whole(batches[k].data, *placement, kS0), from_whole(batches[k].target, *placement, kS0));
       }
     }
   };
@@ -223,7 +213,7 @@ TEST_F(GraphParallel, CheckpointOfTwoRanksResumesInOneProcessAndOnEveryRank) {
   const TensorList restored = whole_parameters(*local);
   train(local_graph, nullptr, 3, 6);
 
-  const Placement everyone = world_placement(world);
+  const Placement everyone = Placement::all(DeviceType::kCPU);
   auto global = flow::testing::make_ddp_mlp(2);
   global->to_global(everyone, kB);
   TrainGraph global_graph(global, sgd(*global));
@@ -271,7 +261,7 @@ TEST_F(GraphParallel, PipelineOfTwoStagesWithMicroBatchesEqualsOneProcess) {
   model->second->to_global(stage1, kB);
   TrainGraph graph(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
   graph.config().set_gradient_accumulation_steps(4);
-  for (const auto& batch : batches) graph(global_from_whole(batch.data, stage0, kB), global_from_whole(batch.target, stage1, kB));
+  for (const auto& batch : batches) graph(from_whole(batch.data, stage0, kB), from_whole(batch.target, stage1, kB));
 
   // Each rank holds and updates its stage only; both equal one process on the whole batches.
   const nn::Module& mine = rank == 0 ? static_cast<const nn::Module&>(*model->first) : *model->second;
@@ -296,7 +286,7 @@ TEST_F(GraphParallel, PipelineOfTwoStagesWithMicroBatchesEqualsOneProcess) {
       {
         TrainGraph odd(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
         odd.config().set_gradient_accumulation_steps(3);
-        odd(global_from_whole(batches[0].data, stage0, kB), global_from_whole(batches[0].target, stage1, kB));
+        odd(from_whole(batches[0].data, stage0, kB), from_whole(batches[0].target, stage1, kB));
       },
       Error);
 }
@@ -313,13 +303,13 @@ int64_t optimizer_state_bytes(const graph::proto::Job& job) {
 
 TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
   const auto batches = flow::testing::make_ddp_batches(10, 64, 51);
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   const auto run = [&](int64_t stage, int64_t& state_bytes, std::map<std::string, int>& comm) {
     auto model = flow::testing::make_ddp_mlp(0);
     model->to_global(placement, kB);
     TrainGraph graph(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1).momentum(0.9)));
     graph.config().enable_zero(stage);
-    for (const auto& batch : batches) graph(global_from_whole(batch.data, placement, kS0), global_from_whole(batch.target, placement, kS0));
+    for (const auto& batch : batches) graph(from_whole(batch.data, placement, kS0), from_whole(batch.target, placement, kS0));
     state_bytes = optimizer_state_bytes(graph.job());
     comm = collectives(graph.job());
     return whole_parameters(*model);
@@ -351,14 +341,14 @@ TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
 }
 
 TEST_F(GraphParallel, DebugLogShowsPlacementAndSbp) {
-  const Placement placement = world_placement(world);
+  const Placement placement = Placement::all(DeviceType::kCPU);
   auto model = megatron_mlp();
   model->to_global(placement, kB, megatron_sbps());
   test_graphs::PredictGraph graph(model);
   std::ostringstream log;
   graph.debug(2, log);
   const Tensor x = randn({4, 12});
-  const Tensor out = graph(global_from_whole(x, placement, kB)).at(0);
+  const Tensor out = graph(from_whole(x, placement, kB)).at(0);
   // The row-parallel output stays a partial sum, as in eager; reading it sums the pieces.
   EXPECT_TRUE(out.is_global());
   EXPECT_EQ(out.sbp(), NdSbp{sbp::partial_sum()});
@@ -390,7 +380,7 @@ TEST_F(GraphParallel, SplitLocalTensorInsideBuildIsAnError) {
     explicit Splits(Placement p) : placement(std::move(p)) {}
     TensorList build(const TensorList& in) override { return {in[0].to_global(placement, kS0)}; }
     Placement placement;
-  } graph(world_placement(world));
+  } graph(Placement::all(DeviceType::kCPU));
   EXPECT_THROW(
       {
         try {

@@ -54,6 +54,21 @@ const graph::PassRecord& pass_record(const graph::PlanExplanation& plan, const s
   throw std::runtime_error("no record of pass " + pass);
 }
 
+// The pass fused `count` pairs, each into a `node_op` node the optimised Job holds, made of a
+// `first` node and then a `second` one.
+void expect_fused_pairs(const graph::PassRecord& record, const graph::proto::Job& job, size_t count, const std::string& node_op,
+                        const std::string& first, const std::string& second) {
+  ASSERT_EQ(record.fused.size(), count);
+  const std::set<std::string> final_nodes = node_names(job);
+  for (const auto& group : record.fused) {
+    EXPECT_EQ(group.node.op, node_op);
+    EXPECT_TRUE(final_nodes.count(group.node.name)) << group.node.name;
+    ASSERT_EQ(group.members.size(), 2u);
+    EXPECT_EQ(group.members[0].op, first);
+    EXPECT_EQ(group.members[1].op, second);
+  }
+}
+
 std::string printed(const graph::ExplainReport& report) {
   std::ostringstream out;
   out << report;
@@ -103,14 +118,9 @@ TEST(Explain, MlpReportsTracedOpsAndTheLinearReluFusion) {
 
   // Each hidden linear and its relu run as one fused_linear that the optimised Job holds.
   const graph::PassRecord& fusion = pass_record(plan, "elementwise_fusion");
-  ASSERT_EQ(fusion.fused.size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(expect_fused_pairs(fusion, graph.job(), 2, "fused_linear", "linear", "relu"));
   const std::set<std::string> final_nodes = node_names(graph.job());
   for (const auto& group : fusion.fused) {
-    EXPECT_EQ(group.node.op, "fused_linear");
-    EXPECT_TRUE(final_nodes.count(group.node.name)) << group.node.name;
-    ASSERT_EQ(group.members.size(), 2u);
-    EXPECT_EQ(group.members[0].op, "linear");
-    EXPECT_EQ(group.members[1].op, "relu");
     for (const auto& member : group.members) EXPECT_FALSE(final_nodes.count(member.name)) << member.name;
   }
   EXPECT_EQ(plan.ops_after_passes.at("fused_linear"), count_op(graph.job(), "fused_linear"));
@@ -163,16 +173,8 @@ TEST(Explain, ConvBatchNormFoldingAndPoolRewritesAreListed) {
   EXPECT_EQ(plan.log.traced_ops.at("batch_norm_eval"), 2);
   expect_consistent_passes(plan, graph.job());
 
-  const graph::PassRecord& folding = pass_record(plan, "conv_batch_norm_folding");
-  ASSERT_EQ(folding.fused.size(), 2u);
-  const std::set<std::string> final_nodes = node_names(graph.job());
-  for (const auto& group : folding.fused) {
-    EXPECT_EQ(group.node.op, "conv2d");
-    EXPECT_TRUE(final_nodes.count(group.node.name)) << group.node.name;
-    ASSERT_EQ(group.members.size(), 2u);
-    EXPECT_EQ(group.members[0].op, "conv2d");
-    EXPECT_EQ(group.members[1].op, "batch_norm_eval");
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      expect_fused_pairs(pass_record(plan, "conv_batch_norm_folding"), graph.job(), 2, "conv2d", "conv2d", "batch_norm_eval"));
   EXPECT_EQ(plan.ops_after_passes.count("batch_norm_eval"), 0u);
 
   const graph::PassRecord& pools = pass_record(plan, "unused_pool_indices_elimination");
