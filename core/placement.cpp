@@ -211,6 +211,8 @@ void check_nd_sbp(const Placement& placement, const NdSbp& nd_sbp, const Shape& 
   }
 }
 
+NdSbp broadcast_sbp(const Placement& placement) { return NdSbp(placement.hierarchy().size(), Sbp::broadcast()); }
+
 Shape local_shape(const Shape& logical, const Placement& placement, const NdSbp& nd_sbp, int64_t index) {
   Shape shape = logical;
   const Shape& hierarchy = placement.hierarchy();

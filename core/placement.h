@@ -55,6 +55,8 @@ int64_t split_part_size(int64_t size, int64_t parts, int64_t index);
 int64_t split_part_start(int64_t size, int64_t parts, int64_t index);
 std::vector<int64_t> split_part_sizes(int64_t size, int64_t parts);
 
+// Broadcast along every dimension of the placement's hierarchy: each rank holds the whole tensor.
+NdSbp broadcast_sbp(const Placement& placement);
 // Checks nd_sbp against placement and logical shape (one entry per hierarchy dimension, split
 // axes inside the shape); flow::Error prefixed with [op].
 void check_nd_sbp(const Placement& placement, const NdSbp& nd_sbp, const Shape& logical, const char* op);

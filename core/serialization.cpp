@@ -105,9 +105,8 @@ void save(const StateDict& state, const std::string& path) {
     if (name == "__metadata__") fail("save", "'__metadata__' is reserved and cannot name a tensor");
     Tensor whole = tensor.detach();
     if (whole.is_global()) {
-      // Gathered among its ranks when the writer is one of them, else moved to the writer.
       const Placement writer(whole.placement().device_type(), std::vector<int64_t>{ranks.front()});
-      whole = whole.placement().contains(ranks.front()) ? whole.whole_local() : whole.to_global(writer, {Sbp::broadcast()}).to_local();
+      whole = whole.to_global(writer, {Sbp::broadcast()}).to_local();
     }
     if (!writes) continue;
     const Tensor host = whole.cpu().contiguous();

@@ -29,7 +29,7 @@ bool Tensor::is_contiguous() const {
 
 Tensor Tensor::whole_local() const {
   if (!is_global()) return *this;
-  return to_global(placement(), NdSbp(static_cast<size_t>(placement().hierarchy().ndim()), Sbp::broadcast())).to_local();
+  return to_global(placement(), broadcast_sbp(placement())).to_local();
 }
 
 void* Tensor::data_ptr() const {

@@ -21,16 +21,6 @@ std::atomic<int> g_graph_count{0};
 
 TensorMeta meta_of_tensor(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
 
-// OneFlow's printing of a tensor's meta; a global tensor's with its placement and sbp.
-std::string layout_str(const Tensor& t) {
-  graph::InputGuard layout{meta_of_tensor(t), std::nullopt, {}};
-  if (t.is_global()) {
-    layout.placement = t.placement();
-    layout.sbp = t.sbp();
-  }
-  return graph::guard_str(layout);
-}
-
 std::string optimizer_prefix(size_t index) { return "_optimizer." + std::to_string(index) + "."; }
 
 // Modules in a train/eval mode, parents first: train() also sets the children, so applying them
@@ -295,19 +285,13 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
           const Tensor& p = params[k];
           const Tensor fed = tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, p.dtype(), p.device());
           if (!p.is_global()) return fed;
-          const NdSbp broadcast(static_cast<size_t>(p.placement().hierarchy().ndim()), Sbp::broadcast());
-          return distributed::make_global({Shape{}, p.dtype(), p.device()}, p.placement(), broadcast, fed);
+          return distributed::make_global({Shape{}, p.dtype(), p.device()}, p.placement(), broadcast_sbp(p.placement()), fed);
         }, config_.zero_stage());
       }
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
       tracer.add_output(static_cast<int>(i), outputs[i]);
-      graph::InputGuard layout{meta_of_tensor(outputs[i]), std::nullopt, {}};
-      if (outputs[i].is_global()) {
-        layout.placement = outputs[i].placement();
-        layout.sbp = outputs[i].sbp();
-      }
-      traced.output_layouts.push_back(std::move(layout));
+      traced.output_layouts.push_back(graph::guard_of(outputs[i]));
     }
   }
   tracer.release();
@@ -546,11 +530,11 @@ void Graph::print_module(std::ostream& out, const std::string& name, const Modul
   }
   if (call) out << inner << "(INPUT:_" << name << "_input.0:tensor(..., is_lazy=true, " << meta_str(call->input) << "))\n";
   for (const auto& [key, p] : module.named_parameters(false)) {
-    out << inner << "(PARAMETER:" << name << "." << key << ":tensor(..., " << layout_str(p)
+    out << inner << "(PARAMETER:" << name << "." << key << ":tensor(..., " << graph::guard_str(graph::guard_of(p))
         << (p.requires_grad() ? ", requires_grad=true" : "") << ")): ()\n";
   }
   for (const auto& [key, b] : module.named_buffers(false)) {
-    out << inner << "(BUFFER:" << name << "." << key << ":tensor(..., " << layout_str(b) << ")): ()\n";
+    out << inner << "(BUFFER:" << name << "." << key << ":tensor(..., " << graph::guard_str(graph::guard_of(b)) << ")): ()\n";
   }
   for (const auto& [child_name, child] : module.named_children()) print_module(out, name + "." + child_name, *child, indent + 2);
   if (call && call->has_output) {

@@ -22,18 +22,21 @@ bool InputGuard::operator==(const InputGuard& other) const {
          placement == other.placement && sbp == other.sbp;
 }
 
+InputGuard guard_of(const Tensor& t) {
+  InputGuard guard{{t.shape(), t.dtype(), t.device()}, std::nullopt, {}};
+  if (t.is_global()) {
+    guard.placement = t.placement();
+    guard.sbp = t.sbp();
+  }
+  return guard;
+}
+
 InputSignature signature_of(const TensorList& inputs, const std::string& graph) {
   InputSignature signature;
   signature.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
-    if (!t.defined()) fail("graph", graph, ": input ", i, " is an undefined tensor");
-    InputGuard guard{{t.shape(), t.dtype(), t.device()}, std::nullopt, {}};
-    if (t.is_global()) {
-      guard.placement = t.placement();
-      guard.sbp = t.sbp();
-    }
-    signature.push_back(std::move(guard));
+    if (!inputs[i].defined()) fail("graph", graph, ": input ", i, " is an undefined tensor");
+    signature.push_back(guard_of(inputs[i]));
   }
   return signature;
 }

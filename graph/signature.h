@@ -20,6 +20,8 @@ struct InputGuard {
 };
 using InputSignature = std::vector<InputGuard>;
 
+// A defined tensor's meta, and for a global tensor its placement and sbp.
+InputGuard guard_of(const Tensor& t);
 // The signature of a call's inputs; flow::Error naming `graph` for an undefined input.
 InputSignature signature_of(const TensorList& inputs, const std::string& graph);
 std::vector<TensorMeta> metas_of(const InputSignature& signature);

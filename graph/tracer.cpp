@@ -26,6 +26,12 @@ Tensor lazy_tensor(const TensorMeta& meta, const std::string& value) {
 
 TensorMeta meta_of_tensor(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
 
+// Marks a Job value as this rank's piece of a global tensor on `placement` laid out by nd_sbp.
+void describe_piece(proto::TensorDesc& desc, const Placement& placement, const NdSbp& nd_sbp) {
+  desc.set_placement(placement.str());
+  desc.set_sbp(nd_sbp_str(nd_sbp));
+}
+
 // The module path owning a variable: "model.0.weight" -> "model.0".
 std::string owner_scope(const std::string& variable) {
   const size_t dot = variable.rfind('.');
@@ -91,10 +97,7 @@ std::string Tracer::capture(const Tensor& t, const TensorImpl* owner) {
     (*node.mutable_attrs())["key"].set_s(node.name());
   }
   *node.add_outputs() = describe(meta_of_tensor(t));
-  if (owner->global) {
-    node.mutable_outputs(0)->set_placement(owner->global->placement.str());
-    node.mutable_outputs(0)->set_sbp(nd_sbp_str(owner->global->nd_sbp));
-  }
+  if (owner->global) describe_piece(*node.mutable_outputs(0), owner->global->placement, owner->global->nd_sbp);
   captured_[node.name()] = t;
   const std::string value = value_name(node.name(), 0);
   mark(t, value);
@@ -111,10 +114,7 @@ Tensor Tracer::input_node(int index, const TensorMeta& meta, const Placement* pl
   node.set_op(kInputOp);
   (*node.mutable_attrs())["index"].set_i(index);
   *node.add_outputs() = describe(meta);
-  if (placement) {
-    node.mutable_outputs(0)->set_placement(placement->str());
-    node.mutable_outputs(0)->set_sbp(nd_sbp_str(nd_sbp));
-  }
+  if (placement) describe_piece(*node.mutable_outputs(0), *placement, nd_sbp);
   log_node(node);
   return lazy_tensor(meta, value_name(node.name(), 0));
 }
@@ -149,10 +149,7 @@ void Tracer::add_output(int index, const Tensor& result) {
   node.add_inputs(input);
   (*node.mutable_attrs())["index"].set_i(index);
   *node.add_outputs() = describe(meta_of_tensor(value));
-  if (result.is_global()) {
-    node.mutable_outputs(0)->set_placement(result.placement().str());
-    node.mutable_outputs(0)->set_sbp(nd_sbp_str(result.sbp()));
-  }
+  if (result.is_global()) describe_piece(*node.mutable_outputs(0), result.placement(), result.sbp());
   log_node(node);
 }
 
@@ -189,8 +186,7 @@ void Tracer::annotate_pieces(const TensorList& outputs, int first) {
     for (int i = job_.nodes_size() - 1; i >= first; --i) {
       proto::Node& node = *job_.mutable_nodes(i);
       if (node.name() != name) continue;
-      node.mutable_outputs(index)->set_placement(output.placement().str());
-      node.mutable_outputs(index)->set_sbp(nd_sbp_str(output.sbp()));
+      describe_piece(*node.mutable_outputs(index), output.placement(), output.sbp());
       break;
     }
   }

@@ -186,10 +186,8 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   if (!problems.empty()) fail("load_state_dict", "error(s) in loading state_dict for ", name(), ":", problems);
   autograd::NoGradGuard no_grad;
   for (auto& [name, t] : own) {
-    if (!state.contains(name)) continue;
     // A checkpoint holds logical tensors: a global module takes its pieces of them.
-    const Tensor& value = state.at(name);
-    t.copy_(t.is_global() && !value.is_global() ? distributed::from_whole(value, t.placement(), t.sbp()) : value);
+    if (state.contains(name)) t.copy_(distributed::laid_out_like(state.at(name), t));
   }
 }
 

@@ -211,8 +211,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
         // Existing state tensors are written in place: a compiled Graph holds them as variables.
         Tensor& slot = state_[p.impl()][name.substr(prefix.size())];
         // A checkpoint holds logical tensors: a global parameter's state takes its layout.
-        const Tensor local = t.to(p.device()).to(p.dtype());
-        const Tensor value = p.is_global() && !local.is_global() ? distributed::from_whole(local, p.placement(), p.sbp()) : local;
+        const Tensor value = distributed::laid_out_like(t.to(p.device()).to(p.dtype()), p);
         if (slot.defined() && slot.shape() == value.shape()) {
           autograd::NoGradGuard no_grad;
           slot.copy_(value);

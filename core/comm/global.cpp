@@ -117,27 +117,27 @@ void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs
 }
 
 // This rank's piece (undefined off `placement`) of `input` moved to another placement: the
-// source ranks gather the whole tensor, the first of them broadcasts it to the ranks of both
-// placements, and each destination rank keeps its piece under `dst`. Simple rather than
-// minimal: a split moving between equal-sized rank sets could send pieces pairwise.
+// source ranks gather the whole tensor and, unless every destination rank is one of them, the
+// first of them broadcasts it to the ranks of both placements; each destination rank keeps its
+// piece under `dst`. Simple rather than minimal: a split moving between equal-sized rank sets
+// could send pieces pairwise.
 Tensor move_between_placements(const Tensor& input, const Placement& placement, const NdSbp& dst) {
   const Placement& source = input.placement();
   const int64_t rank = get_rank();
-  std::set<int64_t> members(source.ranks().begin(), source.ranks().end());
-  members.insert(placement.ranks().begin(), placement.ranks().end());
-  if (!members.count(rank)) return Tensor();
+  if (!source.contains(rank) && !placement.contains(rank)) return Tensor();
   autograd::NoGradGuard no_grad;
   const Shape& logical = input.shape();
-  Tensor whole;
-  if (source.contains(rank)) {
-    whole = box(input.impl()->global->local, logical, source, input.sbp(), NdSbp(input.sbp().size(), Sbp::broadcast()));
-  } else {
-    whole = empty(logical, TensorOptions(input.dtype()).device(placement.device_for(rank)));
+  Tensor whole = source.contains(rank) ? box(input.impl()->global->local, logical, source, input.sbp(), broadcast_sbp(source))
+                                       : empty(logical, TensorOptions(input.dtype()).device(placement.device_for(rank)));
+  const bool within_source =
+      std::all_of(placement.ranks().begin(), placement.ranks().end(), [&](int64_t r) { return source.contains(r); });
+  if (!within_source) {
+    std::set<int64_t> members(source.ranks().begin(), source.ranks().end());
+    members.insert(placement.ranks().begin(), placement.ranks().end());
+    whole = broadcast(whole.contiguous(), source.ranks().front(), Ranks(members.begin(), members.end()));
   }
-  const int64_t root = source.ranks().front();
-  whole = broadcast(whole.contiguous(), root, Ranks(members.begin(), members.end()));
   if (!placement.contains(rank)) return Tensor();
-  return box(whole, logical, placement, NdSbp(dst.size(), Sbp::broadcast()), dst);
+  return box(whole, logical, placement, broadcast_sbp(placement), dst);
 }
 
 TensorList run_conversion(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
@@ -210,6 +210,10 @@ bool any_global(const TensorList& inputs) {
 Tensor from_whole(const Tensor& whole, const Placement& placement, const NdSbp& nd_sbp) {
   if (!placement.contains(get_rank())) return make_global({whole.shape(), whole.dtype(), whole.device()}, placement, nd_sbp, Tensor());
   return whole.to_global(placement, NdSbp(nd_sbp.size(), Sbp::broadcast())).to_global(placement, nd_sbp);
+}
+
+Tensor laid_out_like(const Tensor& value, const Tensor& target) {
+  return target.is_global() && !value.is_global() ? from_whole(value, target.placement(), target.sbp()) : value;
 }
 
 TensorList all_reduce_partial_sums(const TensorList& partials) {
@@ -304,7 +308,7 @@ TensorList with_scalars_broadcast(const TensorList& inputs) {
   TensorList lifted = inputs;
   for (Tensor& t : lifted) {
     if (t.defined() && !t.is_global() && t.dim() == 0) {
-      t = from_whole(t, global->placement(), NdSbp(static_cast<size_t>(global->placement().hierarchy().ndim()), Sbp::broadcast()));
+      t = from_whole(t, global->placement(), broadcast_sbp(global->placement()));
     }
   }
   return lifted;

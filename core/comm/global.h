@@ -23,6 +23,11 @@ std::vector<NdSbp> pick_signature(const OpDef& op, const std::vector<TensorMeta>
 // state lay tensors out.
 Tensor from_whole(const Tensor& whole, const Placement& placement, const NdSbp& nd_sbp);
 
+// `value` laid out as `target` is: a local value (a whole, logical tensor, as checkpoints hold)
+// beside a global target becomes the global tensor of target's placement and sbp (from_whole);
+// otherwise value itself. How load_state_dict writes logical tensors into global state.
+Tensor laid_out_like(const Tensor& value, const Tensor& target);
+
 // Partial sums made broadcast with one all_reduce for all of them (gradient bucketing): every
 // tensor is global with sbp P on the same 1-D placement, and every rank of it calls this. Returns
 // the tensors with sbp B, in order. Runs outside autograd.

@@ -139,7 +139,7 @@ Attrs source_attrs(const Shape& shape, DType dtype, const TensorOptions& options
 Tensor finish(Tensor t, const TensorOptions& options) {
   if (options.placement_) {
     const Placement& placement = *options.placement_;
-    const NdSbp nd_sbp = options.sbp_.empty() ? NdSbp(placement.hierarchy().size(), Sbp::broadcast()) : options.sbp_;
+    const NdSbp nd_sbp = options.sbp_.empty() ? broadcast_sbp(placement) : options.sbp_;
     // A rank off the placement holds no piece (it still made the tensor: its generator stays in step).
     t = distributed::from_whole(t, placement, nd_sbp);
   } else if (!options.sbp_.empty()) {
@@ -255,7 +255,7 @@ TensorOptions like(const Tensor& other, const TensorOptions& options) {
 TensorOptions options_beside(const Tensor& other) {
   TensorOptions options = TensorOptions(other.dtype()).device(other.device());
   if (other.is_global()) {
-    options.placement(other.placement()).sbp(NdSbp(static_cast<size_t>(other.placement().hierarchy().ndim()), Sbp::broadcast()));
+    options.placement(other.placement()).sbp(broadcast_sbp(other.placement()));
   }
   return options;
 }
