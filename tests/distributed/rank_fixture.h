@@ -22,7 +22,19 @@ class RankTest : public ::testing::Test {
     rank = get_rank();
     world = get_world_size();
   }
-  void TearDown() override { destroy_process_group(); }
+  void TearDown() override {
+    // No rank tears its group down (and starts the next test's rendezvous on the same port)
+    // before every rank has finished this test: a rank that skips a test early would otherwise
+    // meet a slower peer still inside this test's rendezvous.
+    if (flow::testing::in_rank_process()) {
+      try {
+        barrier();
+      } catch (const Error&) {
+        // The test broke the group (a fault test, or a failure): it has reported that already.
+      }
+    }
+    destroy_process_group();
+  }
   // Long enough for a loaded CI machine; the fault tests shorten it.
   virtual std::chrono::milliseconds timeout() const { return std::chrono::seconds(20); }
 
