@@ -207,6 +207,8 @@ void copy_elimination(proto::Job& job, PassContext& context) {
     const proto::TensorDesc& to = node.outputs(0);
     const std::string value = value_name(node.name(), 0);
     if (from.dtype() != to.dtype() || from.device() != to.device() || written.count(source) || written.count(value)) continue;
+    // A view's output may be strided (permuted, sliced, expanded): the copy makes it contiguous.
+    if (!is_source_kind(index.node(producer).op()) && find_op(index.node(producer).op()).view) continue;
     bool feeds_output = false;
     for (int consumer : index.consumers(value)) feeds_output = feeds_output || job.nodes(consumer).op() == kOutputOp;
     if (feeds_output) continue;  // a graph output stays a tensor of its own

@@ -88,8 +88,9 @@ void constant_folding(proto::Job& job, PassContext& context);
 // computed by ops on the variables, and the batch norm disappears.
 void conv_batch_norm_folding(proto::Job& job, PassContext& context);
 // Lets the readers of a same-dtype, same-device copy read its source instead, when neither is
-// ever written in place and the copy is not a graph output (e.g. the clone autograd makes of a
-// leaf's first gradient); DCE then drops the copy.
+// ever written in place, the source is not a view's (possibly strided) output and the copy is
+// not a graph output (e.g. the clone autograd makes of a leaf's first gradient); DCE then drops
+// the copy.
 void copy_elimination(proto::Job& job, PassContext& context);
 // Replaces chains of element-wise nodes with one output shape by fused_elementwise nodes that
 // evaluate the chain tile by tile; only values read outside the chain are written to memory.

@@ -356,9 +356,10 @@ Tensor view(const Tensor& input, const Shape& shape) { return apply_one(kView, {
 
 Tensor reshape(const Tensor& input, const Shape& shape) {
   const Shape target = infer_view_shape("reshape", input.shape(), shape.vec());
-  // A global tensor's logical strides are always contiguous; its piece decides.
+  // A global tensor's logical strides are always contiguous; its piece decides. A lazy tensor
+  // (Graph tracing) carries the strides its value will have when the graph runs.
   const bool viewable = input.is_global() ? input.is_contiguous() : view_strides(input.shape(), input.strides(), target).has_value();
-  if (input.is_lazy() || viewable) return view(input, target);
+  if (viewable) return view(input, target);
   return view(contiguous(input), target);
 }
 
