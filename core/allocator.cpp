@@ -94,9 +94,28 @@ class CpuBackend final : public DeviceBackend {
   CachingCpuAllocator allocator_;
 };
 
-std::array<DeviceBackend*, 2>& backends() {
+// Meta tensors have storages of a size but no memory behind them.
+class NoMemoryAllocator final : public Allocator {
+ public:
+  void* allocate(size_t) override { return nullptr; }
+  void deallocate(void*, size_t) override {}
+};
+
+class MetaBackend final : public DeviceBackend {
+ public:
+  Allocator& allocator(int) override { return allocator_; }
+  int device_count() override { return 1; }
+  void copy(void*, Device, const void*, Device, size_t) override { fail("to", "meta tensors have no data to copy"); }
+  void synchronize(int) override {}
+
+ private:
+  NoMemoryAllocator allocator_;
+};
+
+std::array<DeviceBackend*, 3>& backends() {
   static CpuBackend* cpu = new CpuBackend();  // intentionally leaked: outlives static tensors
-  static std::array<DeviceBackend*, 2> table{cpu, nullptr};
+  static MetaBackend* meta = new MetaBackend();
+  static std::array<DeviceBackend*, 3> table{cpu, nullptr, meta};
   return table;
 }
 

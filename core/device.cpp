@@ -6,6 +6,10 @@ namespace flow {
 
 Device::Device(const std::string& spec) {
   if (spec == "cpu") return;
+  if (spec == "meta") {
+    type = DeviceType::kMeta;
+    return;
+  }
   const std::string prefix = "cuda";
   if (spec.rfind(prefix, 0) == 0) {
     type = DeviceType::kCUDA;
@@ -18,10 +22,31 @@ Device::Device(const std::string& spec) {
       }
     }
   }
-  fail("device", "invalid device string '", spec, "' (expected 'cpu', 'cuda' or 'cuda:N')");
+  fail("device", "invalid device string '", spec, "' (expected 'cpu', 'cuda', 'cuda:N' or 'meta')");
 }
 
-std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+const char* device_type_name(DeviceType type) {
+  switch (type) {
+    case DeviceType::kCPU: return "cpu";
+    case DeviceType::kCUDA: return "cuda";
+    case DeviceType::kMeta: return "meta";
+  }
+  return "?";
+}
+
+std::string Device::str() const { return is_cuda() ? "cuda:" + std::to_string(index) : device_type_name(type); }
+
+namespace {
+Device& thread_default_device() {
+  thread_local Device device = kCPU;
+  return device;
+}
+}  // namespace
+
+Device default_device() { return thread_default_device(); }
+
+DefaultDeviceGuard::DefaultDeviceGuard(Device device) : previous_(thread_default_device()) { thread_default_device() = device; }
+DefaultDeviceGuard::~DefaultDeviceGuard() { thread_default_device() = previous_; }
 
 std::ostream& operator<<(std::ostream& out, const Device& device) { return out << device.str(); }
 

@@ -79,7 +79,10 @@ TensorList execute_op(const OpDef& op, const TensorList& inputs, const Attrs& at
   std::vector<TensorMeta> in_metas;
   in_metas.reserve(inputs.size());
   for (const auto& t : inputs) in_metas.push_back(meta_of(t));
-  const KernelFn& kernel = op.kernel(op.kernel_device(in_metas, out_metas).type, op.dispatch_dtype(in_metas, out_metas));
+  const Device device = op.kernel_device(in_metas, out_metas);
+  // Meta tensors have no data: the outputs' metas are all there is to compute.
+  if (device.is_meta()) return outputs;
+  const KernelFn& kernel = op.kernel(device.type, op.dispatch_dtype(in_metas, out_metas));
   if (op.contiguous_inputs) {
     TensorList prepared;
     prepared.reserve(inputs.size());

@@ -59,7 +59,7 @@ Device OpDef::kernel_device(const std::vector<TensorMeta>& inputs, const std::ve
   Device device = outputs.empty() ? inputs.at(0).device : outputs[0].device;
   if (mixed_devices) {
     for (const auto& meta : inputs) {
-      if (!meta.device.is_cpu()) device = meta.device;
+      if (!meta.device.is_cpu() && !device.is_meta()) device = meta.device;
     }
   }
   return device;
@@ -68,7 +68,7 @@ Device OpDef::kernel_device(const std::vector<TensorMeta>& inputs, const std::ve
 const KernelFn& OpDef::kernel(DeviceType device, DType dtype) const {
   auto it = kernels.find({device, dtype});
   if (it == kernels.end()) {
-    fail(name, "no ", device == DeviceType::kCPU ? "cpu" : "cuda", " kernel for dtype ", dtype_name(dtype));
+    fail(name, "no ", device_type_name(device), " kernel for dtype ", dtype_name(dtype));
   }
   return it->second;
 }
@@ -156,7 +156,7 @@ std::vector<TensorMeta> checked_infer(const OpDef& op, const std::vector<TensorM
   if (!op.view && !op.global_conversion) {
     const Device device = op.kernel_device(inputs, outputs);
     backend_for(device, op.name.c_str());
-    op.kernel(device.type, op.dispatch_dtype(inputs, outputs));
+    if (!device.is_meta()) op.kernel(device.type, op.dispatch_dtype(inputs, outputs));
   }
   return outputs;
 }

@@ -14,10 +14,9 @@ namespace {
 DeviceType parse_device_type(const std::string& type) {
   if (type == "cpu") return DeviceType::kCPU;
   if (type == "cuda") return DeviceType::kCUDA;
-  fail("placement", "device type must be \"cpu\" or \"cuda\", got \"", type, "\"");
+  if (type == "meta") return DeviceType::kMeta;
+  fail("placement", "device type must be \"cpu\", \"cuda\" or \"meta\", got \"", type, "\"");
 }
-
-const char* device_type_name(DeviceType type) { return type == DeviceType::kCPU ? "cpu" : "cuda"; }
 
 std::vector<int64_t> flatten(const std::vector<std::vector<int64_t>>& ranks) {
   if (ranks.empty()) fail("placement", "needs at least one group of ranks");
@@ -128,7 +127,7 @@ std::vector<int64_t> Placement::coordinates(int64_t index) const {
 }
 
 Device Placement::device_for(int64_t rank) const {
-  if (type_ == DeviceType::kCPU) return kCPU;
+  if (type_ != DeviceType::kCUDA) return Device(type_, 0);
   const int64_t local_world = distributed::is_initialized() ? distributed::process_group("placement").local_world_size() : 1;
   return Device(DeviceType::kCUDA, static_cast<int>(rank % std::max<int64_t>(local_world, 1)));
 }

@@ -139,10 +139,10 @@ std::ostream& operator<<(std::ostream& out, const Tensor& tensor) {
     suffix += ", device='" + tensor.device().str() + "'";
   }
   suffix += ", dtype=flow." + dtype_name(tensor.dtype()) + ")";
-  if (tensor.is_lazy()) {
+  if (tensor.is_lazy() || tensor.device().is_meta()) {
     std::string dims;
     for (int64_t d : tensor.shape()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-    return out << "tensor(..., is_lazy='True', size=(" << dims << ")" << suffix;
+    return out << "tensor(..., " << (tensor.is_lazy() ? "is_lazy='True', " : "") << "size=(" << dims << ")" << suffix;
   }
   if (tensor.numel() == 0 && tensor.dim() != 1) {
     std::string dims;

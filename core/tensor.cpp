@@ -38,6 +38,7 @@ void* Tensor::data_ptr() const {
     fail("data_ptr", "a global tensor has no data of its own: to_local() gives this rank's piece, "
          "to_global(placement, broadcast) then to_local() the whole tensor");
   }
+  if (impl.device.is_meta()) fail("data_ptr", "a meta tensor has a shape and a dtype but no data");
   if (!impl.storage) {
     fail("data_ptr", "the tensor is lazy (a Graph is tracing build()) and has no data; its value exists only when the "
          "graph runs, so it cannot be read or branched on while tracing");

@@ -23,13 +23,20 @@ bool same_layout(const proto::TensorDesc& a, const proto::TensorDesc& b) {
          a.device() == b.device();
 }
 
+// Whether op has a kernel for values of `meta`. Meta tensors run no kernel; their plans are the
+// CPU's, so that a plan compiled on meta tensors measures what the CPU would run.
+bool has_kernel(const char* op, const TensorMeta& meta) {
+  const DeviceType device = meta.device.is_meta() ? DeviceType::kCPU : meta.device.type;
+  return find_op(op).kernels.count({device, meta.dtype}) != 0;
+}
+
 // Whether the node can join a fused group: a fusable op with one output whose inputs broadcast
 // onto it in a way the fused kernel reads, on a device and dtype the kernel supports.
 bool fusable(const proto::Node& node, const JobIndex& index, const std::set<std::string>& written) {
   if (is_source_kind(node.op()) || node.op() == kOutputOp || !fused::can_fuse(node.op()) || node.outputs_size() != 1) return false;
   if (written.count(value_name(node.name(), 0))) return false;
   const TensorMeta out = meta_of(node.outputs(0));
-  if (find_op("fused_elementwise").kernels.count({out.device.type, out.dtype}) == 0) return false;
+  if (!has_kernel("fused_elementwise", out)) return false;
   for (const auto& input : node.inputs()) {
     const auto [producer, output] = parse_value_name(input);
     const TensorMeta in = meta_of(index.node(producer).outputs(output));
@@ -115,7 +122,7 @@ const proto::Node* absorbable_linear(const proto::Job& job, const JobIndex& inde
       const proto::Node& producer = index.node(parse_value_name(input).first);
       if (producer.op() != "linear" || producer.outputs_size() != 1 || !same_layout(producer.outputs(0), group.desc)) continue;
       const TensorMeta meta = meta_of(group.desc);
-      if (find_op("fused_linear").kernels.count({meta.device.type, meta.dtype}) == 0) continue;
+      if (!has_kernel("fused_linear", meta)) continue;
       bool only_group_reads = true;
       for (int consumer : index.consumers(input)) {
         only_group_reads = only_group_reads && std::binary_search(group.members.begin(), group.members.end(), consumer);

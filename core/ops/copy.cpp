@@ -19,7 +19,9 @@ const OpDef& kCopy =
           .strided_inputs()
           .mixed_devices()
           .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-            return std::vector<TensorMeta>{{in[0].shape, attrs.get<DType>("dtype"), attrs.get<Device>("device")}};
+            const Device device = attrs.get<Device>("device");
+            if (in[0].device.is_meta() && !device.is_meta()) fail("to", "cannot copy out of a meta tensor: it has no data");
+            return std::vector<TensorMeta>{{in[0].shape, attrs.get<DType>("dtype"), device}};
           })
           // A copy of partial sums is a partial sum (autograd clones gradients, which are often P).
           .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return sbp::linear_elementwise(in, attrs); })
@@ -39,6 +41,7 @@ const OpDef& kAssign =
           .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
             const Shape shape = broadcast_shapes(in[0].shape, in[1].shape, "copy_");
             if (!(shape == in[0].shape)) fail("copy_", "cannot broadcast source ", in[1].shape, " to destination ", in[0].shape);
+            if (in[1].device.is_meta() && !in[0].device.is_meta()) fail("copy_", "cannot copy out of a meta tensor: it has no data");
             return std::vector<TensorMeta>{in[0]};
           })
           .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return sbp::elementwise(in, attrs); })
@@ -78,6 +81,8 @@ Tensor clone(const Tensor& input) {
 
 namespace detail {
 void copy_into(const Tensor& dst, const Tensor& src) {
+  if (dst.device().is_meta()) return;
+  if (src.device().is_meta()) fail("copy_", "cannot copy out of a meta tensor: it has no data");
   TensorList outputs{dst};
   TensorList inputs{src};
   Attrs attrs;

@@ -242,7 +242,7 @@ namespace {
 TensorOptions like(const Tensor& other, const TensorOptions& options) {
   TensorOptions result = options;
   result.dtype(options.dtype_or(other.dtype()));
-  if (options.device_ == Device()) result.device(other.device());
+  if (options.device_ == default_device()) result.device(other.device());
   if (other.is_global() && !options.placement_) {
     NdSbp nd_sbp = other.sbp();
     for (Sbp& sbp : nd_sbp) sbp = sbp.is_partial_sum() ? Sbp::broadcast() : sbp;

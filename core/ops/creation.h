@@ -9,7 +9,7 @@ namespace flow {
 // Options for creating tensors, with chained setters: TensorOptions().dtype(kFloat64).device("cuda").
 struct TensorOptions {
   std::optional<DType> dtype_;
-  Device device_;
+  Device device_ = default_device();
   bool requires_grad_ = false;
   // A global tensor: made whole on every rank of the placement, each keeping its piece.
   std::optional<Placement> placement_;
