@@ -1,0 +1,175 @@
+#include "models/gpt2.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "core/functional.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+
+namespace flow::models {
+namespace {
+
+std::shared_ptr<nn::LayerNorm> layer_norm(const GPT2Config& config) {
+  return std::make_shared<nn::LayerNorm>(std::vector<int64_t>{config.n_embd_}, config.layer_norm_epsilon_);
+}
+
+// GPT-2 scales the output projections of the residual branches by 1/sqrt(2 n_layer) at
+// initialisation, so that the residual stream's variance does not grow with depth.
+double residual_projection_std(const GPT2Config& config) {
+  return config.initializer_range_ / std::sqrt(2.0 * static_cast<double>(config.n_layer_));
+}
+
+// Hugging Face's label for positions without a target (padding, the last position).
+constexpr int64_t kIgnoredLabel = -100;
+
+void check_config(const GPT2Config& c) {
+  if (c.vocab_size_ < 1 || c.n_positions_ < 1 || c.n_embd_ < 1 || c.n_layer_ < 1 || c.n_head_ < 1) {
+    fail("gpt2", "sizes must be positive: vocab_size ", c.vocab_size_, ", n_positions ", c.n_positions_, ", n_embd ", c.n_embd_,
+         ", n_layer ", c.n_layer_, ", n_head ", c.n_head_);
+  }
+  if (c.n_embd_ % c.n_head_ != 0) fail("gpt2", "n_embd ", c.n_embd_, " must be divisible by n_head ", c.n_head_);
+}
+
+}  // namespace
+
+Conv1D::Conv1D(int64_t in_features, int64_t out_features, double init_std) {
+  weight = register_parameter("weight", empty({in_features, out_features}));
+  nn::init::normal_(weight, 0.0, init_std);
+  bias = register_parameter("bias", zeros({out_features}));
+}
+
+std::string Conv1D::extra_repr() const { return "nf=" + std::to_string(weight.size(1)) + ", nx=" + std::to_string(weight.size(0)); }
+
+Tensor Conv1D::forward(const Tensor& input) {
+  // One GEMM over all leading dims: a batched matmul against a 2-d weight would make the weight's
+  // gradient a (B, in, out) tensor summed afterwards.
+  Shape out_shape = input.shape();
+  out_shape[out_shape.ndim() - 1] = weight.size(1);
+  const Tensor rows = input.reshape({-1, weight.size(0)});
+  return add(matmul(rows, weight), bias).reshape(out_shape);
+}
+
+GPT2Attention::GPT2Attention(const GPT2Config& config) : n_embd_(config.n_embd_), n_head_(config.n_head_) {
+  check_config(config);
+  c_attn = register_module("c_attn", std::make_shared<Conv1D>(n_embd_, 3 * n_embd_, config.initializer_range_));
+  c_proj = register_module("c_proj", std::make_shared<Conv1D>(n_embd_, n_embd_, residual_projection_std(config)));
+  attn_dropout = register_module("attn_dropout", std::make_shared<nn::Dropout>(config.attn_pdrop_));
+  resid_dropout = register_module("resid_dropout", std::make_shared<nn::Dropout>(config.resid_pdrop_));
+}
+
+Tensor GPT2Attention::forward(const Tensor& hidden_states) {
+  if (hidden_states.dim() != 3 || hidden_states.size(2) != n_embd_) {
+    fail("gpt2", "attention expects hidden states of shape (B, T, ", n_embd_, "), got ", hidden_states.shape());
+  }
+  const int64_t length = hidden_states.size(1), head_dim = n_embd_ / n_head_;
+  // Heads are column slices of c_attn's output rather than a reshape to (B, T, heads, head_dim) and
+  // a permute: inside an nn::Graph a reshape of a permuted tensor (the heads merged again, or the
+  // gradient flowing back through the split) fails at run time, because lazy tensors are taken to
+  // be contiguous. Column h of each third is query h, key h and value h.
+  const TensorList columns = split((*c_attn)(hidden_states), head_dim, 2);
+  auto query = [&](int64_t h) { return columns[h]; };
+  auto key = [&](int64_t h) { return columns[n_head_ + h]; };
+  auto value = [&](int64_t h) { return columns[2 * n_head_ + h]; };
+
+  TensorList head_scores;
+  for (int64_t h = 0; h < n_head_; ++h) head_scores.push_back(matmul(query(h), key(h).transpose(1, 2)));
+  // (B, heads, T, T), scaled by 1/sqrt(head_dim).
+  Tensor scores = div(stack(head_scores, 1), std::sqrt(static_cast<double>(head_dim)));
+  // True above the diagonal: key position j > query position i is in the future. Built from
+  // creation ops, so a Graph folds it into a constant.
+  const Tensor positions = arange(length, options_beside(hidden_states).dtype(kInt64));
+  const Tensor future = gt(positions.unsqueeze(0), positions.unsqueeze(1));
+  scores = masked_fill(scores, future, -std::numeric_limits<double>::infinity());
+  const Tensor probabilities = (*attn_dropout)(softmax(scores, -1));
+
+  TensorList head_contexts;
+  for (int64_t h = 0; h < n_head_; ++h) head_contexts.push_back(matmul(probabilities.select(1, h), value(h)));
+  return (*resid_dropout)((*c_proj)(cat(head_contexts, 2)));  // heads side by side, as HF merges them
+}
+
+GPT2MLP::GPT2MLP(const GPT2Config& config) {
+  check_config(config);
+  const int64_t inner = 4 * config.n_embd_;
+  c_fc = register_module("c_fc", std::make_shared<Conv1D>(config.n_embd_, inner, config.initializer_range_));
+  c_proj = register_module("c_proj", std::make_shared<Conv1D>(inner, config.n_embd_, residual_projection_std(config)));
+  act = register_module("act", std::make_shared<nn::GELU>("tanh"));
+  dropout = register_module("dropout", std::make_shared<nn::Dropout>(config.resid_pdrop_));
+}
+
+Tensor GPT2MLP::forward(const Tensor& hidden_states) { return (*dropout)((*c_proj)((*act)((*c_fc)(hidden_states)))); }
+
+GPT2Block::GPT2Block(const GPT2Config& config) {
+  ln_1 = register_module("ln_1", layer_norm(config));
+  attn = register_module("attn", std::make_shared<GPT2Attention>(config));
+  ln_2 = register_module("ln_2", layer_norm(config));
+  mlp = register_module("mlp", std::make_shared<GPT2MLP>(config));
+}
+
+Tensor GPT2Block::forward(const Tensor& hidden_states) {
+  const Tensor attended = add(hidden_states, (*attn)((*ln_1)(hidden_states)));
+  return add(attended, (*mlp)((*ln_2)(attended)));
+}
+
+GPT2Model::GPT2Model(const GPT2Config& config) : config_(config) {
+  check_config(config);
+  wte = register_module("wte", std::make_shared<nn::Embedding>(config.vocab_size_, config.n_embd_));
+  wpe = register_module("wpe", std::make_shared<nn::Embedding>(config.n_positions_, config.n_embd_));
+  // nn::Embedding starts N(0, 1); scaling gives N(0, initializer_range^2) without drawing GPT-2's
+  // 38.6M wte values a second time.
+  for (Tensor* weight : {&wte->weight, &wpe->weight}) {
+    autograd::NoGradGuard no_grad;
+    weight->copy_(mul(*weight, config.initializer_range_));
+  }
+  drop = register_module("drop", std::make_shared<nn::Dropout>(config.embd_pdrop_));
+  h = register_module("h", std::make_shared<nn::ModuleList>());
+  for (int64_t i = 0; i < config.n_layer_; ++i) {
+    blocks.push_back(std::make_shared<GPT2Block>(config));
+    h->push_back(blocks.back());
+  }
+  ln_f = register_module("ln_f", layer_norm(config));
+}
+
+Tensor GPT2Model::forward(const Tensor& input_ids) {
+  if (input_ids.dim() != 2) fail("gpt2", "input_ids must be (batch, sequence), got shape ", input_ids.shape());
+  const int64_t length = input_ids.size(1);
+  if (length > config_.n_positions_) fail("gpt2", "sequence length ", length, " exceeds n_positions ", config_.n_positions_);
+  // (T, C) position embeddings broadcast over the batch.
+  const Tensor positions = arange(length, options_beside(input_ids).dtype(kInt64));
+  Tensor hidden = (*drop)(add((*wte)(input_ids), (*wpe)(positions)));
+  for (const auto& block : blocks) hidden = (*block)(hidden);
+  return (*ln_f)(hidden);
+}
+
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config) {
+  transformer = register_module("transformer", std::make_shared<GPT2Model>(config));
+}
+
+Tensor GPT2LMHeadModel::forward(const Tensor& input_ids) {
+  const Tensor hidden = (*transformer)(input_ids);
+  const Tensor& embedding = transformer->wte->weight;
+  // One 2-d GEMM (see Conv1D::forward); the transposed view reads wte without a copy.
+  const Tensor logits = matmul(hidden.reshape({-1, hidden.size(2)}), embedding.t());
+  return logits.reshape({hidden.size(0), hidden.size(1), embedding.size(0)});
+}
+
+Tensor GPT2LMHeadModel::loss(const Tensor& input_ids, const Tensor& labels) { return causal_lm_loss(forward(input_ids), labels); }
+
+Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels) {
+  if (logits.dim() != 3 || labels.dim() != 2 || logits.size(0) != labels.size(0) || logits.size(1) != labels.size(1)) {
+    fail("gpt2", "causal_lm_loss expects logits (B, T, V) and labels (B, T), got ", logits.shape(), " and ", labels.shape());
+  }
+  const int64_t length = logits.size(1);
+  if (length < 2) fail("gpt2", "causal_lm_loss needs sequences of at least 2 tokens, got ", length);
+  // The labels move one step left and the last position gets the ignored label, rather than
+  // dropping the logits' last position: flattening a slice of the logits would be a reshape of a
+  // non-contiguous tensor, which an nn::Graph cannot run (see GPT2Attention::forward).
+  const Tensor ignored = full({labels.size(0), 1}, kIgnoredLabel, options_beside(labels));
+  const Tensor next_tokens = cat({labels.slice(1, 1, length), ignored}, 1);
+  return nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}), next_tokens.reshape({-1}),
+                                       nn::functional::CrossEntropyLossOptions().ignore_index(kIgnoredLabel));
+}
+
+}  // namespace flow::models
