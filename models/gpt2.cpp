@@ -64,30 +64,22 @@ Tensor GPT2Attention::forward(const Tensor& hidden_states) {
   if (hidden_states.dim() != 3 || hidden_states.size(2) != n_embd_) {
     fail("gpt2", "attention expects hidden states of shape (B, T, ", n_embd_, "), got ", hidden_states.shape());
   }
-  const int64_t length = hidden_states.size(1), head_dim = n_embd_ / n_head_;
-  // Heads are column slices of c_attn's output rather than a reshape to (B, T, heads, head_dim) and
-  // a permute: inside an nn::Graph a reshape of a permuted tensor (the heads merged again, or the
-  // gradient flowing back through the split) fails at run time, because lazy tensors are taken to
-  // be contiguous. Column h of each third is query h, key h and value h.
-  const TensorList columns = split((*c_attn)(hidden_states), head_dim, 2);
-  auto query = [&](int64_t h) { return columns[h]; };
-  auto key = [&](int64_t h) { return columns[n_head_ + h]; };
-  auto value = [&](int64_t h) { return columns[2 * n_head_ + h]; };
-
-  TensorList head_scores;
-  for (int64_t h = 0; h < n_head_; ++h) head_scores.push_back(matmul(query(h), key(h).transpose(1, 2)));
+  const int64_t batch = hidden_states.size(0), length = hidden_states.size(1), head_dim = n_embd_ / n_head_;
+  // (B, T, 3 n_embd) -> query, key, value, each split into heads: (B, heads, T, head_dim).
+  const TensorList qkv = split((*c_attn)(hidden_states), n_embd_, 2);
+  auto heads = [&](const Tensor& x) { return x.reshape({batch, length, n_head_, head_dim}).permute({0, 2, 1, 3}); };
+  const Tensor query = heads(qkv[0]), key = heads(qkv[1]), value = heads(qkv[2]);
   // (B, heads, T, T), scaled by 1/sqrt(head_dim).
-  Tensor scores = div(stack(head_scores, 1), std::sqrt(static_cast<double>(head_dim)));
+  Tensor scores = div(matmul(query, key.transpose(2, 3)), std::sqrt(static_cast<double>(head_dim)));
   // True above the diagonal: key position j > query position i is in the future. Built from
   // creation ops, so a Graph folds it into a constant.
   const Tensor positions = arange(length, options_beside(hidden_states).dtype(kInt64));
   const Tensor future = gt(positions.unsqueeze(0), positions.unsqueeze(1));
   scores = masked_fill(scores, future, -std::numeric_limits<double>::infinity());
   const Tensor probabilities = (*attn_dropout)(softmax(scores, -1));
-
-  TensorList head_contexts;
-  for (int64_t h = 0; h < n_head_; ++h) head_contexts.push_back(matmul(probabilities.select(1, h), value(h)));
-  return (*resid_dropout)((*c_proj)(cat(head_contexts, 2)));  // heads side by side, as HF merges them
+  // Heads side by side again, as HF merges them: (B, T, n_embd).
+  const Tensor context = matmul(probabilities, value).permute({0, 2, 1, 3}).reshape({batch, length, n_embd_});
+  return (*resid_dropout)((*c_proj)(context));
 }
 
 GPT2MLP::GPT2MLP(const GPT2Config& config) {
@@ -164,8 +156,8 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels) {
   const int64_t length = logits.size(1);
   if (length < 2) fail("gpt2", "causal_lm_loss needs sequences of at least 2 tokens, got ", length);
   // The labels move one step left and the last position gets the ignored label, rather than
-  // dropping the logits' last position: flattening a slice of the logits would be a reshape of a
-  // non-contiguous tensor, which an nn::Graph cannot run (see GPT2Attention::forward).
+  // dropping the logits' last position: flattening a slice of the logits would copy the step's
+  // largest tensor, (B, T - 1, vocab).
   const Tensor ignored = full({labels.size(0), 1}, kIgnoredLabel, options_beside(labels));
   const Tensor next_tokens = cat({labels.slice(1, 1, length), ignored}, 1);
   return nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}), next_tokens.reshape({-1}),
