@@ -90,6 +90,7 @@ OpNode::OpNode(const OpDef& op, const TensorList& inputs, const TensorList& outp
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     output_metas_.push_back({outputs[i].shape(), outputs[i].dtype(), outputs[i].device()});
+    zero_grad_options_.push_back(options_beside(outputs[i]));
     saved_outputs_.emplace_back(outputs[i], static_cast<uint32_t>(i));
   }
 }
@@ -100,7 +101,7 @@ TensorList OpNode::apply(const TensorList& grad_outputs, bool retain_graph) {
   TensorList grads = grad_outputs;
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined() && is_floating(output_metas_[i].dtype)) {
-      grads[i] = zeros(output_metas_[i].shape, TensorOptions(output_metas_[i].dtype).device(output_metas_[i].device));
+      grads[i] = zeros(output_metas_[i].shape, zero_grad_options_[i]);
     }
   }
   std::vector<bool> needs;

@@ -7,6 +7,7 @@
 
 #include "core/autograd_meta.h"
 #include "core/op.h"
+#include "core/ops/creation.h"
 
 namespace flow::autograd {
 
@@ -78,6 +79,10 @@ class OpNode final : public Node {
   std::vector<SavedTensor> saved_outputs_;
   std::vector<TensorMeta> input_metas_;
   std::vector<TensorMeta> output_metas_;
+  // Where a zero gradient for each output is made when none arrives: the output's dtype and
+  // device, and for a global output its placement (a local zero beside global values would not
+  // combine with them).
+  std::vector<TensorOptions> zero_grad_options_;
   bool released_ = false;
 };
 

@@ -211,6 +211,10 @@ OpBuilder& OpBuilder::infer(InferFn fn) {
   def_.infer = std::move(fn);
   return *this;
 }
+OpBuilder& OpBuilder::sbp_holds(SbpHoldsFn fn) {
+  def_.sbp_holds = std::move(fn);
+  return *this;
+}
 OpBuilder& OpBuilder::sbp(SbpFn fn) {
   def_.sbp = std::move(fn);
   return *this;

@@ -96,6 +96,11 @@ struct KernelContext {
 
 using InferFn = std::function<std::vector<TensorMeta>(const std::vector<TensorMeta>& inputs, const Attrs& attrs)>;
 using SbpFn = std::function<std::vector<SbpSignature>(const std::vector<TensorMeta>& inputs, const Attrs& attrs)>;
+// Whether a signature of the op's sbp slot holds when its splits cut tensors into `parts`
+// pieces; for signatures whose pieces line up only for some counts (a view merging the split
+// axis with the next ones).
+using SbpHoldsFn = std::function<bool(const std::vector<TensorMeta>& inputs, const Attrs& attrs, const SbpSignature& signature,
+                                      int64_t parts)>;
 // Returns one gradient per input (undefined for inputs without one), written in functional ops.
 using VjpFn = std::function<TensorList(const VjpContext& ctx)>;
 using KernelFn = std::function<void(KernelContext& ctx)>;
@@ -127,6 +132,7 @@ struct OpDef {
   // values. Callers use checked_infer, which checks the schema first.
   InferFn infer;
   SbpFn sbp;
+  SbpHoldsFn sbp_holds;  // unset: every signature holds for any number of parts
   VjpFn vjp;
   ViewFn view;
   std::map<std::pair<DeviceType, DType>, KernelFn> kernels;
@@ -174,6 +180,7 @@ class OpBuilder {
   OpBuilder& global_conversion();
   OpBuilder& infer(InferFn fn);
   OpBuilder& sbp(SbpFn fn);
+  OpBuilder& sbp_holds(SbpHoldsFn fn);
   OpBuilder& vjp(VjpFn fn);
   OpBuilder& view(ViewFn fn);
   const OpDef& def() const { return def_; }

@@ -43,7 +43,12 @@ Executor::Executor(const proto::Job& job, const Plan& plan, std::map<std::string
       if (!is_source_kind(node.op()) && node.op() != kOutputOp) {
         compiled.op = &find_op(node.op());
         compiled.attrs = attrs_of(node);
-        if (compiled.op->random) compiled.random_numel = compiled.out_metas.at(0).shape.numel();
+        // A global random tensor's piece (core/ops/creation.cpp) draws its share of the whole's.
+        if (compiled.op->random) {
+          compiled.random_numel = compiled.attrs.has("whole_numel") ? compiled.attrs.get<int64_t>("whole_numel")
+                                                                    : compiled.out_metas.at(0).shape.numel();
+          if (compiled.attrs.has("piece_start")) compiled.random_start = compiled.attrs.get<int64_t>("piece_start");
+        }
         if (!compiled.op->view && !compiled.op->inplace) {
           for (size_t j = 0; j < compiled.out_metas.size(); ++j) {
             auto planned = plan.buffers.find(value_name(node.name(), static_cast<int>(j)));
@@ -107,7 +112,7 @@ void Executor::act(int task, int64_t piece, int slot, const std::vector<int>& in
     if (compiled.op->random) {
       auto [seed, offset] = default_generator().reserve(static_cast<uint64_t>(compiled.random_numel));
       drawn = compiled.attrs;
-      drawn.set("seed", static_cast<int64_t>(seed)).set("offset", static_cast<int64_t>(offset));
+      drawn.set("seed", static_cast<int64_t>(seed)).set("offset", static_cast<int64_t>(offset) + compiled.random_start);
       attrs = &drawn;
     }
     TensorList outputs;

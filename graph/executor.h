@@ -40,6 +40,7 @@ class Executor {
     std::vector<InputRef> inputs;
     TensorList planned_outputs;  // preallocated buffers, or empty to allocate
     int64_t random_numel = 0;    // random ops draw fresh counters on every run
+    int64_t random_start = 0;    // of which this node's elements start here
   };
 
   void act(int task, int64_t piece, int slot, const std::vector<int>& input_slots);

@@ -112,7 +112,8 @@ Tensor dropout(const Tensor& input, double p, bool training) {
   FLOW_ARG_CHECK(p >= 0 && p <= 1, "dropout", "probability has to be between 0 and 1, but got ", p);
   if (!training || p == 0) return input;
   if (p == 1) return input * 0.0;
-  const Tensor keep = lt(rand(input.shape(), TensorOptions(input.dtype()).device(input.device())), 1.0 - p);
+  // rand_like: a global input gets a global mask of its layout (each rank draws its piece).
+  const Tensor keep = lt(rand_like(input), 1.0 - p);
   return where(keep, input * (1.0 / (1.0 - p)), 0);
 }
 

@@ -100,15 +100,19 @@ const OpDef& kGlobalToLocal =
 
 TensorMeta meta_of(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
 
-// An op whose "shape" attribute is its output's shape (view, expand, ...) makes this rank's
-// piece of that output: its piece's shape.
+// An op with a shape attribute ("shape", "input_shape", ...) that is its output's shape (view,
+// expand, the gradients of pooling and convolution) makes this rank's piece of that output: its
+// piece's shape.
 Attrs attrs_for_piece(const Attrs& attrs, const std::vector<TensorMeta>& out_metas, const Placement& placement,
                       const std::vector<NdSbp>& out_sbps) {
-  if (out_metas.size() != 1 || !attrs.has("shape")) return attrs;
-  const auto* shape = std::get_if<std::vector<int64_t>>(&attrs.values().at("shape"));
-  if (shape == nullptr || !(Shape(*shape) == out_metas[0].shape)) return attrs;
+  if (out_metas.size() != 1) return attrs;
   Attrs piece = attrs;
-  piece.set("shape", local_shape(out_metas[0].shape, placement, out_sbps[0], placement.index_of(get_rank())));
+  for (const auto& [name, value] : attrs.values()) {
+    const auto* shape = std::get_if<std::vector<int64_t>>(&value);
+    const bool names_a_shape = name.size() >= 5 && name.compare(name.size() - 5, 5, "shape") == 0;
+    if (!names_a_shape || shape == nullptr || !(Shape(*shape) == out_metas[0].shape)) continue;
+    piece.set(name, local_shape(out_metas[0].shape, placement, out_sbps[0], placement.index_of(get_rank())));
+  }
   return piece;
 }
 
@@ -274,6 +278,9 @@ std::vector<NdSbp> pick_signature(const OpDef& op, const std::vector<TensorMeta>
     double best_cost = std::numeric_limits<double>::infinity();
     for (const SbpSignature& candidate : candidates) {
       CHECK_EQ(candidate.inputs.size(), logical_inputs.size()) << op.name;
+      // Checked against every rank of the placement: a split in one dimension of a 2-D placement
+      // is cut further by the others.
+      if (op.sbp_holds && !op.sbp_holds(logical_inputs, attrs, candidate, hierarchy.numel())) continue;
       double cost = 0;
       bool keeps_inplace = true;
       for (size_t i = 0; i < logical_inputs.size(); ++i) {

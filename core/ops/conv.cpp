@@ -119,6 +119,23 @@ Attrs conv_attrs(const Pair& stride, const Pair& padding, const Pair& dilation, 
   return Attrs().set("stride", stride).set("padding", padding).set("dilation", dilation).set("groups", groups);
 }
 
+// Samples and channels are independent in pooling: every tensor split along the batch, or along
+// the channels, or all broadcast.
+std::vector<SbpSignature> per_sample_or_channel(const std::vector<TensorMeta>& in, size_t outputs) {
+  std::vector<SbpSignature> signatures;
+  for (const Sbp& sbp : {Sbp::broadcast(), Sbp::split(0), Sbp::split(1)}) {
+    signatures.push_back({std::vector<Sbp>(in.size(), sbp), std::vector<Sbp>(outputs, sbp)});
+  }
+  return signatures;
+}
+
+// Data parallel convolution's gradients (the input split over samples, the weight broadcast), or
+// all broadcast: the input's gradient is split like the input, the weight's is a partial sum of
+// every rank's samples' contributions.
+std::vector<SbpSignature> conv_grad_signatures(const std::vector<TensorMeta>& in, const Sbp& second_input, const Sbp& output) {
+  return {{std::vector<Sbp>(in.size(), Sbp::broadcast()), {Sbp::broadcast()}}, {{Sbp::split(0), second_input}, {output}}};
+}
+
 const OpDef& kConvGradInput = OpBuilder("conv2d_grad_input")
                                   .inputs({"grad", "weight"})
                                   .outputs({"grad_input"})
@@ -133,6 +150,9 @@ const OpDef& kConvGradInput = OpBuilder("conv2d_grad_input")
                                     const Shape input = shape4_attr(op, attrs, "input_shape");
                                     check_grad_shape(op, in[0].shape, conv_output_shape(op, input, in[1].shape, attrs));
                                     return std::vector<TensorMeta>{{input, in[0].dtype, in[0].device}};
+                                  })
+                                  .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
+                                    return conv_grad_signatures(in, Sbp::broadcast(), Sbp::split(0));
                                   })
                                   .def();
 
@@ -150,6 +170,9 @@ const OpDef& kConvGradWeight = OpBuilder("conv2d_grad_weight")
                                      const Shape weight = shape4_attr(op, attrs, "weight_shape");
                                      check_grad_shape(op, in[0].shape, conv_output_shape(op, in[1].shape, weight, attrs));
                                      return std::vector<TensorMeta>{{weight, in[0].dtype, in[0].device}};
+                                   })
+                                   .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
+                                     return conv_grad_signatures(in, Sbp::split(0), Sbp::partial_sum());
                                    })
                                    .def();
 
@@ -271,6 +294,7 @@ const OpDef& kMaxPoolGrad = OpBuilder("max_pool2d_grad")
                                   }
                                   return std::vector<TensorMeta>{{input, in[0].dtype, in[0].device}};
                                 })
+                                .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return per_sample_or_channel(in, 1); })
                                 .def();
 
 const OpDef& kMaxPool = OpBuilder("max_pool2d")
@@ -278,6 +302,7 @@ const OpDef& kMaxPool = OpBuilder("max_pool2d")
                             .outputs({"out", "indices"})
                             .attrs(pool_attr_defs(false))
                             .infer(pool_infer("max_pool2d", true))
+                            .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return per_sample_or_channel(in, 2); })
                             .vjp([](const VjpContext& ctx) {
                               return TensorList{apply_one(kMaxPoolGrad, {ctx.grad(0), ctx.output(1)},
                                                           Attrs(ctx.attrs).set("input_shape", ctx.input_meta(0).shape))};
@@ -291,6 +316,7 @@ const OpDef& kMaxPoolInference = OpBuilder("max_pool2d_inference")
                                      .outputs({"out"})
                                      .attrs(pool_attr_defs(false))
                                      .infer(pool_infer("max_pool2d", false))
+                                     .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return per_sample_or_channel(in, 1); })
                                      .def();
 
 const OpDef& kAvgPoolGrad = OpBuilder("avg_pool2d_grad")
@@ -300,6 +326,7 @@ const OpDef& kAvgPoolGrad = OpBuilder("avg_pool2d_grad")
                                 .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
                                   return std::vector<TensorMeta>{{pool_grad_input_shape("avg_pool2d_grad", in[0], attrs), in[0].dtype, in[0].device}};
                                 })
+                                .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return per_sample_or_channel(in, 1); })
                                 .def();
 
 const OpDef& kAvgPool = OpBuilder("avg_pool2d")
@@ -307,6 +334,7 @@ const OpDef& kAvgPool = OpBuilder("avg_pool2d")
                             .outputs({"out"})
                             .attrs(pool_attr_defs(false))
                             .infer(pool_infer("avg_pool2d", false))
+                            .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return per_sample_or_channel(in, 1); })
                             .vjp([](const VjpContext& ctx) {
                               return TensorList{apply_one(kAvgPoolGrad, {ctx.grad()},
                                                           Attrs(ctx.attrs).set("input_shape", ctx.input_meta(0).shape))};

@@ -156,6 +156,53 @@ DType default_dtype_for(const Scalar& value) {
 
 // Draws reserve counters from the default generator for a random source of numel elements
 // (a shape the op will refuse reserves none).
+// The rows [first, first + count) of dim 0 that this rank's piece holds, when every dimension of
+// nd_sbp is broadcast but at most one S(0) (data parallel): then the piece is a row range of the
+// whole tensor. nullopt for other layouts, and for ranks off the placement.
+std::optional<std::pair<int64_t, int64_t>> row_range(const Shape& shape, const Placement& placement, const NdSbp& nd_sbp) {
+  const int64_t index = placement.index_of(distributed::get_rank());
+  if (index < 0 || shape.ndim() == 0) return std::nullopt;
+  const std::vector<int64_t> coords = placement.coordinates(index);
+  std::pair<int64_t, int64_t> rows{0, shape[0]};
+  bool split = false;
+  for (size_t d = 0; d < nd_sbp.size(); ++d) {
+    if (nd_sbp[d].is_broadcast()) continue;
+    if (split || !nd_sbp[d].is_split() || nd_sbp[d].axis != 0) return std::nullopt;
+    split = true;
+    const int64_t parts = placement.hierarchy()[static_cast<int64_t>(d)];
+    rows = {split_part_start(shape[0], parts, coords[d]), split_part_size(shape[0], parts, coords[d])};
+  }
+  return rows;
+}
+
+// A random tensor laid out over the batch (row_range) is drawn piece by piece: element i of the
+// whole tensor takes Philox counter offset + i, so a rank's rows are the counters of its range and
+// no rank makes the whole tensor. Other layouts are cut from the whole tensor (finish).
+Tensor random_tensor(const OpDef& op, const Attrs& attrs, const TensorOptions& options) {
+  if (options.placement_) {
+    const Placement& placement = *options.placement_;
+    const NdSbp nd_sbp = options.sbp_.empty() ? broadcast_sbp(placement) : options.sbp_;
+    const Shape shape(attrs.get<std::vector<int64_t>>("shape"));
+    if (const auto rows = row_range(shape, placement, nd_sbp)) {
+      Shape piece_shape = shape;
+      piece_shape[0] = rows->second;
+      const int64_t inner = shape.numel() / std::max<int64_t>(shape[0], 1);
+      // whole_numel and piece_start let a Graph draw fresh counters for the whole tensor on every
+      // run and keep this piece's share of them (graph/executor.cpp).
+      Attrs piece = attrs;
+      piece.set("shape", piece_shape)
+          .set("offset", attrs.get<int64_t>("offset") + rows->first * inner)
+          .set("whole_numel", shape.numel())
+          .set("piece_start", rows->first * inner);
+      Tensor t = distributed::make_global({shape, attrs.get<DType>("dtype"), attrs.get<Device>("device")}, placement, nd_sbp,
+                                          apply_one(op, {}, piece));
+      if (options.requires_grad_) t.requires_grad_(true);
+      return t;
+    }
+  }
+  return finish(apply_one(op, {}, attrs), options);
+}
+
 Attrs random_attrs(const char* op, const Shape& shape, DType dtype, const TensorOptions& options) {
   check_dims(op, shape);
   auto [seed, offset] = default_generator().reserve(static_cast<uint64_t>(shape.numel()));
@@ -214,21 +261,18 @@ Tensor eye(int64_t n, std::optional<int64_t> m, const TensorOptions& options) {
 Tensor rand(const Shape& shape, const TensorOptions& options) {
   const DType dtype = options.dtype_or(kDefaultFloat);
   FLOW_ARG_CHECK(is_floating(dtype), "rand", "expected a floating dtype, got ", dtype_name(dtype));
-  return finish(apply_one(kUniform, {}, random_attrs("rand", shape, dtype, options).set("low", 0.0).set("high", 1.0)),
-                options);
+  return random_tensor(kUniform, random_attrs("rand", shape, dtype, options).set("low", 0.0).set("high", 1.0), options);
 }
 
 Tensor randn(const Shape& shape, const TensorOptions& options) {
   const DType dtype = options.dtype_or(kDefaultFloat);
   FLOW_ARG_CHECK(is_floating(dtype), "randn", "expected a floating dtype, got ", dtype_name(dtype));
-  return finish(apply_one(kNormal, {}, random_attrs("randn", shape, dtype, options).set("mean", 0.0).set("std", 1.0)),
-                options);
+  return random_tensor(kNormal, random_attrs("randn", shape, dtype, options).set("mean", 0.0).set("std", 1.0), options);
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, const TensorOptions& options) {
-  return finish(apply_one(kRandint, {},
-                          random_attrs("randint", shape, options.dtype_or(kInt64), options).set("low", low).set("high", high)),
-                options);
+  return random_tensor(kRandint, random_attrs("randint", shape, options.dtype_or(kInt64), options).set("low", low).set("high", high),
+                       options);
 }
 
 Tensor randperm(int64_t n, const TensorOptions& options) {

@@ -91,8 +91,13 @@ const OpDef& kIndexSelect =
         })
         .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           std::vector<SbpSignature> signatures;
+          const int64_t dim = attrs.get<int64_t>("dim");
           for (int64_t d = 0; d < in[0].shape.ndim(); ++d) {
-            if (d != attrs.get<int64_t>("dim")) signatures.push_back({{Sbp::split(d), Sbp::broadcast()}, {Sbp::split(d)}});
+            if (d != dim) signatures.push_back({{Sbp::split(d), Sbp::broadcast()}, {Sbp::split(d)}});
+          }
+          // An embedding lookup over a split batch of indices: each rank looks up its own.
+          if (in[1].shape.ndim() == 1 && in[0].shape.ndim() > 0) {
+            signatures.push_back({{Sbp::broadcast(), Sbp::split(0)}, {Sbp::split(dim)}});
           }
           signatures.push_back({{Sbp::broadcast(), Sbp::broadcast()}, {Sbp::broadcast()}});
           return signatures;
@@ -104,7 +109,7 @@ const OpDef& kIndexSelect =
           Shape index_shape(std::vector<int64_t>(static_cast<size_t>(meta.shape.ndim()), 1));
           index_shape[dim] = ctx.grad().size(dim);
           const Tensor index = reshape(ctx.input(1), index_shape).expand(ctx.grad().shape());
-          return TensorList{scatter_add(zeros(meta.shape, TensorOptions(meta.dtype).device(meta.device)), dim, index, ctx.grad()),
+          return TensorList{scatter_add(zeros(meta.shape, options_beside(ctx.grad()).dtype(meta.dtype)), dim, index, ctx.grad()),
                             Tensor()};
         })
         .def();
@@ -158,7 +163,17 @@ const OpDef& kScatter =
           if (in[2].dtype != in[0].dtype) fail(op, "src dtype ", dtype_name(in[2].dtype), " must match input dtype ", dtype_name(in[0].dtype));
           return std::vector<TensorMeta>{in[0]};
         })
-        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return split_except(in, attrs.get<int64_t>("dim"), 3); })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          std::vector<SbpSignature> signatures = split_except(in, attrs.get<int64_t>("dim"), 3);
+          // Adding: each rank adds its part of index and src into its piece of a partial sum (an
+          // embedding's gradient over a split batch).
+          if (attrs.get<std::string>("reduce") == "add") {
+            for (int64_t d = 0; d < in[1].shape.ndim(); ++d) {
+              signatures.push_back({{Sbp::partial_sum(), Sbp::split(d), Sbp::split(d)}, {Sbp::partial_sum()}});
+            }
+          }
+          return signatures;
+        })
         .vjp([](const VjpContext& ctx) {
           const int64_t dim = ctx.attrs.get<int64_t>("dim");
           const Tensor index = ctx.input(1);

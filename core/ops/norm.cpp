@@ -62,6 +62,18 @@ std::vector<SbpSignature> all_broadcast(const std::vector<TensorMeta>& in, size_
   return {{std::vector<Sbp>(in.size(), Sbp::broadcast()), std::vector<Sbp>(outputs, Sbp::broadcast())}};
 }
 
+// All broadcast, or split by channel: each channel's statistics are then whole on one rank.
+// Tensors of the input's shape (listed in `activations`) split on dim 1, per-channel ones on 0.
+std::vector<SbpSignature> broadcast_or_channel_split(const std::vector<TensorMeta>& in, const std::vector<size_t>& activations,
+                                                     size_t outputs) {
+  std::vector<SbpSignature> signatures = all_broadcast(in, outputs);
+  SbpSignature by_channel{std::vector<Sbp>(in.size(), Sbp::split(0)), std::vector<Sbp>(outputs, Sbp::split(0))};
+  for (size_t i : activations) by_channel.inputs[i] = Sbp::split(1);
+  by_channel.outputs[0] = Sbp::split(1);
+  signatures.push_back(by_channel);
+  return signatures;
+}
+
 const OpDef& kEval = OpBuilder("batch_norm_eval")
                          .inputs({"input", "running_mean", "running_var", "weight", "bias"}, /*variadic=*/true)
                          .outputs({"out"})
@@ -121,7 +133,7 @@ const OpDef& kTrainGrad = OpBuilder("batch_norm_train_grad")
                                 const TensorMeta channel{Shape{input.shape[1]}, input.dtype, input.device};
                                 return std::vector<TensorMeta>{input, channel, channel};
                               })
-                              .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return all_broadcast(in, 3); })
+                              .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return broadcast_or_channel_split(in, {0, 3}, 3); })
                               .def();
 
 const OpDef& kTrain = OpBuilder("batch_norm_train")
@@ -139,8 +151,9 @@ const OpDef& kTrain = OpBuilder("batch_norm_train")
                             const TensorMeta channel{Shape{in[0].shape[1]}, in[0].dtype, in[0].device};
                             return std::vector<TensorMeta>{in[0], channel, channel};
                           })
-                          // Batch statistics need the whole batch: no split signature.
-                          .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return all_broadcast(in, 3); })
+                          // Batch statistics need the whole batch: a split batch is synced by
+                          // batch_norm_train below, not by a signature of the primitive.
+                          .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return broadcast_or_channel_split(in, {0}, 3); })
                           .vjp([](const VjpContext& ctx) {
                             TensorList inputs{ctx.grad(0), ctx.grad(1), ctx.grad(2), ctx.input(0), ctx.output(1), ctx.output(2)};
                             if (ctx.num_inputs() == 3) inputs.push_back(ctx.input(1));
@@ -155,7 +168,7 @@ void append_affine(TensorList& inputs, const Tensor& input, const Tensor& weight
   if (!weight.defined() && !bias.defined()) return;
   FLOW_ARG_CHECK(input.dim() >= 2, kOp, "expected input with a channel dim (N,C,...), got ", input.shape());
   const Tensor& given = weight.defined() ? weight : bias;
-  const TensorOptions options = TensorOptions(given.dtype()).device(given.device());
+  const TensorOptions options = options_beside(given);
   inputs.push_back(weight.defined() ? weight : ones({input.size(1)}, options));
   inputs.push_back(bias.defined() ? bias : zeros({input.size(1)}, options));
 }
@@ -202,7 +215,17 @@ const OpDef& kLayerNormGrad = OpBuilder("layer_norm_grad")
                                     }
                                     return std::vector<TensorMeta>{input, affine, affine};
                                   })
-                                  .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return all_broadcast(in, 3); })
+                                  .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+                                    // Rows split along dim 0: each rank's rows give its input
+                                    // gradient and partial sums of the weight's and bias's.
+                                    std::vector<SbpSignature> signatures = all_broadcast(in, 3);
+                                    if (in[1].shape.ndim() > attrs.get<int64_t>("normalized_ndim")) {
+                                      std::vector<Sbp> split(in.size(), Sbp::split(0));
+                                      if (in.size() == 5) split[4] = Sbp::broadcast();
+                                      signatures.push_back({split, {Sbp::split(0), Sbp::partial_sum(), Sbp::partial_sum()}});
+                                    }
+                                    return signatures;
+                                  })
                                   .def();
 
 const OpDef& kLayerNorm =
@@ -252,7 +275,7 @@ Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_sh
   TensorList inputs{input};
   if (weight.defined() || bias.defined()) {
     const Tensor& given = weight.defined() ? weight : bias;
-    const TensorOptions options = TensorOptions(given.dtype()).device(given.device());
+    const TensorOptions options = options_beside(given);
     inputs.push_back(weight.defined() ? weight : ones(Shape(normalized_shape), options));
     inputs.push_back(bias.defined() ? bias : zeros(Shape(normalized_shape), options));
   }
@@ -267,9 +290,46 @@ Tensor batch_norm_eval(const Tensor& input, const Tensor& running_mean, const Te
   return apply_one(kEval, inputs, Attrs().set("eps", eps));
 }
 
+namespace {
+// Whether some dimension of a global input's sbp splits it along a batch or spatial dim: the
+// statistics of each channel then come from several ranks.
+bool splits_statistics(const Tensor& input) {
+  if (!input.is_global()) return false;
+  for (const Sbp& sbp : input.sbp()) {
+    if (sbp.is_split() && sbp.axis != 1) return true;
+  }
+  return false;
+}
+
+// SyncBatchNorm, as composed ops: the per-channel sums of each rank's piece are partial sums of
+// the batch's, and boxing them to broadcast all-reduces C values twice (mean, then variance),
+// while the normalisation runs on each piece. The primitive would instead gather the whole
+// activation onto every rank. Autograd differentiates the composition (two more all-reduces of
+// C values in backward).
+BatchNormTrainResult synced_batch_norm_train(const TensorList& inputs, double eps) {
+  const Tensor& input = inputs[0];
+  const int64_t rank = input.dim();
+  const std::vector<int64_t> dims = non_channel_dims(rank);
+  const Shape shape = channel_shape(input.size(1), rank);
+  const double count = static_cast<double>(values_per_channel(input.shape()));
+  const NdSbp broadcast = broadcast_sbp(input.placement());
+  const Tensor mean = (sum(input, dims) / count).to_global(input.placement(), broadcast);
+  const Tensor centered = input - mean.reshape(shape);
+  const Tensor var = (sum(centered * centered, dims) / count).to_global(input.placement(), broadcast);
+  const Tensor invstd = rsqrt(var + eps);
+  Tensor out = centered * invstd.reshape(shape);
+  if (inputs.size() == 3) out = out * inputs[1].reshape(shape) + inputs[2].reshape(shape);
+  return {out, mean, invstd};
+}
+}  // namespace
+
 BatchNormTrainResult batch_norm_train(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps) {
   TensorList inputs{input};
   append_affine(inputs, input, weight, bias);
+  if (splits_statistics(input)) {
+    check_and_infer(kTrain, inputs, Attrs().set("eps", eps));
+    return synced_batch_norm_train(inputs, eps);
+  }
   TensorList outputs = apply(kTrain, inputs, Attrs().set("eps", eps));
   return {outputs[0], outputs[1], outputs[2]};
 }

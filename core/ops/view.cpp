@@ -103,9 +103,19 @@ const OpDef& kView =
           for (int64_t d = 0; d < std::min(in[0].shape.ndim(), out.ndim()) && in[0].shape[d] == out[d]; ++d) {
             signatures.push_back({{Sbp::split(d)}, {Sbp::split(d)}});
           }
+          // Merging the batch axis with the next ones ((B, T, C) -> (B*T, C)) or splitting it
+          // back: the pieces are the same rows when both sizes divide evenly (sbp_holds).
+          if (in[0].shape.ndim() > 0 && out.ndim() > 0 && in[0].shape[0] != out[0]) {
+            signatures.push_back({{Sbp::split(0)}, {Sbp::split(0)}});
+          }
           signatures.push_back({{Sbp::broadcast()}, {Sbp::broadcast()}});
           signatures.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
           return signatures;
+        })
+        .sbp_holds([](const std::vector<TensorMeta>& in, const Attrs& attrs, const SbpSignature& signature, int64_t parts) {
+          const Shape out = infer_view_shape("view", in[0].shape, shape_attr(attrs));
+          if (!signature.inputs[0].is_split() || in[0].shape.ndim() == 0 || out.ndim() == 0 || in[0].shape[0] == out[0]) return true;
+          return in[0].shape[0] % parts == 0 && out[0] % parts == 0;
         })
         .view([](const TensorList& inputs, const Attrs& attrs) {
           const Tensor& input = inputs[0];
@@ -193,6 +203,19 @@ SliceSpec slice_spec(const Shape& shape, const Attrs& attrs) {
   return {dim, start, span / step + (span % step != 0 ? 1 : 0), step};
 }
 
+// Slicing or selecting along `dim` acts on each piece alike when the tensor is split along
+// another axis (which keeps its place in the output, one lower past a removed dim), and is
+// linear: broadcast and partial sums pass through.
+std::vector<SbpSignature> along_other_axes(const TensorMeta& input, int64_t dim, bool removes_dim) {
+  std::vector<SbpSignature> signatures;
+  for (int64_t d = 0; d < input.shape.ndim(); ++d) {
+    if (d != dim) signatures.push_back({{Sbp::split(d)}, {Sbp::split(removes_dim && d > dim ? d - 1 : d)}});
+  }
+  signatures.push_back({{Sbp::broadcast()}, {Sbp::broadcast()}});
+  signatures.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+  return signatures;
+}
+
 const std::vector<AttrDef> kSliceAttrs{
     {"dim", AttrType::kInt}, {"start", AttrType::kInt}, {"end", AttrType::kInt}, {"step", AttrType::kInt}};
 
@@ -215,8 +238,8 @@ const OpDef& kSliceGrad =
           if (!(in[0].shape == sliced)) fail("slice_grad", "grad ", in[0].shape, " does not match the slice ", sliced, " of input_shape ", input);
           return std::vector<TensorMeta>{with_shape(in[0], input)};
         })
-        .sbp([](const std::vector<TensorMeta>&, const Attrs&) {
-          return std::vector<SbpSignature>{{{Sbp::broadcast()}, {Sbp::broadcast()}}};
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          return along_other_axes(in[0], wrap_dim(attrs.get<int64_t>("dim"), in[0].shape.ndim(), "slice_grad"), false);
         })
         .vjp([](const VjpContext& ctx) {
           return TensorList{slice(ctx.grad(), ctx.attrs.get<int64_t>("dim"), ctx.attrs.get<int64_t>("start"),
@@ -240,6 +263,9 @@ const OpDef& kSlice =
           Shape shape = in[0].shape;
           shape[spec.dim] = spec.length;
           return std::vector<TensorMeta>{with_shape(in[0], shape)};
+        })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          return along_other_axes(in[0], slice_spec(in[0].shape, attrs).dim, false);
         })
         .view([](const TensorList& inputs, const Attrs& attrs) {
           const Tensor& input = inputs[0];
@@ -276,6 +302,9 @@ const OpDef& kSelect =
           Shape shape = in[0].shape;
           shape.erase(dim);
           return std::vector<TensorMeta>{with_shape(in[0], shape)};
+        })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          return along_other_axes(in[0], wrap_dim(attrs.get<int64_t>("dim"), in[0].shape.ndim(), "select"), true);
         })
         .view([](const TensorList& inputs, const Attrs& attrs) {
           const Tensor& input = inputs[0];
@@ -332,6 +361,19 @@ const OpDef& kExpand =
         .strided_inputs()
         .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           return std::vector<TensorMeta>{with_shape(in[0], expanded_shape(in[0].shape, shape_attr(attrs)))};
+        })
+        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          // A split axis that keeps its size is split alike in the output (leading dims are added
+          // in front); expanding is linear, so partial sums pass through.
+          const Shape out = expanded_shape(in[0].shape, shape_attr(attrs));
+          const int64_t lead = out.ndim() - in[0].shape.ndim();
+          std::vector<SbpSignature> signatures;
+          for (int64_t d = 0; d < in[0].shape.ndim(); ++d) {
+            if (in[0].shape[d] == out[lead + d]) signatures.push_back({{Sbp::split(d)}, {Sbp::split(lead + d)}});
+          }
+          signatures.push_back({{Sbp::broadcast()}, {Sbp::broadcast()}});
+          signatures.push_back({{Sbp::partial_sum()}, {Sbp::partial_sum()}});
+          return signatures;
         })
         .view([](const TensorList& inputs, const Attrs& attrs) {
           const Tensor& input = inputs[0];

@@ -218,6 +218,33 @@ TEST_F(GlobalTensor, HybridOnTwoByTwoPlacementEqualsOneProcess) {
   expect_equal(w_global.grad(), w_ref.grad());
 }
 
+TEST_F(GlobalTensor, BatchNormOfEveryLayoutEqualsOneProcess) {
+  const Placement placement = Placement::all(DeviceType::kCPU);
+  manual_seed(41);
+  const Tensor x = randn({8, 4, 4, 4}), weight = randn({4}), bias = randn({4}), upstream = randn({8, 4, 4, 4});
+  Tensor x_ref = x.clone().requires_grad_(), weight_ref = weight.clone().requires_grad_(), bias_ref = bias.clone().requires_grad_();
+  const BatchNormTrainResult expected = batch_norm_train(x_ref, weight_ref, bias_ref, 1e-5);
+  (expected.out * upstream).sum().backward();
+  const NdSbp broadcast{sbp::broadcast()};
+  // Split over the batch or a spatial dim: statistics synced over the ranks (SyncBatchNorm).
+  // Split over channels: each rank normalises its channels. Broadcast: the primitive on every
+  // rank, whose unused outputs (mean, invstd) get global zero gradients.
+  for (const Sbp& layout : {sbp::split(0), sbp::split(2), sbp::split(1), sbp::broadcast()}) {
+    SCOPED_TRACE(layout.str());
+    Tensor x_global = x.to_global(placement, broadcast).to_global(placement, layout).requires_grad_();
+    Tensor weight_global = weight.to_global(placement, broadcast).requires_grad_();
+    Tensor bias_global = bias.to_global(placement, broadcast).requires_grad_();
+    const BatchNormTrainResult result = batch_norm_train(x_global, weight_global, bias_global, 1e-5);
+    (result.out * upstream.to_global(placement, broadcast)).sum().backward();
+    expect_equal(result.out, expected.out, 1e-5);
+    expect_equal(result.mean, expected.mean, 1e-5);
+    expect_equal(result.invstd, expected.invstd, 1e-5);
+    expect_equal(x_global.grad(), x_ref.grad(), 1e-4);
+    expect_equal(weight_global.grad(), weight_ref.grad(), 1e-4);
+    expect_equal(bias_global.grad(), bias_ref.grad(), 1e-4);
+  }
+}
+
 TEST_F(GlobalTensor, MistakesAreClearErrors) {
   const Placement placement = Placement::all(DeviceType::kCPU);
   const Tensor x = ones({4, 2});

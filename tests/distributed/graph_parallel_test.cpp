@@ -340,6 +340,30 @@ TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
   EXPECT_EQ(zero2_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 2}, {"comm_reduce_scatter", 6}}));
 }
 
+// Dropout draws a mask of the logical tensor: each rank draws its rows' counters, in eager and
+// in a Graph (which draws fresh counters on every run), equal to one process.
+TEST_F(GraphParallel, DropoutOnASplitBatchEqualsOneProcess) {
+  struct DropoutGraph : nn::Graph {
+    TensorList build(const TensorList& in) override { return {nn::functional::dropout(in[0], 0.5, true) * 3.0}; }
+  };
+  const Placement placement = Placement::all(DeviceType::kCPU);
+  manual_seed(3);
+  const Tensor x = randn({6, 5});
+  manual_seed(17);
+  DropoutGraph one_process;
+  const Tensor eager_expected = nn::functional::dropout(x, 0.5, true);
+  const Tensor first = one_process(x)[0], second = one_process(x)[0];
+  manual_seed(17);
+  DropoutGraph global;
+  const Tensor x_global = x.to_global(placement, kB).to_global(placement, kS0);
+  const Tensor eager = nn::functional::dropout(x_global, 0.5, true);
+  EXPECT_EQ(eager.sbp(), kS0);
+  EXPECT_EQ(eager.tolist<float>(), eager_expected.tolist<float>());
+  EXPECT_EQ(global(x_global)[0].tolist<float>(), first.tolist<float>());
+  EXPECT_EQ(global(x_global)[0].tolist<float>(), second.tolist<float>());
+  EXPECT_NE(first.tolist<float>(), second.tolist<float>());
+}
+
 TEST_F(GraphParallel, DebugLogShowsPlacementAndSbp) {
   const Placement placement = Placement::all(DeviceType::kCPU);
   auto model = megatron_mlp();
