@@ -16,12 +16,16 @@
 #include "core/comm/global.h"
 #include "core/serialization.h"
 #include "distributed/rank_fixture.h"
+#include "common/models.h"
 #include "graph/job.h"
+#include "models/gpt2.h"
 
 namespace flow::distributed::testing {
 namespace {
 
 using GraphParallel = RankTest;
+// Whole models: slower, so a CTest entry of their own (2 ranks).
+using GraphParallelModels = RankTest;
 using test_graphs::TrainGraph;
 
 const NdSbp kB{sbp::broadcast()};
@@ -338,6 +342,60 @@ TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
   EXPECT_EQ(plain_comm, (std::map<std::string, int>{{"comm_all_reduce", 3}}));
   EXPECT_EQ(zero1_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 3}}));
   EXPECT_EQ(zero2_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 2}, {"comm_reduce_scatter", 6}}));
+}
+
+// Trains a copy of `make()`'s model (same seed) in a Graph for 3 steps on `batches`, data
+// parallel over every rank when `parallel`, else in one process; returns its parameters
+// (logical values).
+template <typename Make, typename Loss>
+TensorList train_three_steps(const Make& make, const Loss& loss, const std::vector<TensorList>& batches, bool parallel) {
+  manual_seed(5);
+  std::shared_ptr<nn::Module> model = make();
+  const Placement placement = Placement::all(DeviceType::kCPU);
+  if (parallel) model->to_global(placement, kB);
+  struct StepGraph : nn::Graph {
+    StepGraph(std::shared_ptr<nn::Module> m, const Loss& l) : model(std::move(m)), loss(l) {
+      register_module("model", model);
+      add_optimizer(std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.05).momentum(0.9)));
+    }
+    TensorList build(const TensorList& in) override {
+      Tensor value = loss(*model, in);
+      value.backward();
+      return {value};
+    }
+    std::shared_ptr<nn::Module> model;
+    Loss loss;
+  } graph(model, loss);
+  for (const TensorList& batch : batches) {
+    TensorList inputs;
+    for (const Tensor& t : batch) inputs.push_back(parallel ? from_whole(t, placement, kS0) : t);
+    graph(inputs);
+  }
+  TensorList parameters;
+  for (const Tensor& p : model->parameters()) parameters.push_back(p.is_global() ? p.whole_local() : p);
+  return parameters;
+}
+
+// The layers of real models data parallel in a Graph (batch norm synchronised over the ranks,
+// pooling, residual adds; embeddings, attention, layer norm, tied weights) train like one process.
+TEST_F(GraphParallelModels, ConvolutionalAndTransformerModelsTrainDataParallelLikeOneProcess) {
+  manual_seed(9);
+  std::vector<TensorList> images, tokens;
+  for (int i = 0; i < 3; ++i) images.push_back({randn({8, 1, 28, 28}), randint(0, 10, {8})});
+  for (int i = 0; i < 3; ++i) tokens.push_back({randint(0, 64, {4, 16})});
+  const auto resnet = [] { return std::static_pointer_cast<nn::Module>(test_models::resnet()); };
+  const auto classify = [](nn::Module& m, const TensorList& in) { return nn::functional::cross_entropy(m.forward(in[0]), in[1]); };
+  EXPECT_LT(flow::testing::max_relative_difference(train_three_steps(resnet, classify, images, true),
+                                                   train_three_steps(resnet, classify, images, false)),
+            1e-4);
+  const auto gpt2 = [] {
+    return std::static_pointer_cast<nn::Module>(std::make_shared<models::GPT2LMHeadModel>(
+        models::GPT2Config().vocab_size(64).n_positions(16).n_embd(32).n_layer(2).n_head(4).dropout(0)));
+  };
+  const auto next_token = [](nn::Module& m, const TensorList& in) { return static_cast<models::GPT2LMHeadModel&>(m).loss(in[0], in[0]); };
+  EXPECT_LT(flow::testing::max_relative_difference(train_three_steps(gpt2, next_token, tokens, true),
+                                                   train_three_steps(gpt2, next_token, tokens, false)),
+            1e-4);
 }
 
 // Dropout draws a mask of the logical tensor: each rank draws its rows' counters, in eager and
