@@ -161,7 +161,8 @@ int main(int argc, char** argv) {
       for (const auto& batch : test_dataloader) {
         const flow::Tensor target = layout.target(batch.target);
         const flow::TensorList results = eval_graph(layout.data(batch.data), target);
-        if (!layout.prints()) continue;  // the loss and logits are read where they live
+        // Reading a global value gathers it: every rank holding a piece of the results takes part.
+        if (results[0].is_global() && !results[0].placement().contains(flow::distributed::get_rank())) continue;
         test_loss += results[1].item<double>();
         correct += flow::sum(flow::eq(flow::argmax(results[0], 1), target)).item<int64_t>();
       }
@@ -172,11 +173,13 @@ int main(int argc, char** argv) {
     if (layout.prints()) std::printf("Done!\n");
     // Global state is saved as logical tensors (collective; rank 0 writes).
     flow::save(train_graph.state_dict(), options.out);
-    if (!layout.prints()) return 0;
-    std::printf("Saved flow Graph state (model, optimizer, train step) to %s\n", options.out.c_str());
-    // A deployed model is local: a parallel run exports a single-process copy of the trained model.
+    if (layout.prints()) std::printf("Saved flow Graph state (model, optimizer, train step) to %s\n", options.out.c_str());
+    // A deployed model is local. Exporting a global model gathers it (every rank takes part, rank
+    // 0 writes); pipeline stages move activations between placements in forward(), which a
+    // local trace cannot run, so pp exports a single-process copy of the trained model instead.
     auto deployed = model;
-    if (layout.data_placement) {
+    if (parallel == "pp") {
+      if (!layout.prints()) return 0;
       deployed = std::make_shared<NeuralNetwork>();
       flow::StateDict trained;
       for (const auto& [key, t] : flow::load(options.out)) {
@@ -185,9 +188,9 @@ int main(int argc, char** argv) {
       deployed->load_state_dict(trained);
     }
     GraphNeuralNetworkPredict predict(deployed);
-    predict(test_dataloader.begin()->data);
+    predict(parallel == "pp" ? test_dataloader.begin()->data : layout.data(test_dataloader.begin()->data));
     flow::save(predict, export_dir, flow::ExportOptions().input_names({"image"}).output_names({"logits"}));
-    std::printf("Exported the prediction graph for deployment to %s\n", export_dir.c_str());
+    if (layout.prints()) std::printf("Exported the prediction graph for deployment to %s\n", export_dir.c_str());
   } catch (const flow::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/atomic_file.h"
+#include "core/comm/process_group.h"
 #include "core/serialization.h"
 #include "graph/passes.h"
 
@@ -278,7 +279,14 @@ void write_export(const InferenceExport& exported, const std::string& dir) {
 }  // namespace graph
 
 void save(nn::Graph& graph, const std::string& dir, const ExportOptions& options) {
-  graph::write_export(graph::export_inference(graph, options), dir);
+  if (!graph.is_global()) {
+    graph::write_export(graph::export_inference(graph, options), dir);
+    return;
+  }
+  // Every rank gathers the model with the others; rank 0 writes, and all return once it has.
+  const graph::InferenceExport exported = graph::export_inference(graph, options);
+  if (distributed::get_rank() == 0) graph::write_export(exported, dir);
+  distributed::process_group("save").barrier({});
 }
 
 }  // namespace flow

@@ -52,7 +52,10 @@ void write_export(const InferenceExport& exported, const std::string& dir);
 // (".<name>.export-staging"), which is then swapped with dir in one rename (renameat2
 // RENAME_EXCHANGE) or renamed to dir when there is none; the previous export is removed after.
 // A process killed at any moment leaves dir holding the old or the new complete export. A
-// directory holding anything but an export's files is not replaced (flow::Error).
+// directory holding anything but an export's files is not replaced (flow::Error). A global
+// graph (laid out over ranks) exports the whole model: every rank calls save, the parameters are
+// gathered, rank 0 writes, and every rank returns once the export is complete. A build() that
+// moves values between placements itself (pipeline stages) cannot be traced locally.
 void save(nn::Graph& graph, const std::string& dir, const ExportOptions& options = {});
 
 }  // namespace flow

@@ -399,14 +399,42 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
   plans_.push_back(std::move(compiled));
 }
 
-graph::proto::Job Graph::trace_inference(const std::vector<TensorMeta>& input_metas, std::map<std::string, Tensor>& fixed) {
-  if (!is_compiled()) fail("export", name(), " has not run yet: call the graph once so that its inputs are known");
+bool Graph::is_global() const {
   for (const auto& [prefix, module] : modules_) {
     for (const auto& [key, t] : module->state_dict()) {
-      if (t.is_global()) {
-        fail("export", name(), ": ", prefix, ".", key, " is a global tensor; a deployed model is local: load the gathered state ",
-             "(flow::save, then load_state_dict) into a local copy of the module and export that");
-      }
+      if (t.is_global()) return true;
+    }
+  }
+  return false;
+}
+
+graph::proto::Job Graph::trace_inference(const std::vector<TensorMeta>& input_metas, std::map<std::string, Tensor>& fixed) {
+  if (!is_compiled()) fail("export", name(), " has not run yet: call the graph once so that its inputs are known");
+  // Each global state tensor's handle holds its gathered whole value while tracing, then gets its
+  // global self back (the same handle: modules and optimizers keep referring to it); the Job's
+  // variables keep the whole values.
+  struct LocalStandIns {
+    std::vector<std::pair<std::shared_ptr<TensorImpl>, TensorImpl>> saved;
+    std::map<TensorImpl*, Tensor> whole;
+    ~LocalStandIns() {
+      for (auto& [impl, global] : saved) *impl = std::move(global);
+    }
+  } stand_ins;
+  for (const auto& [prefix, module] : modules_) {
+    std::vector<std::pair<std::string, Tensor>> state = module->named_parameters();
+    for (auto& named : module->named_buffers()) state.push_back(named);
+    for (const auto& [key, t] : state) {
+      if (!t.is_global()) continue;
+      const Tensor whole = t.whole_local();
+      stand_ins.saved.emplace_back(t.impl_ptr(), *t.impl());
+      stand_ins.whole[t.impl()] = whole;
+      TensorImpl& impl = *t.impl();
+      impl.shape = whole.shape();
+      impl.strides = whole.strides();
+      impl.offset = whole.storage_offset();
+      impl.device = whole.device();
+      impl.storage = whole.storage();
+      impl.global.reset();
     }
   }
   // Eval mode while tracing, then every module back to its own mode.
@@ -418,6 +446,10 @@ graph::proto::Job Graph::trace_inference(const std::vector<TensorMeta>& input_me
   trace(signature, false, 0, traced);
   traced.job.set_training(false);
   fixed = std::move(traced.fixed);
+  for (auto& [name, t] : fixed) {
+    auto gathered = stand_ins.whole.find(t.impl());
+    if (gathered != stand_ins.whole.end()) t = gathered->second;
+  }
   return std::move(traced.job);
 }
 

@@ -112,6 +112,8 @@ class Graph {
   int64_t train_step() const { return train_step_; }
 
   bool is_compiled() const { return !plans_.empty(); }
+  // Whether a registered module holds global parameters or buffers (laid out over ranks).
+  bool is_global() const;
   // Plans compiled so far, one per input signature (each compile counts once).
   int64_t num_compiled_plans() const { return static_cast<int64_t>(plans_.size()); }
   // The signature of plan `index`, in compile order.
@@ -129,7 +131,9 @@ class Graph {
   // Traces build() again for inference on inputs of the given metas, into a new Job (no passes):
   // modules in eval mode, no optimizer update; gradient ops a training build() emits are dead.
   // fixed receives the eager tensors behind variable and constant nodes. Used by deploy export
-  // (with the first compiled signature); an error before the first call.
+  // (with the first compiled signature); an error before the first call. A global model is
+  // traced whole and local: every rank holding a piece calls this, each global parameter and
+  // buffer is gathered and stands in for the global tensor while tracing.
   graph::proto::Job trace_inference(const std::vector<TensorMeta>& input_metas, std::map<std::string, Tensor>& fixed);
   // "<Type>_<n>", numbered per process like OneFlow's graph names.
   const std::string& name() const { return name_; }

@@ -15,10 +15,12 @@
 #include "common/graphs.h"
 #include "core/comm/global.h"
 #include "core/serialization.h"
+#include "graph/export.h"
 #include "distributed/rank_fixture.h"
 #include "common/models.h"
 #include "graph/job.h"
 #include "models/gpt2.h"
+#include "oneflow_lite/model.h"
 
 namespace flow::distributed::testing {
 namespace {
@@ -342,6 +344,36 @@ TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
   EXPECT_EQ(plain_comm, (std::map<std::string, int>{{"comm_all_reduce", 3}}));
   EXPECT_EQ(zero1_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 3}}));
   EXPECT_EQ(zero2_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 2}, {"comm_reduce_scatter", 6}}));
+}
+
+// Deploy export of a model laid out over the ranks (data parallel, then Megatron) gathers it: the
+// export rank 0 writes runs in oneflow_lite like the single-process model.
+TEST_F(GraphParallel, ExportOfAGlobalModelGathersItWhole) {
+  const auto batches = flow::testing::make_ddp_batches(3, 16, 23);
+  const auto reference = train_one_process_graph(batches, 0.1);
+  const Placement placement = Placement::all(DeviceType::kCPU);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("flow_global_export_" + std::string(std::getenv("MASTER_PORT")))).string();
+  const Tensor probe = randn({5, 12});
+  for (const bool megatron : {false, true}) {
+    SCOPED_TRACE(megatron ? "megatron" : "data parallel");
+    auto model = flow::testing::make_ddp_mlp(0);
+    model->to_global(placement, kB, megatron ? megatron_sbps() : std::map<std::string, NdSbp>{});
+    TrainGraph graph(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
+    const NdSbp& data = megatron ? kB : kS0;
+    for (const auto& batch : batches) graph(from_whole(batch.data, placement, data), from_whole(batch.target, placement, data));
+    test_graphs::PredictGraph predict(model);
+    predict(from_whole(probe, placement, kB));
+    flow::save(predict, dir);
+    for (const Tensor& p : model->parameters()) EXPECT_TRUE(p.is_global());  // the model keeps its layout
+    if (rank == 0) {
+      const auto lite = lite::Model::load(dir);
+      autograd::NoGradGuard no_grad;
+      reference->eval();
+      EXPECT_LT(flow::testing::max_relative_difference(lite->run({probe}), {reference->forward(probe)}), 1e-5);
+    }
+    group().barrier({});
+  }
+  if (rank == 0) std::filesystem::remove_all(dir);
 }
 
 // Trains a copy of `make()`'s model (same seed) in a Graph for 3 steps on `batches`, data
