@@ -172,6 +172,7 @@ void Model::Impl::add_node(proto::Node& node, int64_t batch, bool rebatch, Progr
                            std::map<int64_t, int>& output_of_index) const {
   const std::string& name = node.name();
   auto add_value = [&](int index, const TensorMeta& meta) {
+    if (meta.device.is_meta()) reject("makes a value on the meta device, which holds no data: a deployed model runs on cpu or cuda");
     const std::string value = graph::value_name(name, index);
     if (!value_ids.emplace(value, program.num_values).second) reject("a second node is named '", name, "'");
     metas[value] = meta;

@@ -263,6 +263,16 @@ TEST_F(LiteLoadErrors, SpecsThatDisagreeWithTheJob) {
   EXPECT_THROW_MSG(flow::lite::Model::load(dir()), "'input_0' has shape (-1, 1, 28, 28): -1 is only dim 0 of a dynamic-batch model");
 }
 
+TEST_F(LiteLoadErrors, ValuesOnTheMetaDevice) {
+  // Meta tensors hold no data: a model whose values live there cannot serve anything.
+  auto model = exported_;
+  for (auto& node : *model.mutable_job()->mutable_nodes()) {
+    if (node.op() == "input") node.mutable_outputs(0)->set_device("meta");
+  }
+  write_model(model);
+  EXPECT_THROW_MSG(flow::lite::Model::load(dir()), "makes a value on the meta device, which holds no data");
+}
+
 TEST_F(LiteLoadErrors, UnknownOp) {
   auto model = exported_;
   for (auto& node : *model.mutable_job()->mutable_nodes()) {
