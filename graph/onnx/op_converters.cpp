@@ -332,6 +332,14 @@ std::vector<std::string> copy(GraphBuilder& b, const JobNode& n) {
   return {b.add("Cast", n.inputs, {int_attr("to", onnx_type(to))})};
 }
 
+// reduce_sum: ReduceSum (axes as an input since opset 13); no dims reduces every axis.
+std::vector<std::string> reduce_sum(GraphBuilder& b, const JobNode& n) {
+  const std::vector<int64_t>& dims = ints(n, "dims");
+  std::vector<std::string> inputs{n.inputs.at(0)};
+  if (!dims.empty()) inputs.push_back(b.add_ints("axes", dims));
+  return {b.add("ReduceSum", inputs, {int_attr("keepdims", n.attrs.get<bool>("keepdim") ? 1 : 0)})};
+}
+
 const std::map<std::string, Converter>& converters() {
   static const std::map<std::string, Converter> table{
       {"linear", linear},
@@ -346,6 +354,7 @@ const std::map<std::string, Converter>& converters() {
       {"permute", permute},
       {"expand", expand},
       {"copy", copy},
+      {"reduce_sum", reduce_sum},
       {"softmax", softmax},
       {"log_softmax", softmax},
       {"fused_elementwise", fused_elementwise},

@@ -12,6 +12,8 @@
 #include "common/command_line.h"
 #include "common/graphs.h"
 #include "common/models.h"
+#include "models/vision/mobilenet_v2.h"
+#include "models/vision/resnet.h"
 #include "common/test_util.h"
 #include "core/ops/reduce.h"
 #include "graph/onnx/onnx_export.h"
@@ -150,6 +152,24 @@ TEST_F(OnnxExportTest, ResnetStyleNetMatchesGraph) {
   python_check(path("resnet.onnx"), x, expected);
   const Tensor x1 = flow::randn({1, 1, 28, 28});
   python_check(path("resnet.onnx"), x1, net->forward(x1));
+}
+
+// The model zoo's vision models (torchvision's architectures) export and run in ONNX.
+TEST_F(OnnxExportTest, ZooVisionModelsMatchGraph) {
+  namespace vm = flow::vision::models;
+  const std::vector<std::pair<std::string, std::shared_ptr<flow::nn::Module>>> models{
+      {"resnet18", vm::resnet18(vm::ResNetOptions().num_classes(10))},
+      {"mobilenet_v2", vm::mobilenet_v2(vm::MobileNetV2Options().num_classes(10))}};
+  for (const auto& [name, net] : models) {
+    SCOPED_TRACE(name);
+    flow::manual_seed(4);
+    test_models::warm_up_batch_norm(*net, {2, 3, 32, 32});
+    EvalGraph graph(net);
+    const Tensor x = flow::randn({1, 3, 32, 32});
+    const Tensor expected = graph(x).at(0);
+    flow::onnx::export_model(graph, path(name + ".onnx"));
+    python_check(path(name + ".onnx"), x, expected);
+  }
 }
 
 TEST_F(OnnxExportTest, UnfoldedBatchNormIsExported) {
