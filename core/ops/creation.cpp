@@ -154,8 +154,6 @@ DType default_dtype_for(const Scalar& value) {
   return value.is_floating() ? kDefaultFloat : kInt64;
 }
 
-// Draws reserve counters from the default generator for a random source of numel elements
-// (a shape the op will refuse reserves none).
 // The rows [first, first + count) of dim 0 that this rank's piece holds, when every dimension of
 // nd_sbp is broadcast but at most one S(0) (data parallel): then the piece is a row range of the
 // whole tensor. nullopt for other layouts, and for ranks off the placement.
@@ -203,6 +201,8 @@ Tensor random_tensor(const OpDef& op, const Attrs& attrs, const TensorOptions& o
   return finish(apply_one(op, {}, attrs), options);
 }
 
+// Draws reserve counters from the default generator for a random source of numel elements
+// (a shape the op will refuse reserves none).
 Attrs random_attrs(const char* op, const Shape& shape, DType dtype, const TensorOptions& options) {
   check_dims(op, shape);
   auto [seed, offset] = default_generator().reserve(static_cast<uint64_t>(shape.numel()));
