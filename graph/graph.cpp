@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <tuple>
 
 #include "core/autograd_meta.h"
 #include "core/comm/global.h"
@@ -36,20 +37,22 @@ struct RestoreModes {
   ~RestoreModes() { apply_modes(modes); }
 };
 
-// Data parallel: the partial-sum gradients of broadcast parameters become broadcast with one
-// all_reduce per placement and dtype (a bucket, as DDP does) instead of one per gradient, each
-// collective paying a fixed cost. ZeRO-2 reduce-scatters them instead (Optimizer::trace_step).
-void all_reduce_gradients_in_buckets(const TensorList& params) {
+// Data parallel: the partial-sum gradients of broadcast parameters are reduced with one
+// collective per placement and dtype (a bucket, as DDP does) instead of one per gradient, each
+// collective paying a fixed cost: all-reduced to broadcast, or, under ZeRO-2, reduce-scattered to
+// the rows that the parameter's sharded update reads (Optimizer::trace_step).
+void reduce_gradients_in_buckets(const TensorList& params, int64_t zero_stage) {
   const NdSbp broadcast{Sbp::broadcast()}, partial{Sbp::partial_sum()};
-  std::map<std::pair<std::string, DType>, TensorList> buckets;
+  std::map<std::tuple<bool, std::string, DType>, TensorList> buckets;
   for (const Tensor& p : params) {
     if (!p.is_global() || !graph::is_traced(p.grad()) || !(p.sbp() == broadcast) || !(p.grad().sbp() == partial)) continue;
-    buckets[{p.placement().str(), p.dtype()}].push_back(p);
+    const bool scatter = zero_stage >= 2 && optim::Optimizer::zero_shardable(p);
+    buckets[{scatter, p.placement().str(), p.dtype()}].push_back(p);
   }
   for (auto& [key, bucket] : buckets) {
     TensorList grads;
     for (const Tensor& p : bucket) grads.push_back(p.grad());
-    const TensorList reduced = distributed::all_reduce_partial_sums(grads);
+    const TensorList reduced = std::get<0>(key) ? distributed::reduce_scatter_partial_sums(grads) : distributed::all_reduce_partial_sums(grads);
     for (size_t k = 0; k < bucket.size(); ++k) bucket[k].set_grad(reduced[k]);
   }
 }
@@ -280,7 +283,7 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
           autograd::NoGradGuard no_grad;
           for (Tensor p : params) p.set_grad(p.grad() * (1.0 / static_cast<double>(config_.gradient_accumulation_steps())));
         }
-        if (config_.zero_stage() < 2) all_reduce_gradients_in_buckets(params);
+        reduce_gradients_in_buckets(params, config_.zero_stage());
         optimizers_[i]->trace_step(params, [&](size_t k, const std::string& scalar) {
           const Tensor& p = params[k];
           const Tensor fed = tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, p.dtype(), p.device());

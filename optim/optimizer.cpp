@@ -134,6 +134,7 @@ void Optimizer::shard_state(const TensorList& params) {
 
 void Optimizer::trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed, int64_t zero_stage) {
   autograd::NoGradGuard no_grad;
+  std::map<std::pair<std::string, DType>, std::vector<std::pair<Tensor, Tensor>>> updated_shards;  // (param, its updated rows)
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor p = params[i];
     const auto& options = group_of(p).options;
@@ -149,12 +150,19 @@ void Optimizer::trace_step(const TensorList& params, const std::function<Tensor(
       update(p, p.grad().to_global(p.placement(), p.sbp()), options, state_for(p), scalars);
       continue;
     }
+    // The Graph reduced the gradient already: all-reduced (stage 1), whose rows cost no
+    // communication, or reduce-scattered to them (stage 2).
     const NdSbp rows{sbp::split(0)};
-    const Tensor grad = zero_stage == 1 ? p.grad().to_global(p.placement(), p.sbp()).to_global(p.placement(), rows)
-                                        : p.grad().to_global(p.placement(), rows);
     Tensor shard = p.to_global(p.placement(), rows).clone();
-    update(shard, grad, options, state_for(p), scalars);
-    p.copy_(shard.to_global(p.placement(), p.sbp()));
+    update(shard, p.grad().to_global(p.placement(), rows), options, state_for(p), scalars);
+    updated_shards[{p.placement().str(), p.dtype()}].emplace_back(p, shard);
+  }
+  // The updated rows go back to every rank with one all_gather per placement and dtype.
+  for (auto& [key, updated] : updated_shards) {
+    TensorList shards;
+    for (const auto& [param, shard] : updated) shards.push_back(shard);
+    const TensorList wholes = distributed::all_gather_row_splits(shards);
+    for (size_t k = 0; k < updated.size(); ++k) updated[k].first.copy_(wholes[k]);
   }
 }
 

@@ -61,8 +61,10 @@ class Optimizer {
   // A global parameter is updated with a gradient of its own sbp (as OneFlow does): the
   // partial-sum gradient of a broadcast parameter is all-reduced once. With zero_stage >= 1
   // (nn::Graph's config().enable_zero, ZeRO), a parameter that zero_shardable() accepts is
-  // updated on this rank's rows only, with its state split the same way (shard_state), and is
-  // then all-gathered; stage 1 all-reduces its gradient first, stage 2 reduce-scatters it.
+  // updated on this rank's rows only, with its state split the same way (shard_state), and the
+  // updated rows of all such parameters are then all-gathered in one bucket per placement and
+  // dtype; the Graph reduces their gradients first (stage 1 all-reduces them, stage 2
+  // reduce-scatters them to the rows, each in buckets).
   void trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed, int64_t zero_stage = 0);
   // A data-parallel parameter: global, broadcast over a 1-D placement of several ranks, with at
   // least one row per rank.

@@ -33,6 +33,13 @@ Tensor laid_out_like(const Tensor& value, const Tensor& target);
 // the tensors with sbp B, in order. Runs outside autograd.
 TensorList all_reduce_partial_sums(const TensorList& partials);
 
+// ZeRO's buckets, each one collective for many tensors on the same 1-D placement (called by every
+// rank of it, outside autograd). all_gather_row_splits: tensors split by rows (S(0)) become
+// broadcast (B): each member sends its rows of every tensor in one piece. reduce_scatter_partial_sums:
+// partial sums (P) become split by rows (S(0)): each member keeps its rows of every sum.
+TensorList all_gather_row_splits(const TensorList& row_splits);
+TensorList reduce_scatter_partial_sums(const TensorList& partials);
+
 // A global tensor of logical meta `meta` whose piece on this rank is `local` (undefined off the
 // placement).
 Tensor make_global(const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp, const Tensor& local);

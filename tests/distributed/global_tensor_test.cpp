@@ -3,9 +3,12 @@
 // process (every rank computes the single-process reference itself).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "autograd/engine.h"
+#include "common/test_util.h"
+#include "core/comm/global.h"
 #include "core/functional.h"
 #include "distributed/rank_fixture.h"
 #include "nn/functional.h"
@@ -243,6 +246,34 @@ TEST_F(GlobalTensor, BatchNormOfEveryLayoutEqualsOneProcess) {
     expect_equal(weight_global.grad(), weight_ref.grad(), 1e-4);
     expect_equal(bias_global.grad(), bias_ref.grad(), 1e-4);
   }
+}
+
+// ZeRO's buckets: one collective for many tensors of uneven rows.
+TEST_F(GlobalTensor, BucketedRowCollectivesEqualTheirOnePerTensorTwins) {
+  const Placement placement = Placement::all(DeviceType::kCPU);
+  const std::vector<Shape> shapes{{5, 3}, {7}, {4, 2, 2}, {9, 1}};
+  TensorList wholes, splits, partials;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    wholes.push_back(integer_valued(shapes[i], 40 + i));
+    splits.push_back(from_whole(wholes[i], placement, NdSbp{sbp::split(0)}));
+    partials.push_back(make_global({shapes[i], kFloat32, kCPU}, placement, NdSbp{Sbp::partial_sum()}, partial_piece(wholes[i], rank, world)));
+  }
+  const TensorList gathered = all_gather_row_splits(splits);
+  const TensorList scattered = reduce_scatter_partial_sums(partials);
+  ASSERT_EQ(gathered.size(), shapes.size());
+  ASSERT_EQ(scattered.size(), shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(gathered[i].sbp(), NdSbp{Sbp::broadcast()});
+    expect_equal(gathered[i].to_local(), wholes[i]);
+    EXPECT_EQ(scattered[i].sbp(), NdSbp{sbp::split(0)});
+    expect_equal(scattered[i].to_local(), splits[i].to_local());
+  }
+  EXPECT_THROW_MSG(all_gather_row_splits({splits[0], partials[1]}), "[all_gather] bucketed tensors must have sbp (S(0),)");
+  Ranks reversed = placement.ranks();
+  std::reverse(reversed.begin(), reversed.end());
+  const Tensor misordered = make_global({shapes[0], kFloat32, kCPU}, Placement(DeviceType::kCPU, reversed), NdSbp{Sbp::partial_sum()},
+                                        partials[0].to_local());
+  EXPECT_THROW_MSG(reduce_scatter_partial_sums({misordered}), "[reduce_scatter] bucketing needs the ranks of");
 }
 
 TEST_F(GlobalTensor, MistakesAreClearErrors) {

@@ -326,7 +326,10 @@ TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
   const TensorList zero1 = run(1, zero1_bytes, zero1_comm);
   const TensorList zero2 = run(2, zero2_bytes, zero2_comm);
   EXPECT_LT(flow::testing::max_relative_difference(zero1, plain), 1e-6);
-  EXPECT_LT(flow::testing::max_relative_difference(zero2, plain), 1e-6);
+  // Stage 2's bucket lays the gradients out by destination rank, so an element sits elsewhere in
+  // the reduced buffer than in plain DP's bucket and Gloo's ring adds more than two ranks' values
+  // in another order (4 ranks: 1.4e-6 after 10 steps; 2 ranks' sums commute).
+  EXPECT_LT(flow::testing::max_relative_difference(zero2, plain), world == 2 ? 1e-6 : 1e-5);
 
   // The momentum buffers: whole without ZeRO, this rank's rows with it.
   int64_t whole = 0, rows = 0;
@@ -339,11 +342,11 @@ TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
   EXPECT_EQ(zero2_bytes, rows);
   if (world == 2) EXPECT_LE(zero1_bytes, plain_bytes / 2 + 32 * 4 + 4);  // halved, up to the odd 5-row tensors
   // Six parameters; the loss all-reduces its sum and count. Without ZeRO and at stage 1 the
-  // gradients are all-reduced in one bucket, stage 2 reduce-scatters each; stages 1 and 2
-  // all-gather each updated parameter.
+  // gradients are all-reduced in one bucket, stage 2 reduce-scatters them in one; stages 1 and 2
+  // all-gather the updated rows in one.
   EXPECT_EQ(plain_comm, (std::map<std::string, int>{{"comm_all_reduce", 3}}));
-  EXPECT_EQ(zero1_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 3}}));
-  EXPECT_EQ(zero2_comm, (std::map<std::string, int>{{"comm_all_gather", 6}, {"comm_all_reduce", 2}, {"comm_reduce_scatter", 6}}));
+  EXPECT_EQ(zero1_comm, (std::map<std::string, int>{{"comm_all_gather", 1}, {"comm_all_reduce", 3}}));
+  EXPECT_EQ(zero2_comm, (std::map<std::string, int>{{"comm_all_gather", 1}, {"comm_all_reduce", 2}, {"comm_reduce_scatter", 1}}));
 }
 
 // Deploy export of a model laid out over the ranks (data parallel, then Megatron) gathers it: the
