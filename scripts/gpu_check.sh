@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the device tool), over .gpu/flow-gpu.tar.xz from scripts/gpu_package.sh:
+# unpacks it, finds the CUDA, cuDNN and NCCL libraries that machine has, and runs the CUDA tests
+# and the NCCL tests as a 1-rank job (NCCL takes one GPU per rank). Logs go to $OUT when set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/flow-gpu-out}"
+mkdir -p "$out" /tmp/flow-gpu
+tar -C /tmp/flow-gpu -xJf .gpu/flow-gpu.tar.xz
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+libdirs=/tmp/flow-gpu/lib
+for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+  found=$(find /usr/local/cuda/ /usr/local/cuda/lib64/ /opt /usr/lib -name "$lib" 2>/dev/null | head -n 1)
+  echo "$lib: ${found:-not found}"
+  [ -n "$found" ] && libdirs="$libdirs:$(dirname "$found")"
+done
+export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+status=0
+for test in /tmp/flow-gpu/bin/*_tests; do
+  name=$(basename "$test")
+  case "$name" in
+    flow_distributed_tests) args=(--ranks=1 --launch-timeout=120 --gtest_filter='Nccl.*') ;;
+    *) args=() ;;
+  esac
+  echo "== $name ${args[*]}"
+  timeout 300 "$test" "${args[@]}" > "$out/$name.log" 2>&1
+  rc=$?
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran|Failure|error" "$out/$name.log" | head -n 40
+  echo "== $name exit $rc"
+  [ $rc -eq 0 ] || status=1
+done
+exit $status
