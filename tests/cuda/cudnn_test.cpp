@@ -33,7 +33,9 @@ const DType kDtypes[] = {flow::kFloat32, flow::kFloat64};
 double rtol(DType dtype) { return dtype == flow::kFloat32 ? 1e-4 : 1e-10; }
 double atol(DType dtype) { return dtype == flow::kFloat32 ? 1e-4 : 1e-10; }
 
-TensorList run(const std::string& op, const TensorList& inputs, const Attrs& attrs) { return flow::apply(flow::find_op(op), inputs, attrs); }
+TensorList run(const std::string& op, const TensorList& inputs, const Attrs& attrs) {
+  return flow::apply(flow::find_op(op), inputs, attrs);
+}
 
 TensorList to_cuda(const TensorList& tensors) {
   TensorList moved;

@@ -1,13 +1,15 @@
 // CUDA convolution through cuDNN's legacy API: conv2d (with its optional bias added by
 // cudnnAddTensor), conv2d_grad_input (backward data) and conv2d_grad_weight (backward filter),
-// float32 and float64 over dense NCHW / OIHW buffers. Descriptors are made per call; the
-// algorithm and its workspace size are chosen once per (device, dtype, shapes, attributes) by
-// cuDNN's heuristics and cached. float32 runs with FMA math only: TF32 tensor cores would lose
+// float32 and float64 over dense NCHW / OIHW buffers. Descriptors are made per call; cuDNN's
+// heuristic ranking of algorithms (with their workspace sizes) is cached per (device, dtype,
+// shapes, attributes), and a run falls back down the ranking past algorithms that turn out not
+// to support the configuration. float32 runs with FMA math only: TF32 tensor cores would lose
 // the precision the CPU kernels keep.
 #include <array>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "core/kernels/cuda/cudnn_util.h"
 
@@ -18,15 +20,6 @@ using namespace cudnn;
 using Pair = std::vector<int64_t>;
 
 enum class Pass : int { kForward, kBackwardData, kBackwardFilter };
-
-const char* op_name(Pass pass) {
-  switch (pass) {
-    case Pass::kForward: return "conv2d";
-    case Pass::kBackwardData: return "conv2d_grad_input";
-    case Pass::kBackwardFilter: return "conv2d_grad_weight";
-  }
-  return "conv2d";
-}
 
 class FilterDescriptor : public Owned<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor> {
  public:
@@ -72,90 +65,121 @@ struct AlgorithmKey {
   bool operator<(const AlgorithmKey& other) const { return tie() < other.tie(); }
 };
 
-struct Algorithm {
+AlgorithmKey make_key(Pass pass, const Tensor& like, const Shape& x, const Shape& w, const Attrs& attrs) {
+  return {like.device().index,
+          like.dtype(),
+          pass,
+          {x[0], x[1], x[2], x[3]},
+          {w[0], w[1], w[2], w[3]},
+          attrs.get<Pair>("stride"),
+          attrs.get<Pair>("padding"),
+          attrs.get<Pair>("dilation"),
+          attrs.get<int64_t>("groups")};
+}
+
+struct Candidate {
   int algo;  // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t, by pass
   size_t workspace_bytes;
 };
 
-// The first algorithm cuDNN's heuristics rank as usable, from `perfs` filled by a *_v7 query.
-template <typename Perf>
-int first_usable(const Perf* perfs, int count, const char* op) {
-  for (int i = 0; i < count; ++i) {
-    if (perfs[i].status == CUDNN_STATUS_SUCCESS) return static_cast<int>(perfs[i].algo);
-  }
-  fail(op, "cuDNN found no convolution algorithm for this configuration");
-}
-
-Algorithm choose(cudnnHandle_t handle, const Convolution& c, Pass pass, const char* op) {
+// The algorithms cuDNN's heuristics rank usable, best first, with their workspace sizes.
+// query(count, &returned, perfs) is a *_v7 heuristic; workspace_size(algo, &bytes) its size query.
+template <typename Perf, typename Query, typename WorkspaceSize>
+std::vector<Candidate> rank(Query&& query, WorkspaceSize&& workspace_size, const char* op, const char* query_name) {
   constexpr int kMaxAlgorithms = 16;
+  Perf perfs[kMaxAlgorithms];
   int count = 0;
-  Algorithm chosen{};
+  check(query(kMaxAlgorithms, &count, perfs), op, query_name);
+  std::vector<Candidate> candidates;
+  for (int i = 0; i < count; ++i) {
+    size_t bytes = 0;
+    if (perfs[i].status == CUDNN_STATUS_SUCCESS && workspace_size(perfs[i].algo, &bytes) == CUDNN_STATUS_SUCCESS) {
+      candidates.push_back({static_cast<int>(perfs[i].algo), bytes});
+    }
+  }
+  if (candidates.empty()) fail(op, "cuDNN has no convolution algorithm for this configuration");
+  return candidates;
+}
+
+std::vector<Candidate> rank(cudnnHandle_t h, const Convolution& c, Pass pass, const char* op) {
   switch (pass) {
-    case Pass::kForward: {
-      cudnnConvolutionFwdAlgoPerf_t perfs[kMaxAlgorithms];
-      check(cudnnGetConvolutionForwardAlgorithm_v7(handle, c.x.get(), c.w.get(), c.conv.get(), c.y.get(), kMaxAlgorithms, &count, perfs),
-            op, "cudnnGetConvolutionForwardAlgorithm_v7");
-      chosen.algo = first_usable(perfs, count, op);
-      check(cudnnGetConvolutionForwardWorkspaceSize(handle, c.x.get(), c.w.get(), c.conv.get(), c.y.get(),
-                                                    static_cast<cudnnConvolutionFwdAlgo_t>(chosen.algo), &chosen.workspace_bytes),
-            op, "cudnnGetConvolutionForwardWorkspaceSize");
-      break;
-    }
-    case Pass::kBackwardData: {
-      cudnnConvolutionBwdDataAlgoPerf_t perfs[kMaxAlgorithms];
-      check(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), kMaxAlgorithms, &count,
-                                                        perfs),
-            op, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-      chosen.algo = first_usable(perfs, count, op);
-      check(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, c.w.get(), c.y.get(), c.conv.get(), c.x.get(),
-                                                         static_cast<cudnnConvolutionBwdDataAlgo_t>(chosen.algo), &chosen.workspace_bytes),
-            op, "cudnnGetConvolutionBackwardDataWorkspaceSize");
-      break;
-    }
-    case Pass::kBackwardFilter: {
-      cudnnConvolutionBwdFilterAlgoPerf_t perfs[kMaxAlgorithms];
-      check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, c.x.get(), c.y.get(), c.conv.get(), c.w.get(), kMaxAlgorithms, &count,
-                                                          perfs),
-            op, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-      chosen.algo = first_usable(perfs, count, op);
-      check(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, c.x.get(), c.y.get(), c.conv.get(), c.w.get(),
-                                                           static_cast<cudnnConvolutionBwdFilterAlgo_t>(chosen.algo),
-                                                           &chosen.workspace_bytes),
-            op, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
-      break;
-    }
+    case Pass::kForward:
+      return rank<cudnnConvolutionFwdAlgoPerf_t>(
+          [&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* perfs) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(h, c.x.get(), c.w.get(), c.conv.get(), c.y.get(), n, count, perfs);
+          },
+          [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+            return cudnnGetConvolutionForwardWorkspaceSize(h, c.x.get(), c.w.get(), c.conv.get(), c.y.get(), algo, bytes);
+          },
+          op, "cudnnGetConvolutionForwardAlgorithm_v7");
+    case Pass::kBackwardData:
+      return rank<cudnnConvolutionBwdDataAlgoPerf_t>(
+          [&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* perfs) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), n, count, perfs);
+          },
+          [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), algo, bytes);
+          },
+          op, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    case Pass::kBackwardFilter:
+      return rank<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* perfs) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x.get(), c.y.get(), c.conv.get(), c.w.get(), n, count, perfs);
+          },
+          [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.x.get(), c.y.get(), c.conv.get(), c.w.get(), algo, bytes);
+          },
+          op, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
   }
-  return chosen;
+  fail(op, "unknown convolution pass");
 }
 
-// The cached algorithm of this configuration, chosen on first use.
-Algorithm algorithm(cudnnHandle_t handle, const Convolution& c, Pass pass, const Tensor& like, const Shape& x, const Shape& w,
-                    const Attrs& attrs) {
-  const AlgorithmKey key{like.device().index,
-                         like.dtype(),
-                         pass,
-                         {x[0], x[1], x[2], x[3]},
-                         {w[0], w[1], w[2], w[3]},
-                         attrs.get<Pair>("stride"),
-                         attrs.get<Pair>("padding"),
-                         attrs.get<Pair>("dilation"),
-                         attrs.get<int64_t>("groups")};
-  static std::mutex mutex;
-  static std::map<AlgorithmKey, Algorithm> cache;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
+// Ranked candidates per configuration, ranked on first use. A candidate that turns out not to
+// support its configuration when run is dropped, so later calls start at one that works.
+class AlgorithmCache {
+ public:
+  std::vector<Candidate> candidates(const AlgorithmKey& key, cudnnHandle_t h, const Convolution& c, const char* op) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    }
+    std::vector<Candidate> ranked = rank(h, c, key.pass, op);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cache_.emplace(key, std::move(ranked)).first->second;
   }
-  const Algorithm chosen = choose(handle, c, pass, op_name(pass));
-  std::lock_guard<std::mutex> lock(mutex);
-  cache.emplace(key, chosen);
-  return chosen;
+  void drop(const AlgorithmKey& key, int algo) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(cache_[key], [algo](const Candidate& candidate) { return candidate.algo == algo; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<AlgorithmKey, std::vector<Candidate>> cache_;
+};
+
+AlgorithmCache& algorithm_cache() {
+  static AlgorithmCache cache;
+  return cache;
 }
 
-// Scratch memory for cuDNN from flow's caching allocator. Freed when the returned tensor goes,
-// which is safe before the convolution finishes: later work on the default stream runs after it.
-Tensor workspace(const Algorithm& algorithm, const Tensor& like) {
-  return make_tensor({static_cast<int64_t>(algorithm.workspace_bytes)}, kUInt8, like.device());
+bool not_supported(cudnnStatus_t status) { return status / 1000 * 1000 == CUDNN_STATUS_NOT_SUPPORTED; }
+
+// Runs execute(algo, workspace, workspace_bytes) with the best candidate that supports the
+// configuration. The workspace comes from flow's caching allocator; freeing it when this returns
+// is safe before cuDNN finishes, as later work on the default stream runs after it.
+template <typename Execute>
+void run_convolution(const AlgorithmKey& key, cudnnHandle_t h, const Convolution& c, const Tensor& like, const char* op, const char* call,
+                     Execute&& execute) {
+  for (const Candidate& candidate : algorithm_cache().candidates(key, h, c, op)) {
+    const Tensor workspace = make_tensor({static_cast<int64_t>(candidate.workspace_bytes)}, kUInt8, like.device());
+    const cudnnStatus_t status = execute(candidate.algo, workspace.data_ptr(), candidate.workspace_bytes);
+    if (!not_supported(status)) {
+      check(status, op, call);
+      return;
+    }
+    algorithm_cache().drop(key, candidate.algo);
+  }
+  fail(op, "cuDNN ", call, " failed: no ranked algorithm supports this configuration");
 }
 
 void forward_kernel(KernelContext& ctx) {
@@ -163,17 +187,17 @@ void forward_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;  // an empty batch; cuDNN refuses zero dims
-  cudnnHandle_t h = handle(y, op);
+  const Session s = session(y, op);
   const Convolution c(x.dtype(), x.shape(), w.shape(), y.shape(), ctx.attrs, op);
-  const Algorithm chosen = algorithm(h, c, Pass::kForward, y, x.shape(), w.shape(), ctx.attrs);
-  const Tensor scratch = workspace(chosen, y);
-  check(cudnnConvolutionForward(h, one(y.dtype()), c.x.get(), x.data_ptr(), c.w.get(), w.data_ptr(), c.conv.get(),
-                                static_cast<cudnnConvolutionFwdAlgo_t>(chosen.algo), scratch.data_ptr(), chosen.workspace_bytes,
-                                zero(y.dtype()), c.y.get(), y.data_ptr()),
-        op, "cudnnConvolutionForward");
+  run_convolution(make_key(Pass::kForward, y, x.shape(), w.shape(), ctx.attrs), s.handle, c, y, op, "cudnnConvolutionForward",
+                  [&](int algo, void* workspace, size_t bytes) {
+                    return cudnnConvolutionForward(s.handle, one(y.dtype()), c.x.get(), x.data_ptr(), c.w.get(), w.data_ptr(), c.conv.get(),
+                                                   static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace, bytes, zero(y.dtype()),
+                                                   c.y.get(), y.data_ptr());
+                  });
   if (ctx.inputs.size() == 3) {
     const TensorDescriptor bias(y.dtype(), 1, y.size(1), 1, 1, op);
-    check(cudnnAddTensor(h, one(y.dtype()), bias.get(), ctx.inputs[2].data_ptr(), one(y.dtype()), c.y.get(), y.data_ptr()), op,
+    check(cudnnAddTensor(s.handle, one(y.dtype()), bias.get(), ctx.inputs[2].data_ptr(), one(y.dtype()), c.y.get(), y.data_ptr()), op,
           "cudnnAddTensor");
   }
 }
@@ -184,14 +208,14 @@ void backward_data_kernel(KernelContext& ctx) {
   const Tensor &grad = ctx.inputs[0], &w = ctx.inputs[1];
   Tensor& grad_input = ctx.outputs[0];
   if (grad_input.numel() == 0) return;
-  cudnnHandle_t h = handle(grad_input, op);
+  const Session s = session(grad_input, op);
   const Convolution c(grad.dtype(), grad_input.shape(), w.shape(), grad.shape(), ctx.attrs, op);
-  const Algorithm chosen = algorithm(h, c, Pass::kBackwardData, grad_input, grad_input.shape(), w.shape(), ctx.attrs);
-  const Tensor scratch = workspace(chosen, grad_input);
-  check(cudnnConvolutionBackwardData(h, one(grad.dtype()), c.w.get(), w.data_ptr(), c.y.get(), grad.data_ptr(), c.conv.get(),
-                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(chosen.algo), scratch.data_ptr(), chosen.workspace_bytes,
-                                     zero(grad.dtype()), c.x.get(), grad_input.data_ptr()),
-        op, "cudnnConvolutionBackwardData");
+  run_convolution(make_key(Pass::kBackwardData, grad_input, grad_input.shape(), w.shape(), ctx.attrs), s.handle, c, grad_input, op,
+                  "cudnnConvolutionBackwardData", [&](int algo, void* workspace, size_t bytes) {
+                    return cudnnConvolutionBackwardData(s.handle, one(grad.dtype()), c.w.get(), w.data_ptr(), c.y.get(), grad.data_ptr(),
+                                                        c.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), workspace, bytes,
+                                                        zero(grad.dtype()), c.x.get(), grad_input.data_ptr());
+                  });
 }
 
 // inputs: grad (of the output), input; attr weight_shape.
@@ -199,19 +223,18 @@ void backward_filter_kernel(KernelContext& ctx) {
   const char* op = "conv2d_grad_weight";
   const Tensor &grad = ctx.inputs[0], &x = ctx.inputs[1];
   Tensor& grad_weight = ctx.outputs[0];
+  const Session s = session(grad_weight, op);
   if (x.numel() == 0) {  // an empty batch contributes nothing
-    if (cudaSetDevice(grad_weight.device().index) != cudaSuccess) fail(op, "cannot select ", grad_weight.device());
     check_launch(fill(scalar_type(grad_weight.dtype(), op), grad_weight.data_ptr(), grad_weight.numel(), 0.0), op);
     return;
   }
-  cudnnHandle_t h = handle(grad_weight, op);
   const Convolution c(grad.dtype(), x.shape(), grad_weight.shape(), grad.shape(), ctx.attrs, op);
-  const Algorithm chosen = algorithm(h, c, Pass::kBackwardFilter, grad_weight, x.shape(), grad_weight.shape(), ctx.attrs);
-  const Tensor scratch = workspace(chosen, grad_weight);
-  check(cudnnConvolutionBackwardFilter(h, one(grad.dtype()), c.x.get(), x.data_ptr(), c.y.get(), grad.data_ptr(), c.conv.get(),
-                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(chosen.algo), scratch.data_ptr(),
-                                       chosen.workspace_bytes, zero(grad.dtype()), c.w.get(), grad_weight.data_ptr()),
-        op, "cudnnConvolutionBackwardFilter");
+  run_convolution(make_key(Pass::kBackwardFilter, grad_weight, x.shape(), grad_weight.shape(), ctx.attrs), s.handle, c, grad_weight, op,
+                  "cudnnConvolutionBackwardFilter", [&](int algo, void* workspace, size_t bytes) {
+                    return cudnnConvolutionBackwardFilter(s.handle, one(grad.dtype()), c.x.get(), x.data_ptr(), c.y.get(), grad.data_ptr(),
+                                                          c.conv.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), workspace,
+                                                          bytes, zero(grad.dtype()), c.w.get(), grad_weight.data_ptr());
+                  });
 }
 
 const std::vector<DType> kFloating = {kFloat32, kFloat64};

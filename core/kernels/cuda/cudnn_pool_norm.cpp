@@ -1,15 +1,18 @@
 // CUDA pooling and batch normalization, float32 and float64.
 //
-// Pooling: max_pool2d_inference, avg_pool2d and avg_pool2d_grad run cuDNN (max with NaN
-// propagated, average with the padding counted: flow's semantics). max_pool2d must also output
-// the flat h*w argmax that max_pool2d_grad consumes, which cuDNN cannot give, so it and its
-// gradient run the kernels of pool_norm.cu.
+// Pooling: avg_pool2d and avg_pool2d_grad run cuDNN (the padding counted, as flow defines it).
+// max_pool2d must also output the flat h*w argmax that max_pool2d_grad consumes, which cuDNN
+// cannot give, so max pooling runs the kernels of pool_norm.cu, whose window scan is the CPU
+// loops': the same values and first-maximum indices, NaN winning and an all -inf window giving
+// -inf. max_pool2d_inference runs that kernel too (without indices), so that its values never
+// differ from max_pool2d's.
 //
 // Batch norm: cuDNN's spatial mode over the input viewed as (N, C, S, 1), S the product of the
 // trailing dims. batch_norm_train writes cuDNN's saved mean and inverse standard deviation
 // (1 / sqrt(biased variance + eps)) as its mean and invstd outputs; the running statistics are
-// updated from those outputs by nn::functional::batch_norm, not here. batch_norm_train_grad adds the gradient
-// paths through those two outputs, which cuDNN does not know about, with pool_norm.cu.
+// updated from those outputs by nn's functional batch_norm, not here. batch_norm_train_grad adds
+// the gradient paths through those two outputs, which cuDNN does not know about, with
+// pool_norm.cu.
 #include "core/kernels/cuda/cudnn_util.h"
 
 namespace flow::cuda {
@@ -30,21 +33,18 @@ class PoolingDescriptor : public Owned<cudnnPoolingDescriptor_t, cudnnCreatePool
   }
 };
 
-// y = pool(x) by cuDNN.
-void pool_forward(cudnnPoolingMode_t mode, KernelContext& ctx, const char* op) {
+void avg_pool_kernel(KernelContext& ctx) {
+  const char* op = "avg_pool2d";
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;  // an empty batch; cuDNN refuses zero dims
-  cudnnHandle_t h = handle(y, op);
-  const PoolingDescriptor pooling(mode, ctx.attrs, op);
+  const Session s = session(y, op);
+  const PoolingDescriptor pooling(CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, ctx.attrs, op);
   const TensorDescriptor x_desc(x.dtype(), x.shape(), op), y_desc(y.dtype(), y.shape(), op);
-  check(cudnnPoolingForward(h, pooling.get(), one(y.dtype()), x_desc.get(), x.data_ptr(), zero(y.dtype()), y_desc.get(), y.data_ptr()), op,
-        "cudnnPoolingForward");
+  check(cudnnPoolingForward(s.handle, pooling.get(), one(y.dtype()), x_desc.get(), x.data_ptr(), zero(y.dtype()), y_desc.get(),
+                            y.data_ptr()),
+        op, "cudnnPoolingForward");
 }
-
-void max_pool_inference_kernel(KernelContext& ctx) { pool_forward(CUDNN_POOLING_MAX, ctx, "max_pool2d"); }
-
-void avg_pool_kernel(KernelContext& ctx) { pool_forward(CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, ctx, "avg_pool2d"); }
 
 // inputs: grad (of the output); attr input_shape.
 void avg_pool_grad_kernel(KernelContext& ctx) {
@@ -52,13 +52,13 @@ void avg_pool_grad_kernel(KernelContext& ctx) {
   const Tensor& grad = ctx.inputs[0];
   Tensor& grad_input = ctx.outputs[0];
   if (grad_input.numel() == 0) return;
-  cudnnHandle_t h = handle(grad_input, op);
+  const Session s = session(grad_input, op);
   const PoolingDescriptor pooling(CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, ctx.attrs, op);
   const TensorDescriptor x_desc(grad.dtype(), grad_input.shape(), op), y_desc(grad.dtype(), grad.shape(), op);
   // Averaging reads neither the forward's input nor its output, but cuDNN wants both: grad stands
   // in for the output (same shape), and unread scratch for the input.
   const Tensor unread_input = make_tensor(grad_input.shape(), grad.dtype(), grad.device());
-  check(cudnnPoolingBackward(h, pooling.get(), one(grad.dtype()), y_desc.get(), grad.data_ptr(), y_desc.get(), grad.data_ptr(),
+  check(cudnnPoolingBackward(s.handle, pooling.get(), one(grad.dtype()), y_desc.get(), grad.data_ptr(), y_desc.get(), grad.data_ptr(),
                              x_desc.get(), unread_input.data_ptr(), zero(grad.dtype()), x_desc.get(), grad_input.data_ptr()),
         op, "cudnnPoolingBackward");
 }
@@ -72,14 +72,14 @@ void set_device(const Tensor& t, const char* op) {
   if (cudaSetDevice(t.device().index) != cudaSuccess) fail(op, "cannot select ", t.device());
 }
 
-// outputs: out, indices.
+// max_pool2d (outputs: out, indices) and max_pool2d_inference (out only).
 void max_pool_kernel(KernelContext& ctx) {
   const char* op = "max_pool2d";
   const Tensor& x = ctx.inputs[0];
-  Tensor &y = ctx.outputs[0], &indices = ctx.outputs[1];
+  Tensor& y = ctx.outputs[0];
+  int64_t* indices = ctx.outputs.size() > 1 ? ctx.outputs[1].data_ptr<int64_t>() : nullptr;
   set_device(y, op);
-  check_launch(max_pool2d(scalar_type(x.dtype(), op), pool_window(x.shape(), y.shape(), ctx.attrs), x.data_ptr(), y.data_ptr(),
-                          indices.data_ptr<int64_t>()),
+  check_launch(max_pool2d(scalar_type(x.dtype(), op), pool_window(x.shape(), y.shape(), ctx.attrs), x.data_ptr(), y.data_ptr(), indices),
                op);
 }
 
@@ -131,13 +131,14 @@ void eval_kernel(KernelContext& ctx) {
   if (x.numel() == 0) return;
   const bool affine = ctx.inputs.size() == 5;
   const NormLayout l = norm_layout(x.shape());
-  cudnnHandle_t h = handle(y, kNormOp);
+  const Session s = session(y, kNormOp);
   const NormDescriptors d(x.dtype(), l);
   const Tensor weight = channel_values(affine ? &ctx.inputs[3] : nullptr, x, l.c, 1.0);
   const Tensor bias = channel_values(affine ? &ctx.inputs[4] : nullptr, x, l.c, 0.0);
-  check(cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, one(x.dtype()), zero(x.dtype()), d.data.get(), x.data_ptr(),
-                                                d.data.get(), y.data_ptr(), d.channel.get(), weight.data_ptr(), bias.data_ptr(),
-                                                ctx.inputs[1].data_ptr(), ctx.inputs[2].data_ptr(), ctx.attrs.get<double>("eps")),
+  check(cudnnBatchNormalizationForwardInference(s.handle, CUDNN_BATCHNORM_SPATIAL, one(x.dtype()), zero(x.dtype()), d.data.get(),
+                                                x.data_ptr(), d.data.get(), y.data_ptr(), d.channel.get(), weight.data_ptr(),
+                                                bias.data_ptr(), ctx.inputs[1].data_ptr(), ctx.inputs[2].data_ptr(),
+                                                ctx.attrs.get<double>("eps")),
         kNormOp, "cudnnBatchNormalizationForwardInference");
 }
 
@@ -147,13 +148,13 @@ void train_kernel(KernelContext& ctx) {
   if (x.numel() == 0) return;
   const bool affine = ctx.inputs.size() == 3;
   const NormLayout l = norm_layout(x.shape());
-  cudnnHandle_t h = handle(x, kNormOp);
+  const Session s = session(x, kNormOp);
   const NormDescriptors d(x.dtype(), l);
   const Tensor weight = channel_values(affine ? &ctx.inputs[1] : nullptr, x, l.c, 1.0);
   const Tensor bias = channel_values(affine ? &ctx.inputs[2] : nullptr, x, l.c, 0.0);
   // No running statistics (null, factor unused): the op's outputs are the batch's own.
-  check(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, one(x.dtype()), zero(x.dtype()), d.data.get(), x.data_ptr(),
-                                               d.data.get(), ctx.outputs[0].data_ptr(), d.channel.get(), weight.data_ptr(),
+  check(cudnnBatchNormalizationForwardTraining(s.handle, CUDNN_BATCHNORM_SPATIAL, one(x.dtype()), zero(x.dtype()), d.data.get(),
+                                               x.data_ptr(), d.data.get(), ctx.outputs[0].data_ptr(), d.channel.get(), weight.data_ptr(),
                                                bias.data_ptr(), 0.0, nullptr, nullptr, ctx.attrs.get<double>("eps"),
                                                ctx.outputs[1].data_ptr(), ctx.outputs[2].data_ptr()),
         kNormOp, "cudnnBatchNormalizationForwardTraining");
@@ -166,12 +167,12 @@ void train_grad_kernel(KernelContext& ctx) {
   if (x.numel() == 0) return;
   const bool affine = ctx.inputs.size() == 7;
   const NormLayout l = norm_layout(x.shape());
-  cudnnHandle_t h = handle(x, kNormOp);
+  const Session s = session(x, kNormOp);
   const NormDescriptors d(x.dtype(), l);
   const Tensor weight = channel_values(affine ? &ctx.inputs[6] : nullptr, x, l.c, 1.0);
   const Tensor &mean = ctx.inputs[4], &invstd = ctx.inputs[5];
   Tensor& grad_input = ctx.outputs[0];
-  check(cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, one(x.dtype()), zero(x.dtype()), one(x.dtype()), zero(x.dtype()),
+  check(cudnnBatchNormalizationBackward(s.handle, CUDNN_BATCHNORM_SPATIAL, one(x.dtype()), zero(x.dtype()), one(x.dtype()), zero(x.dtype()),
                                         d.data.get(), x.data_ptr(), d.data.get(), ctx.inputs[0].data_ptr(), d.data.get(),
                                         grad_input.data_ptr(), d.channel.get(), weight.data_ptr(), ctx.outputs[1].data_ptr(),
                                         ctx.outputs[2].data_ptr(), ctx.attrs.get<double>("eps"), mean.data_ptr(), invstd.data_ptr()),
@@ -184,7 +185,7 @@ void train_grad_kernel(KernelContext& ctx) {
 const std::vector<DType> kFloating = {kFloat32, kFloat64};
 
 FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCUDA, kFloating, max_pool_kernel);
-FLOW_REGISTER_KERNEL("max_pool2d_inference", DeviceType::kCUDA, kFloating, max_pool_inference_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d_inference", DeviceType::kCUDA, kFloating, max_pool_kernel);
 FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCUDA, kFloating, max_pool_grad_kernel);
 FLOW_REGISTER_KERNEL("avg_pool2d", DeviceType::kCUDA, kFloating, avg_pool_kernel);
 FLOW_REGISTER_KERNEL("avg_pool2d_grad", DeviceType::kCUDA, kFloating, avg_pool_grad_kernel);

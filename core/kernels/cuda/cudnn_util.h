@@ -5,9 +5,10 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <glog/logging.h>
+
 #include <climits>
 #include <mutex>
-#include <vector>
 
 #include "core/kernels/cuda/launch.h"
 #include "core/op.h"
@@ -22,18 +23,25 @@ inline void check_launch(const char* error, const char* op) {
   if (error != nullptr) fail(op, "CUDA kernel failed: ", error);
 }
 
-// The handle of `like`'s device, made current. Handles run on the default stream, as flow's own
-// CUDA kernels do, so they are ordered with them without events.
-inline cudnnHandle_t handle(const Tensor& like, const char* op) {
-  static std::mutex mutex;
-  static std::vector<cudnnHandle_t> handles;
+// The handle of a device, held for one kernel's cuDNN calls: a handle must not be used by two
+// threads at once. Handles run on the default stream, as flow's own CUDA kernels do, so they are
+// ordered with them without events.
+struct Session {
+  std::unique_lock<std::mutex> lock;
+  cudnnHandle_t handle;
+};
+
+// Makes like's device current and holds its handle.
+inline Session session(const Tensor& like, const char* op) {
+  constexpr int kMaxDevices = 64;
+  static std::mutex devices_mutex[kMaxDevices];
+  static cudnnHandle_t handles[kMaxDevices] = {};
   const int device = like.device().index;
+  CHECK(device >= 0 && device < kMaxDevices) << "CUDA device index " << device << " out of range";
   if (cudaSetDevice(device) != cudaSuccess) fail(op, "cannot select ", like.device());
-  std::lock_guard<std::mutex> lock(mutex);
-  if (handles.size() <= static_cast<size_t>(device)) handles.resize(static_cast<size_t>(device) + 1, nullptr);
-  cudnnHandle_t& slot = handles[static_cast<size_t>(device)];
-  if (slot == nullptr) check(cudnnCreate(&slot), op, "cudnnCreate");
-  return slot;
+  std::unique_lock<std::mutex> lock(devices_mutex[device]);
+  if (handles[device] == nullptr) check(cudnnCreate(&handles[device]), op, "cudnnCreate");
+  return {std::move(lock), handles[device]};
 }
 
 inline cudnnDataType_t data_type(DType dtype, const char* op) {
