@@ -37,4 +37,19 @@ const char* cast(ScalarType from, ScalarType to, const Geometry& g, int64_t nume
 const char* fill(ScalarType type, void* data, int64_t numel, double value);
 const char* arange(ScalarType type, void* data, int64_t numel, double start, double step);
 
+// 2-d pooling of `planes` (h, w) planes into (oh, ow) by (kh, kw) windows (floor mode).
+struct PoolWindow {
+  int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+};
+// Max and first argmax (flat h*w index; indices may be null) of every window, NaN winning as in
+// the CPU loops, so the indices are the CPU's (cuDNN has no argmax output).
+const char* max_pool2d(ScalarType type, const PoolWindow& g, const void* in, void* out, int64_t* indices);
+// grad_input[i] = sum of the grads whose argmax is i, gathered per input value in output order
+// (deterministic, no atomics). An index outside its window contributes nothing.
+const char* max_pool2d_grad(ScalarType type, const PoolWindow& g, const void* grad, const int64_t* indices, void* grad_input);
+// Adds batch norm's input-gradient paths through its mean and invstd outputs to grad_input
+// (n, c, s): grad_mean / m - grad_invstd * invstd^3 * (x - mean) / m per channel, m = n * s.
+const char* batch_norm_statistics_grad(ScalarType type, int64_t n, int64_t c, int64_t s, const void* x, const void* mean,
+                                       const void* invstd, const void* grad_mean, const void* grad_invstd, void* grad_input);
+
 }  // namespace flow::cuda
