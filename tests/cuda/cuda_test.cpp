@@ -60,6 +60,24 @@ TEST(Cuda, ElementwiseMatchesCpu) {
   expect_close((da.transpose(0, 2) + 1.0).cpu(), a.transpose(0, 2) + 1.0);
 }
 
+// The host merges dims every operand walks as one; layouts that merge partly or not at all keep
+// their per-dim offsets.
+TEST(Cuda, ElementwiseOnMergedAndStridedDims) {
+  REQUIRE_CUDA();
+  flow::manual_seed(14);
+  Tensor a = flow::randn({2, 3, 1, 4, 5}), b = flow::randn({2, 3, 1, 4, 5}), column = flow::randn({3, 1, 1});
+  const Tensor da = a.to(kCuda), db = b.to(kCuda), dcolumn = column.to(kCuda);
+  expect_close((da + db).cpu(), a + b);
+  expect_close((da.permute({4, 1, 2, 3, 0}) * db.permute({4, 1, 2, 3, 0})).cpu(), a.permute({4, 1, 2, 3, 0}) * b.permute({4, 1, 2, 3, 0}));
+  expect_close((da.slice(3, 1, 4) - db.slice(3, 0, 3)).cpu(), a.slice(3, 1, 4) - b.slice(3, 0, 3));
+  expect_close((da.reshape({6, 20}).slice(1, 0, 20, 2) * 3.0).cpu(), a.reshape({6, 20}).slice(1, 0, 20, 2) * 3.0);
+  expect_close((da.reshape({2, 3, 4, 5}) + dcolumn).cpu(), a.reshape({2, 3, 4, 5}) + column);
+  expect_close(flow::relu(da.reshape({6, 20}).t()).cpu(), flow::relu(a.reshape({6, 20}).t()));
+  // One element: every dim has size 1 and is dropped.
+  const Tensor one = a.slice(0, 0, 1).slice(1, 0, 1).slice(3, 1, 2).slice(4, 2, 3);
+  EXPECT_EQ((one.to(kCuda) + 4.0).cpu().tolist<float>(), (one + 4.0).tolist<float>());
+}
+
 TEST(Cuda, MatmulAndLinearMatchCpu) {
   REQUIRE_CUDA();
   flow::manual_seed(13);

@@ -1,5 +1,5 @@
 // Device code of the CUDA element-wise kernels: one grid-stride kernel per operand count, with
-// per-operand strided offsets (broadcasting through stride 0).
+// per-operand strided offsets (broadcasting through stride 0) over dims the host merged.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -12,11 +12,18 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ inline int64_t offset_of(int64_t linear, const Geometry& g, const int64_t* strides) {
+// Unrolled over kMaxDims so that every index into the by-value kernel parameters is a constant: a
+// runtime index makes the compiler copy Geometry and each Operand into per-thread local memory
+// (216-288 bytes of stack per thread, measured as ~285 bytes of DRAM traffic per element).
+__device__ inline int64_t offset_of(int64_t linear, const Geometry& g, const Operand& operand) {
+  if (g.ndim == 1) return linear * operand.strides[0];  // dense operands: the host merged their dims
   int64_t offset = 0;
-  for (int d = g.ndim - 1; d >= 0; --d) {
-    offset += (linear % g.sizes[d]) * strides[d];
-    linear /= g.sizes[d];
+#pragma unroll
+  for (int d = kMaxDims - 1; d >= 0; --d) {
+    if (d < g.ndim) {
+      offset += (linear % g.sizes[d]) * operand.strides[d];
+      linear /= g.sizes[d];
+    }
   }
   return offset;
 }
@@ -34,17 +41,17 @@ const char* launch_status() {
 template <typename Out, typename In, typename F>
 __global__ void map1(Geometry g, int64_t numel, Operand out, Operand in, F f) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(blockDim.x) * gridDim.x) {
-    const In x = static_cast<const In*>(in.data)[offset_of(i, g, in.strides)];
-    static_cast<Out*>(out.data)[offset_of(i, g, out.strides)] = f(x);
+    const In x = static_cast<const In*>(in.data)[offset_of(i, g, in)];
+    static_cast<Out*>(out.data)[offset_of(i, g, out)] = f(x);
   }
 }
 
 template <typename Out, typename In, typename F>
 __global__ void map2(Geometry g, int64_t numel, Operand out, Operand a, Operand b, F f) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(blockDim.x) * gridDim.x) {
-    const In x = static_cast<const In*>(a.data)[offset_of(i, g, a.strides)];
-    const In y = static_cast<const In*>(b.data)[offset_of(i, g, b.strides)];
-    static_cast<Out*>(out.data)[offset_of(i, g, out.strides)] = f(x, y);
+    const In x = static_cast<const In*>(a.data)[offset_of(i, g, a)];
+    const In y = static_cast<const In*>(b.data)[offset_of(i, g, b)];
+    static_cast<Out*>(out.data)[offset_of(i, g, out)] = f(x, y);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -41,6 +42,29 @@ struct Prepared {
   std::vector<Operand> operands;  // out first
 };
 
+// Drops size-1 dims and merges neighbours that every operand walks as one (a contiguous run, or
+// a broadcast over both), so that a dense op indexes one flat dim: the device then needs no
+// 64-bit division per dim and operand, which made element-wise kernels compute-bound.
+void merge_dims(Prepared& p) {
+  Geometry& g = p.geometry;
+  int kept = 0;
+  for (int d = 0; d < g.ndim; ++d) {
+    if (g.sizes[d] == 1) continue;
+    const bool joins_previous = kept > 0 && std::all_of(p.operands.begin(), p.operands.end(), [&](const Operand& o) {
+      return o.strides[kept - 1] == o.strides[d] * g.sizes[d];
+    });
+    if (joins_previous) {
+      g.sizes[kept - 1] *= g.sizes[d];
+      for (Operand& o : p.operands) o.strides[kept - 1] = o.strides[d];
+    } else {
+      g.sizes[kept] = g.sizes[d];
+      for (Operand& o : p.operands) o.strides[kept] = o.strides[d];
+      ++kept;
+    }
+  }
+  g.ndim = kept;
+}
+
 Prepared prepare(const Tensor& out, const std::vector<const Tensor*>& inputs, const char* op) {
   Prepared p;
   const int64_t ndim = out.dim();
@@ -56,6 +80,7 @@ Prepared prepare(const Tensor& out, const std::vector<const Tensor*>& inputs, co
   };
   p.operands.push_back(operand(out));
   for (const Tensor* t : inputs) p.operands.push_back(operand(*t));
+  merge_dims(p);
   return p;
 }
 
