@@ -18,14 +18,14 @@ int main(int argc, char** argv) {
                "unchanged ops (by call count).",
                "flow_trace_diff");
   std::string control_path, test_path, sort = "duration_diff", svg_path;
-  size_t top = 0;
+  int64_t top = 0;
   std::vector<std::string> categories;
   app.add_option("CONTROL", control_path, "the baseline trace (JSON)")->required();
   app.add_option("TEST", test_path, "the trace compared with it (JSON)")->required();
   app.add_option("--sort", sort, "order of the rows: count_diff, duration_diff (largest change first) or name")
       ->check(CLI::IsMember({"count_diff", "duration_diff", "name"}))
       ->capture_default_str();
-  app.add_option("--top", top, "rows to print and bars to draw (0: all)")->check(flow::cli::at_least<size_t>(0))->capture_default_str();
+  app.add_option("--top", top, "rows to print and bars to draw (0: every row, and 20 bars)")->check(flow::cli::at_least<int64_t>(0))->capture_default_str();
   app.add_option("--svg", svg_path, "also write a bar chart of the largest duration differences to this SVG file");
   app.add_option("--categories", categories,
                  "event categories (\"cat\") compared, comma-separated, or 'all' (default: op, graph_node, cpu_op, kernel)")
@@ -40,8 +40,9 @@ int main(int argc, char** argv) {
     std::vector<flow::trace_diff::OpDiff> diffs =
         flow::trace_diff::compare_traces(flow::trace_diff::read_trace(control_path, selected), flow::trace_diff::read_trace(test_path, selected));
     flow::trace_diff::sort_diffs(diffs, flow::trace_diff::parse_sort_key(sort));
-    std::cout << flow::trace_diff::format_table(diffs, top);
-    if (!svg_path.empty()) flow::write_file_atomically(svg_path, flow::trace_diff::format_svg(diffs, top == 0 ? 20 : top), "flow_trace_diff");
+    const size_t rows = static_cast<size_t>(top);
+    std::cout << flow::trace_diff::format_table(diffs, rows);
+    if (!svg_path.empty()) flow::write_file_atomically(svg_path, flow::trace_diff::format_svg(diffs, rows == 0 ? 20 : rows), "flow_trace_diff");
   } catch (const std::exception& error) {
     std::fprintf(stderr, "flow_trace_diff: %s\n", error.what());
     return 1;
