@@ -207,7 +207,7 @@ void Profile::export_chrome_trace(const std::string& path) const {
   nlohmann::json trace{{"traceEvents", std::move(trace_events)},
                        {"displayTimeUnit", "ms"},
                        {"distributedInfo", {{"rank", rank ? std::atoi(rank) : 0}, {"world_size", world_size ? std::atoi(world_size) : 1}}}};
-  write_file_atomically(path, trace.dump(1), "profiler");
+  write_file_atomically(path, trace.dump(), "profiler");
 }
 
 const KeyAverage& KeyAverages::at(const std::string& name) const {
