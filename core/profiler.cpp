@@ -96,6 +96,7 @@ std::vector<double> self_times(const std::vector<Event>& events) {
 
 bool Schedule::records(int64_t step) const {
   const int64_t cycle = wait + warmup + active;
+  if (active < 1 || step < 0) return false;  // a Schedule built by hand, not through ProfileOptions
   if (repeat > 0 && step / cycle >= repeat) return false;
   return step % cycle >= wait + warmup;
 }
