@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "common/test_util.h"
-#include "core/autograd_meta.h"
 #include "core/flow.h"
 #include "core/profiler.h"
 #include "data/dataloader.h"
