@@ -227,6 +227,10 @@ OpBuilder& OpBuilder::view(ViewFn fn) {
   def_.view = std::move(fn);
   return *this;
 }
+OpBuilder& OpBuilder::flops(FlopsFn fn) {
+  def_.flops = std::move(fn);
+  return *this;
+}
 
 namespace sbp {
 std::vector<SbpSignature> elementwise(const std::vector<TensorMeta>& inputs, const Attrs&) {
@@ -253,5 +257,13 @@ std::vector<SbpSignature> linear_elementwise(const std::vector<TensorMeta>& inpu
   return signatures;
 }
 }  // namespace sbp
+
+namespace flops {
+int64_t elementwise(const std::vector<TensorMeta>&, const std::vector<TensorMeta>& outputs, const Attrs&) {
+  int64_t total = 0;
+  for (const auto& meta : outputs) total += meta.shape.numel();
+  return total;
+}
+}  // namespace flops
 
 }  // namespace flow

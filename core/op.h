@@ -104,6 +104,10 @@ using SbpHoldsFn = std::function<bool(const std::vector<TensorMeta>& inputs, con
 // Returns one gradient per input (undefined for inputs without one), written in functional ops.
 using VjpFn = std::function<TensorList(const VjpContext& ctx)>;
 using KernelFn = std::function<void(KernelContext& ctx)>;
+// Floating-point operations of one call, from the metas alone: what the profiler reports (2 per
+// multiply-accumulate for products, one per output element for element-wise ops).
+using FlopsFn = std::function<int64_t(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs,
+                                      const Attrs& attrs)>;
 // View ops make their output alias input 0's storage instead of running a kernel.
 using ViewFn = std::function<Tensor(const TensorList& inputs, const Attrs& attrs)>;
 
@@ -135,6 +139,7 @@ struct OpDef {
   SbpHoldsFn sbp_holds;  // unset: every signature holds for any number of parts
   VjpFn vjp;
   ViewFn view;
+  FlopsFn flops;  // unset: the profiler reports no FLOPs for the op
   std::map<std::pair<DeviceType, DType>, KernelFn> kernels;
 
   // The dtype that selects the kernel: the first input's, or the first output's for sources.
@@ -183,6 +188,7 @@ class OpBuilder {
   OpBuilder& sbp_holds(SbpHoldsFn fn);
   OpBuilder& vjp(VjpFn fn);
   OpBuilder& view(ViewFn fn);
+  OpBuilder& flops(FlopsFn fn);
   const OpDef& def() const { return def_; }
 
  private:
@@ -197,6 +203,11 @@ std::vector<SbpSignature> elementwise(const std::vector<TensorMeta>& inputs, con
 // still add up to the result.
 std::vector<SbpSignature> linear_elementwise(const std::vector<TensorMeta>& inputs, const Attrs& attrs);
 }  // namespace sbp
+
+namespace flops {
+// One operation per output element, for every element-wise op.
+int64_t elementwise(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs);
+}  // namespace flops
 
 }  // namespace flow
 

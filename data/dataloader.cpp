@@ -1,6 +1,7 @@
 #include "data/dataloader.h"
 
 #include "core/functional.h"
+#include "core/profiler.h"
 
 namespace flow::data {
 
@@ -28,6 +29,7 @@ DataLoader::Iterator DataLoader::begin() {
 }
 
 Batch DataLoader::load_batch(const std::vector<int64_t>& order, int64_t batch) const {
+  const profiler::RecordScope scope("DataLoader.load_batch", "data");  // on the worker thread that loads it
   const int64_t first = batch * options_.batch_size_;
   const int64_t count = std::min<int64_t>(options_.batch_size_, static_cast<int64_t>(order.size()) - first);
   Batch result;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/interpreter.h"
+#include "core/profiler.h"
 #include "core/random.h"
 
 namespace flow::graph {
@@ -79,6 +80,8 @@ Tensor Executor::resolve(const InputRef& ref, int task, const std::vector<int>& 
 }
 
 void Executor::act(int task, int64_t piece, int slot, const std::vector<int>& input_slots) {
+  // One event per task run (on the actor's thread), and one per node inside it.
+  const profiler::RecordScope task_scope(plan_.tasks[task].name, "graph_task");
   TensorList& out = slots_[task][slot];
   out.clear();
   if (task == inputs_task_) {
@@ -124,7 +127,10 @@ void Executor::act(int task, int64_t piece, int slot, const std::vector<int>& in
         outputs.push_back(planned.defined() ? planned : make_tensor(meta.shape, meta.dtype, meta.device));
       }
     }
+    const bool profiling = profiler::is_recording();
+    const profiler::Clock::time_point start = profiling ? profiler::Clock::now() : profiler::Clock::time_point();
     TensorList values = execute_op(*compiled.op, inputs, *attrs, compiled.out_metas, std::move(outputs));
+    if (profiling) profiler::record_op(*compiled.op, inputs, values, *attrs, "graph_node", start);
     for (auto& value : values) out.push_back(std::move(value));
   }
 }

@@ -24,7 +24,8 @@ InferFn binary_infer(const char* op, bool bool_output) {
 
 const OpDef& binary(const char* name, VjpFn vjp, bool bool_output = false, SbpFn sbp_fn = sbp::elementwise) {
   OpBuilder builder(name);
-  builder.inputs({"a", "b"}).outputs({"out"}).strided_inputs().infer(binary_infer(name, bool_output)).sbp(std::move(sbp_fn));
+  builder.inputs({"a", "b"}).outputs({"out"}).strided_inputs().infer(binary_infer(name, bool_output)).sbp(std::move(sbp_fn)).flops(
+      flops::elementwise);
   if (vjp) builder.vjp(std::move(vjp));
   return builder.def();
 }
@@ -41,7 +42,8 @@ const OpDef& scalar_op(const char* name, VjpFn vjp, bool bool_output = false, Sb
         if (!bool_output) checks::check_scalar_fits(name, attrs.get<Scalar>("scalar"), in[0].dtype, "scalar");
         return std::vector<TensorMeta>{{in[0].shape, bool_output ? kBool : in[0].dtype, in[0].device}};
       })
-      .sbp(std::move(sbp_fn));
+      .sbp(std::move(sbp_fn))
+      .flops(flops::elementwise);
   if (vjp) builder.vjp(std::move(vjp));
   return builder.def();
 }
@@ -135,6 +137,7 @@ const OpDef& kWhere =
           return std::vector<TensorMeta>{elementwise::broadcast_meta(in, in[1].dtype, "where")};
         })
         .sbp(sbp::elementwise)
+        .flops(flops::elementwise)
         .vjp([](const VjpContext& ctx) {
           const Tensor condition = ctx.input(0);
           return TensorList{Tensor(), reduce_to(where(condition, ctx.grad(), 0), ctx, 1),

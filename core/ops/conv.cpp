@@ -182,6 +182,12 @@ const OpDef& kConv =
         .outputs({"out"})
         .attrs({{"stride", AttrType::kInts}, {"padding", AttrType::kInts}, {"dilation", AttrType::kInts}, {"groups", AttrType::kInt}})
         .infer(conv_infer)
+        // 2 per multiply-accumulate: each output element sums (C_in / groups) * kH * kW products,
+        // the extent of one filter (weight dims 1..3); the bias adds are not counted.
+        .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs&) {
+          const Shape& weight = in[1].shape;
+          return 2 * out[0].shape.numel() * weight[1] * weight[2] * weight[3];
+        })
         .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
           std::vector<SbpSignature> signatures{{std::vector<Sbp>(in.size(), Sbp::broadcast()), {Sbp::broadcast()}}};
           std::vector<Sbp> data{Sbp::split(0), Sbp::broadcast()};

@@ -97,12 +97,19 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
   return out;
 }
 
+// One operation per element per step, as the unfused chain's ops count them.
+int64_t program_flops(const Attrs& attrs) {
+  return Shape(attrs.get<std::vector<int64_t>>("shape")).numel() * static_cast<int64_t>(decode(attrs.get<std::string>("program")).steps.size());
+}
+int64_t fused_flops(const std::vector<TensorMeta>&, const std::vector<TensorMeta>&, const Attrs& attrs) { return program_flops(attrs); }
+
 const OpDef& kFused = OpBuilder("fused_elementwise")
                           .inputs({"operands"}, /*variadic=*/true)
                           .outputs({"out"})
                           .attrs({{"program", AttrType::kString}, {"shape", AttrType::kInts}})
                           .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return fused_infer(in, attrs, false); })
                           .sbp(sbp::elementwise)
+                          .flops(fused_flops)
                           .def();
 
 // The same, writing its outputs into its leading inputs (a fused chain ending in assign(dst, ...)).
@@ -113,6 +120,7 @@ const OpDef& kFusedInplace = OpBuilder("fused_elementwise_inplace")
                                  .inplace()
                                  .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return fused_infer(in, attrs, true); })
                                  .sbp(sbp::elementwise)
+                                 .flops(fused_flops)
                                  .def();
 
 // linear(x, w[, b]) followed by a fused program whose operand 0 is the linear's result (a matmul
@@ -134,6 +142,10 @@ const OpDef& kFusedLinear = OpBuilder("fused_linear")
                                 .outputs({"out"})
                                 .attrs({{"program", AttrType::kString}, {"shape", AttrType::kInts}, {"linear_inputs", AttrType::kInt}})
                                 .infer(fused_linear_infer)
+                                // The linear's products (2 per multiply-accumulate) plus its epilogue.
+                                .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
+                                  return 2 * out[0].shape.numel() * in[1].shape[1] + program_flops(attrs);
+                                })
                                 .def();
 
 }  // namespace

@@ -45,6 +45,9 @@ std::vector<SbpSignature> matmul_sbp(const std::vector<TensorMeta>& in, const At
   return signatures;
 }
 
+// 2 per multiply-accumulate: every output element sums `inner` products.
+int64_t product_flops(const std::vector<TensorMeta>& out, int64_t inner) { return 2 * out[0].shape.numel() * inner; }
+
 const OpDef& kMatmul =
     OpBuilder("matmul")
         .inputs({"a", "b"})
@@ -52,6 +55,9 @@ const OpDef& kMatmul =
         .strided_inputs()
         .infer(matmul_infer)
         .sbp(matmul_sbp)
+        .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs&) {
+          return product_flops(out, in[0].shape[in[0].shape.ndim() - 1]);
+        })
         .vjp([](const VjpContext& ctx) {
           TensorList grads(2);
           if (ctx.needs_input_grad[0]) {
@@ -85,6 +91,10 @@ const OpDef& kLinear =
         .inputs({"input", "weight", "bias"}, /*variadic=*/true)
         .outputs({"out"})
         .infer(linear_infer)
+        // The bias adds are not counted, as in PyTorch's profiler.
+        .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs&) {
+          return product_flops(out, in[1].shape[1]);
+        })
         .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
           const int64_t r = in[0].shape.ndim();
           std::vector<SbpSignature> signatures;

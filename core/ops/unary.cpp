@@ -35,8 +35,13 @@ std::vector<TensorMeta> bool_meta(const std::vector<TensorMeta>& in, const Attrs
 
 const OpDef& unary(const char* name, VjpFn vjp, std::vector<AttrDef> attrs = {}, InferFn infer = same_meta) {
   OpBuilder builder(name);
-  builder.inputs({"input"}).outputs({"out"}).attrs(std::move(attrs)).strided_inputs().infer(std::move(infer)).sbp(
-      sbp::elementwise);
+  builder.inputs({"input"})
+      .outputs({"out"})
+      .attrs(std::move(attrs))
+      .strided_inputs()
+      .infer(std::move(infer))
+      .sbp(sbp::elementwise)
+      .flops(flops::elementwise);
   if (vjp) builder.vjp(std::move(vjp));
   return builder.def();
 }
@@ -74,6 +79,7 @@ const OpDef& kReluGrad = OpBuilder("relu_grad")
                                return std::vector<TensorMeta>{elementwise::broadcast_meta(in, in[0].dtype, "relu_grad")};
                              })
                              .sbp(sbp::elementwise)
+                             .flops(flops::elementwise)
                              .vjp([](const VjpContext& ctx) {
                                return TensorList{apply_one(find_op("relu_grad"), {ctx.grad(), ctx.input(1)}), Tensor()};
                              })
@@ -98,6 +104,7 @@ const OpDef& kGeluGrad = OpBuilder("gelu_grad")
                                return std::vector<TensorMeta>{elementwise::broadcast_meta(in, in[0].dtype, "gelu_grad")};
                              })
                              .sbp(sbp::elementwise)
+                             .flops(flops::elementwise)
                              .def();
 const OpDef& kGelu = unary(
     "gelu",
