@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/allocator.h"
 #include "core/error.h"
 
 // Expects statement to throw flow::Error whose message contains substring.
@@ -17,3 +18,7 @@
           << "message: " << e.what() << "\nexpected to contain: " << (substring);                \
     }                                                                                            \
   } while (0)
+
+// Skips the test on a machine without a CUDA device (CUDA results are compared with CPU results).
+#define REQUIRE_CUDA() \
+  if (!::flow::cuda_is_available()) GTEST_SKIP() << "no CUDA device"

@@ -8,9 +8,6 @@ using flow::Shape;
 using flow::Tensor;
 using flow::testing::expect_close;
 
-#define REQUIRE_CUDA() \
-  if (!flow::cuda_is_available()) GTEST_SKIP() << "no CUDA device"
-
 namespace {
 const flow::Device kCuda("cuda:0");
 }

@@ -20,9 +20,6 @@ using flow::Tensor;
 using flow::TensorList;
 using flow::testing::expect_close;
 
-#define REQUIRE_CUDA() \
-  if (!flow::cuda_is_available()) GTEST_SKIP() << "no CUDA device"
-
 namespace {
 
 using Pair = std::vector<int64_t>;

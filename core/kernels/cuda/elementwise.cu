@@ -5,12 +5,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/kernels/cuda/grid.cuh"
 #include "core/kernels/cuda/launch.h"
 
 namespace flow::cuda {
 namespace {
-
-constexpr int kThreads = 256;
 
 // Unrolled over kMaxDims so that every index into the by-value kernel parameters is a constant: a
 // runtime index makes the compiler copy Geometry and each Operand into per-thread local memory
@@ -26,16 +25,6 @@ __device__ inline int64_t offset_of(int64_t linear, const Geometry& g, const Ope
     }
   }
   return offset;
-}
-
-int blocks_for(int64_t numel) {
-  const int64_t blocks = (numel + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 65535 * 8 ? blocks : 65535 * 8);
-}
-
-const char* launch_status() {
-  const cudaError_t status = cudaGetLastError();
-  return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
 }
 
 template <typename Out, typename In, typename F>

@@ -5,22 +5,11 @@
 
 #include <cstdint>
 
+#include "core/kernels/cuda/grid.cuh"
 #include "core/kernels/cuda/launch.h"
 
 namespace flow::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t numel) {
-  const int64_t blocks = (numel + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 65535 * 8 ? blocks : 65535 * 8);
-}
-
-const char* launch_status() {
-  const cudaError_t status = cudaGetLastError();
-  return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
-}
 
 template <typename F>
 const char* dispatch_floating(ScalarType type, F&& f) {
