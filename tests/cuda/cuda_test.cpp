@@ -70,6 +70,15 @@ TEST(Cuda, ElementwiseOnMergedAndStridedDims) {
   expect_close((da.reshape({6, 20}).slice(1, 0, 20, 2) * 3.0).cpu(), a.reshape({6, 20}).slice(1, 0, 20, 2) * 3.0);
   expect_close((da.reshape({2, 3, 4, 5}) + dcolumn).cpu(), a.reshape({2, 3, 4, 5}) + column);
   expect_close(flow::relu(da.reshape({6, 20}).t()).cpu(), flow::relu(a.reshape({6, 20}).t()));
+  // Dense runs go four elements per load: a tail after the last full four, a start off the
+  // 16-byte alignment (the strided kernel), and casts and compares between element sizes.
+  const Tensor flat = a.reshape({-1}), dflat = da.reshape({-1}), other = b.reshape({-1}), dother = db.reshape({-1});
+  expect_close((dflat.slice(0, 0, 119) + dother.slice(0, 0, 119)).cpu(), flat.slice(0, 0, 119) + other.slice(0, 0, 119));
+  expect_close((dflat.slice(0, 1, 118) * dother.slice(0, 2, 119)).cpu(), flat.slice(0, 1, 118) * other.slice(0, 2, 119));
+  expect_close(flow::exp(dflat.slice(0, 3, 120)).cpu(), flow::exp(flat.slice(0, 3, 120)), 1e-5, 1e-6);
+  EXPECT_EQ(dflat.slice(0, 0, 117).to(flow::kFloat64).cpu().tolist<double>(), flat.slice(0, 0, 117).to(flow::kFloat64).tolist<double>());
+  EXPECT_EQ(flow::gt(dflat, dother).cpu().tolist<bool>(), flow::gt(flat, other).tolist<bool>());
+  EXPECT_EQ(flow::lt(dflat.slice(0, 0, 118), 0.5).cpu().tolist<bool>(), flow::lt(flat.slice(0, 0, 118), 0.5).tolist<bool>());
   // One element: every dim has size 1 and is dropped.
   const Tensor one = a.slice(0, 0, 1).slice(1, 0, 1).slice(3, 1, 2).slice(4, 2, 3);
   EXPECT_EQ((one.to(kCuda) + 4.0).cpu().tolist<float>(), (one + 4.0).tolist<float>());

@@ -44,6 +44,90 @@ __global__ void map2(Geometry g, int64_t numel, Operand out, Operand a, Operand 
   }
 }
 
+// Dense operands (one merged dim, unit strides, aligned) move kVector elements per load and store.
+constexpr int kVector = 4;
+
+template <typename T>
+struct alignas(sizeof(T) * kVector) Pack {
+  T values[kVector];
+};
+
+template <typename Out, typename In, typename F>
+__global__ void map1_dense(int64_t packs, Pack<Out>* out, const Pack<In>* in, F f) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs; p += int64_t(blockDim.x) * gridDim.x) {
+    const Pack<In> x = in[p];
+    Pack<Out> y;
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) y.values[k] = f(x.values[k]);
+    out[p] = y;
+  }
+}
+
+template <typename Out, typename In, typename F>
+__global__ void map2_dense(int64_t packs, Pack<Out>* out, const Pack<In>* a, const Pack<In>* b, F f) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs; p += int64_t(blockDim.x) * gridDim.x) {
+    const Pack<In> x = a[p], y = b[p];
+    Pack<Out> z;
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) z.values[k] = f(x.values[k], y.values[k]);
+    out[p] = z;
+  }
+}
+
+template <typename T>
+bool packs_fit(const Geometry& g, const Operand& operand) {
+  return g.ndim == 1 && operand.strides[0] == 1 && reinterpret_cast<uintptr_t>(operand.data) % sizeof(Pack<T>) == 0;
+}
+
+// The operand's elements from `first` on, as a one-dim dense tail.
+template <typename T>
+Operand advanced(Operand operand, int64_t first) {
+  operand.data = static_cast<T*>(operand.data) + first;
+  return operand;
+}
+
+// Runs f over every element: whole packs through the dense kernel where the operands allow it,
+// the rest (all of it for strided or broadcast operands) through the strided one.
+template <typename Out, typename In, typename F>
+const char* launch_map1(const Geometry& g, int64_t numel, Operand out, Operand in, F f) {
+  if (packs_fit<Out>(g, out) && packs_fit<In>(g, in)) {
+    const int64_t packs = numel / kVector, first = packs * kVector;
+    if (packs > 0) {
+      map1_dense<Out, In><<<blocks_for(packs), kThreads>>>(packs, static_cast<Pack<Out>*>(out.data), static_cast<const Pack<In>*>(in.data), f);
+    }
+    if (first < numel) {
+      Geometry tail;
+      tail.ndim = 1;
+      tail.sizes[0] = numel - first;
+      map1<Out, In><<<blocks_for(numel - first), kThreads>>>(tail, numel - first, advanced<Out>(out, first), advanced<In>(in, first), f);
+    }
+  } else {
+    map1<Out, In><<<blocks_for(numel), kThreads>>>(g, numel, out, in, f);
+  }
+  return launch_status();
+}
+
+template <typename Out, typename In, typename F>
+const char* launch_map2(const Geometry& g, int64_t numel, Operand out, Operand a, Operand b, F f) {
+  if (packs_fit<Out>(g, out) && packs_fit<In>(g, a) && packs_fit<In>(g, b)) {
+    const int64_t packs = numel / kVector, first = packs * kVector;
+    if (packs > 0) {
+      map2_dense<Out, In><<<blocks_for(packs), kThreads>>>(packs, static_cast<Pack<Out>*>(out.data), static_cast<const Pack<In>*>(a.data),
+                                                           static_cast<const Pack<In>*>(b.data), f);
+    }
+    if (first < numel) {
+      Geometry tail;
+      tail.ndim = 1;
+      tail.sizes[0] = numel - first;
+      map2<Out, In><<<blocks_for(numel - first), kThreads>>>(tail, numel - first, advanced<Out>(out, first), advanced<In>(a, first),
+                                                             advanced<In>(b, first), f);
+    }
+  } else {
+    map2<Out, In><<<blocks_for(numel), kThreads>>>(g, numel, out, a, b, f);
+  }
+  return launch_status();
+}
+
 template <typename T>
 struct UnaryFn {
   UnaryOp op;
@@ -176,8 +260,7 @@ const char* unary(UnaryOp op, ScalarType type, const Geometry& g, int64_t numel,
     if constexpr (std::is_same_v<T, bool>) {
       return "unsupported dtype bool";
     } else {
-      map1<T, T><<<blocks_for(numel), kThreads>>>(g, numel, out, in, UnaryFn<T>{op});
-      return launch_status();
+      return launch_map1<T, T>(g, numel, out, in, UnaryFn<T>{op});
     }
   });
 }
@@ -189,8 +272,7 @@ const char* binary(BinaryOp op, ScalarType type, const Geometry& g, int64_t nume
     if constexpr (std::is_same_v<T, bool>) {
       return "unsupported dtype bool";
     } else {
-      map2<T, T><<<blocks_for(numel), kThreads>>>(g, numel, out, a, b, BinaryFn<T>{op});
-      return launch_status();
+      return launch_map2<T, T>(g, numel, out, a, b, BinaryFn<T>{op});
     }
   });
 }
@@ -203,8 +285,7 @@ const char* binary_scalar(BinaryOp op, ScalarType type, const Geometry& g, int64
     if constexpr (std::is_same_v<T, bool>) {
       return "unsupported dtype bool";
     } else {
-      map1<T, T><<<blocks_for(numel), kThreads>>>(g, numel, out, a, BinaryScalarFn<T>{op, static_cast<T>(scalar)});
-      return launch_status();
+      return launch_map1<T, T>(g, numel, out, a, BinaryScalarFn<T>{op, static_cast<T>(scalar)});
     }
   });
 }
@@ -213,8 +294,7 @@ const char* compare(CompareOp op, ScalarType type, const Geometry& g, int64_t nu
   if (numel == 0) return nullptr;
   return dispatch(type, [&](auto tag) {
     using T = decltype(tag);
-    map2<bool, T><<<blocks_for(numel), kThreads>>>(g, numel, out, a, b, CompareFn<T>{op});
-    return launch_status();
+    return launch_map2<bool, T>(g, numel, out, a, b, CompareFn<T>{op});
   });
 }
 
@@ -223,8 +303,7 @@ const char* compare_scalar(CompareOp op, ScalarType type, const Geometry& g, int
   if (numel == 0) return nullptr;
   return dispatch(type, [&](auto tag) {
     using T = decltype(tag);
-    map1<bool, T><<<blocks_for(numel), kThreads>>>(g, numel, out, a, CompareScalarFn{op, scalar});
-    return launch_status();
+    return launch_map1<bool, T>(g, numel, out, a, CompareScalarFn{op, scalar});
   });
 }
 
@@ -234,8 +313,7 @@ const char* cast(ScalarType from, ScalarType to, const Geometry& g, int64_t nume
     using In = decltype(from_tag);
     return dispatch(to, [&](auto to_tag) {
       using Out = decltype(to_tag);
-      map1<Out, In><<<blocks_for(numel), kThreads>>>(g, numel, out, in, CastFn<Out>{});
-      return launch_status();
+      return launch_map1<Out, In>(g, numel, out, in, CastFn<Out>{});
     });
   });
 }
