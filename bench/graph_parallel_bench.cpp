@@ -1,7 +1,8 @@
 // nn::Graph training of the quickstart MLP (784-512-512-10, momentum SGD, synthetic
 // FashionMNIST-shaped batches) in each parallel mode. Alone (--mode none) it trains on local
 // tensors; under flow_run, --mode dp (parameters broadcast, batch split), mp (Megatron: the first
-// Linear column-parallel, the second row-parallel), zero1 and zero2 (dp with ZeRO). Rank 0 prints
+// Linear column-parallel, the second row-parallel), zero1 and zero2 (dp with ZeRO), and pp (two
+// pipeline stages on 2 ranks, the first Linear and ReLU on rank 0, 4 micro-batches). Rank 0 prints
 // steps/s and, per rank, the planned peak of intermediate memory, the parameter and
 // optimizer-state bytes its Job holds, and the collectives in its Job.
 // bench/graph_parallel_bench.sh runs every mode in one invocation.
@@ -57,8 +58,8 @@ int main(int argc, char** argv) {
   std::string mode = "none";
   int64_t global_batch = 64;
   int steps = 100, warmup = 5;
-  app.add_option("--mode", mode, "none, or under flow_run: dp, mp, zero1, zero2")
-      ->check(CLI::IsMember({"none", "dp", "mp", "zero1", "zero2"}))
+  app.add_option("--mode", mode, "none, or under flow_run: dp, mp, zero1, zero2, pp (2 ranks)")
+      ->check(CLI::IsMember({"none", "dp", "mp", "zero1", "zero2", "pp"}))
       ->capture_default_str();
   app.add_option("--global-batch", global_batch, "rows per step over all ranks")->check(flow::cli::at_least(1))->capture_default_str();
   app.add_option("--steps", steps, "timed steps")->check(flow::cli::at_least(1))->capture_default_str();
@@ -75,18 +76,29 @@ int main(int argc, char** argv) {
       dist::init_process_group();
       placement = flow::Placement::all(flow::DeviceType::kCPU);
       const flow::NdSbp b{flow::sbp::broadcast()}, s0{flow::sbp::split(0)};
-      if (mode == "mp") {
+      if (mode == "pp") {
+        if (dist::get_world_size() != 2) throw flow::Error("--mode pp runs two stages: flow_run --nproc-per-node 2");
+        const flow::Placement first("cpu", std::vector<int64_t>{0}), second("cpu", std::vector<int64_t>{1});
+        model->to_global(second, b);
+        (*model->linear_relu_stack)[0]->to_global(first, b);
+        model->second_stage = second;
+        x = dist::from_whole(data, first, b);
+        y = dist::from_whole(target, second, b);
+      } else if (mode == "mp") {
         model->to_global(*placement, b,
                          {{"linear_relu_stack.0.weight", s0}, {"linear_relu_stack.0.bias", s0}, {"linear_relu_stack.2.weight", {flow::sbp::split(1)}}});
       } else {
         model->to_global(*placement, b);
       }
-      const flow::NdSbp& data_sbp = mode == "mp" ? b : s0;
-      x = dist::from_whole(data, *placement, data_sbp);
-      y = dist::from_whole(target, *placement, data_sbp);
+      if (mode != "pp") {
+        const flow::NdSbp& data_sbp = mode == "mp" ? b : s0;
+        x = dist::from_whole(data, *placement, data_sbp);
+        y = dist::from_whole(target, *placement, data_sbp);
+      }
     }
     TrainGraph graph(model, std::make_shared<flow::optim::SGD>(model->parameters(), flow::optim::SGDOptions(1e-3).momentum(0.9)));
     if (mode == "zero1" || mode == "zero2") graph.config().enable_zero(mode == "zero1" ? 1 : 2);
+    if (mode == "pp") graph.config().set_gradient_accumulation_steps(4);
     for (int i = 0; i < warmup; ++i) graph(x, y);
     if (placement) dist::barrier();
     const auto start = std::chrono::steady_clock::now();
