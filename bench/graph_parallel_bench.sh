@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # nn::Graph training of the quickstart MLP in every parallel mode, in one invocation: one process,
 # then 2 ranks (flow_run) data parallel, Megatron model parallel, ZeRO-1, ZeRO-2 and two pipeline
-# stages with 4 micro-batches; one thread per rank, the same global batch. Prints steps/s and each mode's per-rank memory and collectives.
+# stages with 4 micro-batches; one thread per rank, the same global batch. Prints steps/s and each
+# mode's per-rank memory and collectives.
 # Usage: bench/graph_parallel_bench.sh [--global-batch B] [--steps S]   (after scripts/setup.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
