@@ -15,6 +15,15 @@
 namespace flow::autograd {
 namespace {
 
+thread_local int backward_depth = 0;
+
+struct BackwardScope {
+  BackwardScope() { ++backward_depth; }
+  ~BackwardScope() { --backward_depth; }
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
+};
+
 struct NodeOrder {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
@@ -44,6 +53,7 @@ void retain_grads(Node& node, const TensorList& grads) {
 // and leaves' grad() is left alone (autograd::grad); otherwise leaves accumulate (backward).
 void run_backward(const TensorList& roots, const TensorList& root_grads, bool retain_graph, bool create_graph,
                   std::vector<Capture>* captures) {
+  const BackwardScope backward_scope;
   GradModeGuard grad_mode(create_graph);
   std::unordered_map<Node*, int> dependencies;
   std::unordered_map<Node*, TensorList> buffers;
@@ -157,6 +167,8 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
   }
   return result;
 }
+
+bool is_running_backward() { return backward_depth > 0; }
 
 }  // namespace flow::autograd
 

@@ -16,4 +16,8 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bo
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
                 bool retain_graph = false, bool create_graph = false, bool allow_unused = false);
 
+// Whether this thread is inside backward() or grad(): the ops it dispatches now are gradient
+// computations (a Graph's tracer tells them from the forward ops this way).
+bool is_running_backward();
+
 }  // namespace flow::autograd

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <set>
 #include <tuple>
 
 #include "core/autograd_meta.h"
@@ -11,6 +12,7 @@
 #include "core/functional.h"
 #include "graph/executor.h"
 #include "graph/passes.h"
+#include "graph/pipeline_schedule.h"
 #include "graph/tracer.h"
 
 namespace flow::nn {
@@ -55,6 +57,15 @@ void reduce_gradients_in_buckets(const TensorList& params, int64_t zero_stage) {
     const TensorList reduced = std::get<0>(key) ? distributed::reduce_scatter_partial_sums(grads) : distributed::all_reduce_partial_sums(grads);
     for (size_t k = 0; k < bucket.size(); ++k) bucket[k].set_grad(reduced[k]);
   }
+}
+
+// Pipeline parallelism: the model's parameters live on more than one placement (its stages).
+bool on_several_placements(const TensorList& params) {
+  std::set<std::string> placements;
+  for (const Tensor& p : params) {
+    if (p.is_global()) placements.insert(p.placement().str());
+  }
+  return placements.size() > 1;
 }
 
 }  // namespace
@@ -253,6 +264,7 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
   } restore{module_params, eager_grads};
 
   graph::Tracer tracer(name_, variable_names, debug_level, *log_);
+  std::vector<int> micro_batch_starts;
   {
     InterpreterGuard guard(&tracer);
     Observer observer(*this, tracer, module_names, traced.module_calls);
@@ -266,7 +278,7 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
       lazy_inputs.push_back(tracer.add_global_input(static_cast<int>(i), meta, *inputs[i].placement, inputs[i].sbp));
     }
     if (debug_level >= 1) *log_ << "(GRAPH:" << name_ << ") building graph\n";
-    const TensorList outputs = with_optimizers ? build_micro_batches(lazy_inputs) : build(lazy_inputs);
+    const TensorList outputs = with_optimizers ? build_micro_batches(lazy_inputs, tracer.job(), micro_batch_starts) : build(lazy_inputs);
     if (with_optimizers) {
       traced.trained_params.assign(optimizers_.size(), {});
       for (size_t i = 0; i < optimizers_.size(); ++i) {
@@ -298,16 +310,24 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
     }
   }
   tracer.release();
+  if (micro_batch_starts.size() > 2 && on_several_placements(module_params)) {
+    const bool scheduled = graph::schedule_forwards_first(tracer.job(), micro_batch_starts, tracer.gradient_nodes());
+    if (debug_level >= 1) {
+      *log_ << "(GRAPH:" << name_ << ") pipeline schedule: "
+            << (scheduled ? "every micro-batch's forward before the backwards (GPipe)" : "trace order (the forwards-first order would break a dependency)") << "\n";
+    }
+  }
   traced.job.Clear();
   traced.job.Swap(&tracer.job());
   traced.fixed = tracer.captured();
 }
 
-TensorList Graph::build_micro_batches(const TensorList& inputs) {
+TensorList Graph::build_micro_batches(const TensorList& inputs, const graph::proto::Job& job, std::vector<int>& micro_batch_starts) {
   const int64_t n = config_.gradient_accumulation_steps();
   if (n == 1) return build(inputs);
   std::vector<TensorList> results;
   for (int64_t k = 0; k < n; ++k) {
+    micro_batch_starts.push_back(job.nodes_size());
     TensorList micro;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& x = inputs[i];
@@ -319,6 +339,7 @@ TensorList Graph::build_micro_batches(const TensorList& inputs) {
     }
     results.push_back(build(micro));
   }
+  micro_batch_starts.push_back(job.nodes_size());
   autograd::NoGradGuard no_grad;
   TensorList outputs;
   for (size_t o = 0; o < results[0].size(); ++o) {

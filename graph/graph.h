@@ -152,8 +152,10 @@ class Graph {
   CompiledPlan& plan_for(const TensorList& inputs);
   // guard_failures: why the signature fails each earlier plan's guards.
   void compile(graph::InputSignature signature, std::vector<std::string> guard_failures);
-  // build() on the inputs, or on each micro-batch of them with gradient accumulation.
-  TensorList build_micro_batches(const TensorList& inputs);
+  // build() on the inputs, or on each micro-batch of them with gradient accumulation;
+  // micro_batch_starts gets the Job position where each micro-batch's trace began, then where
+  // the last one ended (nothing without gradient accumulation).
+  TensorList build_micro_batches(const TensorList& inputs, const graph::proto::Job& job, std::vector<int>& micro_batch_starts);
   // Traces build() on lazy inputs of this signature (global inputs: lazy global tensors whose
   // pieces are the Job's inputs).
   void trace(const graph::InputSignature& inputs, bool with_optimizers, int debug_level, Traced& traced);

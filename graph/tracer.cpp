@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "autograd/engine.h"
 #include "core/comm/global.h"
 #include "core/comm/process_group.h"
 
@@ -102,6 +103,7 @@ std::string Tracer::capture(const Tensor& t, const TensorImpl* owner) {
   const std::string value = value_name(node.name(), 0);
   mark(t, value);
   if (global_depth_ == 0) log_node(node);
+  if (autograd::is_running_backward()) gradient_nodes_.insert(node.name());
   job_.add_nodes()->Swap(&node);
   return value;
 }
@@ -239,6 +241,7 @@ TensorList Tracer::apply(const OpDef& op, const TensorList& inputs, const Attrs&
     }
   }
   if (global_depth_ == 0) log_node(node);
+  if (autograd::is_running_backward()) gradient_nodes_.insert(node.name());
   job_.add_nodes()->Swap(&node);
   if (AutogradRecorder* recorder = autograd_recorder()) recorder->record(op, inputs, outputs, attrs);
   return outputs;

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ class Tracer final : public Interpreter {
   // rank without a piece of it has no output node.
   void add_output(int index, const Tensor& value);
 
+  // The nodes that autograd's backward created (gradient computations), by name.
+  const std::set<std::string>& gradient_nodes() const { return gradient_nodes_; }
+
   // Module scopes name the nodes created inside them ("model.linear_relu_stack.0").
   void push_scope(const std::string& scope);
   void pop_scope();
@@ -83,6 +87,7 @@ class Tracer final : public Interpreter {
   std::map<std::string, Tensor> captured_;
   std::vector<Tensor> marked_eager_;
   std::vector<std::string> scopes_;
+  std::set<std::string> gradient_nodes_;
   std::map<std::string, int> name_counts_;
   int debug_level_;
   std::ostream& log_;

@@ -273,8 +273,16 @@ TEST_F(GraphParallel, PipelineOfTwoStagesWithMicroBatchesEqualsOneProcess) {
   const nn::Module& mine = rank == 0 ? static_cast<const nn::Module&>(*model->first) : *model->second;
   const nn::Module& expected = rank == 0 ? static_cast<const nn::Module&>(*reference->first) : *reference->second;
   EXPECT_LT(flow::testing::max_relative_difference(mine, expected), 1e-5);
-  // 4 micro-batches: the activation moves forward and its gradient back once each.
+  // 4 micro-batches: the activation moves forward and its gradient back once each. GPipe's
+  // schedule: every micro-batch's forward (rank 0 broadcasts the activation) before the backwards
+  // (rank 1 broadcasts the gradient), on both ranks, so stage 0 computes micro-batch k+1 while
+  // stage 1 computes micro-batch k.
   EXPECT_EQ(collectives(graph.job()), (std::map<std::string, int>{{"comm_broadcast", 8}})) << graph::job_to_text(graph.job());
+  std::vector<int64_t> roots;
+  for (const auto& node : graph.job().nodes()) {
+    if (node.op() == "comm_broadcast") roots.push_back(node.attrs().at("root").i());
+  }
+  EXPECT_EQ(roots, (std::vector<int64_t>{0, 0, 0, 0, 1, 1, 1, 1}));
   // The checkpoint gathers both stages (to rank 0, which writes): it loads into one process.
   const std::string path =
       (std::filesystem::temp_directory_path() / ("flow_pipeline_" + std::string(std::getenv("MASTER_PORT")) + ".safetensors")).string();
