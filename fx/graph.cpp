@@ -357,10 +357,19 @@ std::vector<Node> Graph::replace_all_uses(const Value& from, const Value& to) {
   auto readers = index().value_readers.find(old_value);
   if (readers == index().value_readers.end()) return changed;
   const std::vector<int> positions = readers->second;
+  // The replacement and the nodes it is computed from may read the old value (new = f(old));
+  // they keep doing so, or the graph would have a cycle.
+  std::set<std::string> sources;
+  std::vector<std::string> pending{to.node().name()};
+  while (!pending.empty()) {
+    const std::string name = pending.back();
+    pending.pop_back();
+    if (!sources.insert(name).second) continue;
+    for (const auto& input : proto_node(name, "fx.replace_all_uses_with").inputs()) pending.push_back(graph::parse_value_name(input).first);
+  }
   for (int position : positions) {
     graph::proto::Node& reader = *job_.mutable_nodes(position);
-    // The replacement itself may read the old value (new = f(old)); it keeps doing so.
-    if (reader.name() == to.node().name()) continue;
+    if (sources.count(reader.name())) continue;
     for (int i = 0; i < reader.inputs_size(); ++i) {
       if (reader.inputs(i) == old_value) reader.set_inputs(i, new_value);
     }

@@ -57,7 +57,8 @@ class Node {
   // Output i of this node.
   Value out(int index = 0) const;
 
-  // Every reader of output i of this node reads output i of replacement instead; returns the
+  // Every reader of output i of this node reads output i of replacement instead (except the
+  // nodes the replacement is computed from, so `new = f(old)` needs no fix-up); returns the
   // readers changed. The node keeps existing (erase it, or let eliminate_dead_code do it).
   std::vector<Node> replace_all_uses_with(const Node& replacement) const;
   // Argument i reads value instead.
@@ -142,7 +143,8 @@ class Graph {
 
   // Removes a node nothing reads; a node with users or an output node is a flow::Error.
   void erase_node(const Node& node);
-  // Every reader of value `from` reads `to` instead; returns the readers changed.
+  // Every reader of value `from` reads `to` instead, except the nodes `to` is computed from
+  // (torch.fx leaves that to a delete_user_cb); returns the readers changed.
   std::vector<Node> replace_all_uses(const Value& from, const Value& to);
   // Removes call_function and get_attr nodes whose values nothing needs (in-place writes and
   // collectives stay); returns whether anything was removed.

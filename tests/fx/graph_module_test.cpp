@@ -63,3 +63,80 @@ TEST(FxTrace, NewBatchSizeRecompiles) {
   flow::testing::expect_close(gm(x)[0], model->forward(x), 1e-5, 1e-6);
   EXPECT_EQ(gm.graph().outputs()[0].meta().tensor_meta[0].shape, flow::Shape({5, 3}));
 }
+
+TEST(FxEdit, InsertedNodeChangesTheResultLikeEager) {
+  auto model = small_mlp();
+  GraphModule gm = flow::fx::symbolic_trace(*model, {flow::randn({2, 4})});
+  flow::fx::Graph& graph = gm.graph();
+  // relu(h) -> sigmoid(relu(h)) * 3, inserted after the relu.
+  const Node relu = find_op(gm, "relu");
+  Node scaled;
+  {
+    auto guard = graph.inserting_after(relu);
+    const Node sigmoid = graph.create_node("sigmoid", {relu});
+    scaled = graph.create_node("mul_scalar", {sigmoid}, flow::Attrs().set("scalar", flow::Scalar(3.0)));
+  }
+  const std::vector<Node> changed = relu.replace_all_uses_with(scaled);
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0].target(), "linear");
+  EXPECT_EQ(scaled.meta().scope, "1");
+  graph.lint();
+  const flow::Tensor x = flow::randn({2, 4});
+  const flow::Tensor h = flow::relu(flow::linear(x, model->parameters()[0], model->parameters()[1]));
+  const flow::Tensor expected = flow::linear(flow::sigmoid(h) * 3.0, model->parameters()[2], model->parameters()[3]);
+  flow::testing::expect_close(gm(x)[0], expected, 1e-5, 1e-6);
+}
+
+TEST(FxEdit, EraseNodeRefusesAUsedNode) {
+  auto model = small_mlp();
+  GraphModule gm = flow::fx::symbolic_trace(*model, {flow::randn({2, 4})});
+  const Node relu = find_op(gm, "relu");
+  EXPECT_THROW_MSG(gm.graph().erase_node(relu), "[fx.erase_node] node 1.relu still has 1 user");
+  EXPECT_THROW_MSG(gm.graph().erase_node(gm.graph().outputs()[0]), "is an output of the graph");
+  // Bypassing the relu leaves it unused: then it can go, and DCE has nothing left to do.
+  relu.replace_all_uses_with(relu.args()[0].node());
+  gm.graph().erase_node(relu);
+  EXPECT_FALSE(gm.graph().has_node("1.relu"));
+  EXPECT_THROW_MSG(relu.target(), "not in the graph");
+  EXPECT_FALSE(gm.graph().eliminate_dead_code());
+  const flow::Tensor x = flow::randn({2, 4});
+  const flow::Tensor expected = flow::linear(flow::linear(x, model->parameters()[0], model->parameters()[1]), model->parameters()[2],
+                                             model->parameters()[3]);
+  flow::testing::expect_close(gm(x)[0], expected, 1e-5, 1e-6);
+}
+
+TEST(FxEdit, DeadCodeEliminationDropsUnreadNodes) {
+  auto model = small_mlp();
+  GraphModule gm = flow::fx::symbolic_trace(*model, {flow::randn({2, 4})});
+  const size_t before = gm.graph().nodes().size();
+  {
+    auto guard = gm.graph().inserting_after(find_op(gm, "relu"));
+    gm.graph().create_node("exp", {find_op(gm, "relu")});
+  }
+  EXPECT_EQ(gm.graph().nodes().size(), before + 1);
+  EXPECT_TRUE(gm.graph().eliminate_dead_code());
+  EXPECT_EQ(gm.graph().nodes().size(), before);
+}
+
+TEST(FxLint, CatchesBrokenGraphs) {
+  auto model = small_mlp();
+  GraphModule gm = flow::fx::symbolic_trace(*model, {flow::randn({2, 4})});
+  flow::fx::Graph& graph = gm.graph();
+  // A node reading a value defined after it.
+  const Node first_linear = find_op(gm, "linear");
+  const Node relu = find_op(gm, "relu");
+  first_linear.replace_input(0, relu);
+  EXPECT_THROW_MSG(graph.lint(), "[fx.lint] node 0.linear reads 1.relu:0, which is not defined before it");
+  EXPECT_THROW_MSG(gm(flow::randn({2, 4})), "[fx.lint]");
+  first_linear.replace_input(0, graph.placeholders()[0]);
+  graph.lint();
+  // An argument of the wrong shape for the op: the op's checked meta inference names it.
+  find_op(gm, "relu").replace_input(0, graph.placeholders()[0]);
+  // relu takes any shape, but its stored meta is stale now; re-inferring the metas reaches the
+  // linear, whose weight no longer fits.
+  EXPECT_THROW_MSG(graph.lint(), "[fx.lint] node 1.relu output 0 is described as (2,8) float32 cpu but relu infers (2,4)");
+  EXPECT_THROW_MSG(graph.propagate_metas({{flow::Shape{2, 4}, flow::kFloat32, flow::kCPU}}), "[fx.propagate_metas] node 2.linear: [linear]");
+  // create_node checks the op's schema up front.
+  EXPECT_THROW_MSG(graph.create_node("no_such_op", {relu}), "[fx.create_node] no op named 'no_such_op'");
+  EXPECT_THROW_MSG(graph.create_node("mul_scalar", {relu}), "[fx.create_node] mul_scalar");
+}
