@@ -104,6 +104,7 @@ TensorList Transformer::run_node(const Node& node) {
 }
 
 GraphModule Transformer::transform() {
+  module().graph().lint();
   // Parameters and buffers stay variables of the same names; constants are captured again as
   // variables of their names and turned back into constants below.
   std::map<TensorImpl*, std::string> state_names;
