@@ -1,6 +1,7 @@
 #include "fx/graph_module.h"
 
 #include <algorithm>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -77,7 +78,13 @@ GraphModule trace(nn::Module* module, const TensorList& inputs, const ForwardFn&
   std::map<const nn::Module*, std::string> module_names;
   Device state_device = kCPU;
   if (module != nullptr) {
-    for (auto& [path, m] : module->named_modules()) module_names[m.get()] = path;
+    std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> modules;
+    try {
+      modules = module->named_modules();
+    } catch (const std::bad_weak_ptr&) {
+      fail("fx.symbolic_trace", module->name(), " must be held by a std::shared_ptr (its submodules are walked)");
+    }
+    for (auto& [path, m] : modules) module_names[m.get()] = path;
     for (auto& [key, p] : module->named_parameters()) variable_names[p.impl()] = key;
     for (auto& [key, b] : module->named_buffers()) variable_names[b.impl()] = key;
     const TensorList parameters = module->parameters();

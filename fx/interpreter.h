@@ -66,8 +66,9 @@ class Transformer : public Interpreter {
 };
 
 // Runs the graph on example inputs and writes every node's output metas (shape, dtype, device)
-// into its node.meta(). On meta inputs (kMeta) no kernel runs and parameters stand in as meta
-// tensors, so a 100x3x224x224 input costs nothing.
+// into its node.meta() (the Job's output descriptions). On meta inputs (kMeta) no kernel runs and
+// parameters stand in as meta tensors (their get_attr nodes are then described on meta; a later
+// GraphModule call re-infers the metas for its inputs), so a 100x3x224x224 input costs nothing.
 class ShapeProp : public Interpreter {
  public:
   explicit ShapeProp(GraphModule& module);

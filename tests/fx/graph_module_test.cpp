@@ -140,3 +140,12 @@ TEST(FxLint, CatchesBrokenGraphs) {
   EXPECT_THROW_MSG(graph.create_node("no_such_op", {relu}), "[fx.create_node] no op named 'no_such_op'");
   EXPECT_THROW_MSG(graph.create_node("mul_scalar", {relu}), "[fx.create_node] mul_scalar");
 }
+
+TEST(FxTrace, UserMistakesAreFlowErrors) {
+  flow::nn::Linear on_stack(4, 3);
+  EXPECT_THROW_MSG(flow::fx::symbolic_trace(on_stack, {flow::randn({2, 4})}), "[fx.symbolic_trace] Linear must be held by a std::shared_ptr");
+  auto model = small_mlp();
+  EXPECT_THROW_MSG(flow::fx::symbolic_trace(*model, {flow::randn({2, 4}), flow::randn({2, 4})}), "[fx.symbolic_trace]");
+  GraphModule gm = flow::fx::symbolic_trace(*model, {flow::randn({2, 4})});
+  EXPECT_THROW_MSG(gm(flow::TensorList{}), "[fx.GraphModule] placeholder input is input 0 but 0 inputs were given");
+}
