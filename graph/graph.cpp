@@ -187,6 +187,13 @@ GraphConfig& GraphConfig::set_gradient_accumulation_steps(int64_t steps) {
   return *this;
 }
 
+GraphConfig& GraphConfig::add_pass(std::string name, graph::PassFn pass) {
+  if (name.empty()) fail("graph.add_pass", "a pass needs a name (explain() and the Job dumps show it)");
+  if (!pass) fail("graph.add_pass", "pass ", name, " is empty");
+  user_passes_.emplace_back(std::move(name), std::move(pass));
+  return *this;
+}
+
 GraphConfig& GraphConfig::enable_zero(int64_t stage) {
   if (stage < 0 || stage > 2) fail("graph", "ZeRO stage must be 0 (off), 1 or 2, got ", stage);
   zero_stage_ = stage;
@@ -411,7 +418,10 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
   log.traced_ops = graph::op_counts(traced.job);
   log.trace_seconds = phase_seconds();
   graph::PassContext context{traced.fixed};
-  log.passes = graph::default_passes().run(traced.job, context, debug_level_, log_);
+  graph::PassManager passes;
+  for (const auto& [pass_name, pass] : config_.user_passes()) passes.add(pass_name, pass);
+  passes.add(graph::default_passes());
+  log.passes = passes.run(traced.job, context, debug_level_, log_);
   log.passes_seconds = phase_seconds();
   compiled->plan = std::make_unique<graph::Plan>(graph::make_plan(traced.job));
   log.plan_seconds = phase_seconds();

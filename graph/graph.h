@@ -17,6 +17,7 @@
 
 #include "graph/explain.h"
 #include "graph/job.h"
+#include "graph/passes.h"
 #include "graph/plan.h"
 #include "graph/signature.h"
 #include "nn/module.h"
@@ -51,6 +52,12 @@ class GraphConfig {
   // modules on different placements this is pipeline parallelism. Set before the first call.
   GraphConfig& set_gradient_accumulation_steps(int64_t steps);
   int64_t gradient_accumulation_steps() const { return gradient_accumulation_steps_; }
+  // A user pass (Job -> Job, graph/passes.h; fx::graph_pass writes one with the fx API), run on
+  // every traced Job before the default pipeline, in the order added, so the default passes
+  // (DCE, fusion) clean up after it. explain() reports it like the built-in passes. Plans
+  // compiled after it is added run it.
+  GraphConfig& add_pass(std::string name, graph::PassFn pass);
+  const std::vector<std::pair<std::string, graph::PassFn>>& user_passes() const { return user_passes_; }
 
  private:
   friend class Graph;
@@ -58,6 +65,7 @@ class GraphConfig {
   int64_t cache_limit_ = 8;
   int64_t zero_stage_ = 0;
   int64_t gradient_accumulation_steps_ = 1;
+  std::vector<std::pair<std::string, graph::PassFn>> user_passes_;
 };
 
 class Graph {

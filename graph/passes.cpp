@@ -67,6 +67,11 @@ PassManager& PassManager::add(std::string name, PassFn pass) {
   return *this;
 }
 
+PassManager& PassManager::add(const PassManager& others) {
+  passes_.insert(passes_.end(), others.passes_.begin(), others.passes_.end());
+  return *this;
+}
+
 std::vector<std::string> PassManager::names() const {
   std::vector<std::string> names;
   for (const auto& [name, pass] : passes_) names.push_back(name);

@@ -59,6 +59,8 @@ using PassFn = std::function<void(proto::Job& job, PassContext& context)>;
 class PassManager {
  public:
   PassManager& add(std::string name, PassFn pass);
+  // Appends every pass of others, in its order.
+  PassManager& add(const PassManager& others);
   // Runs every pass in order and returns what each did. debug_level >= 1 logs each pass with the
   // node count it leaves; >= 3 (or FLOW_GRAPH_DUMP_DIR) dumps the Job text after each pass.
   std::vector<PassRecord> run(proto::Job& job, PassContext& context, int debug_level = 0, std::ostream* log = nullptr) const;
