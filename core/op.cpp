@@ -231,6 +231,10 @@ OpBuilder& OpBuilder::flops(FlopsFn fn) {
   def_.flops = std::move(fn);
   return *this;
 }
+OpBuilder& OpBuilder::profile_cost(ProfileCostFn fn) {
+  def_.profile_cost = std::move(fn);
+  return *this;
+}
 
 namespace sbp {
 std::vector<SbpSignature> elementwise(const std::vector<TensorMeta>& inputs, const Attrs&) {
@@ -265,5 +269,23 @@ int64_t elementwise(const std::vector<TensorMeta>&, const std::vector<TensorMeta
   return total;
 }
 }  // namespace flops
+
+namespace profile {
+ProfileCost elementwise_saving_inputs(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs) {
+  ProfileCost cost = elementwise_saving_nothing(inputs, outputs, attrs);
+  for (size_t i = 0; i < inputs.size(); ++i) cost.saved_inputs.push_back(i);
+  return cost;
+}
+ProfileCost elementwise_saving_output(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs) {
+  ProfileCost cost = elementwise_saving_nothing(inputs, outputs, attrs);
+  cost.saved_outputs.push_back(0);
+  return cost;
+}
+ProfileCost elementwise_saving_nothing(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs) {
+  ProfileCost cost;
+  cost.backward_flops = flops::elementwise(inputs, outputs, attrs);
+  return cost;
+}
+}  // namespace profile
 
 }  // namespace flow

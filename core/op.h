@@ -108,6 +108,18 @@ using KernelFn = std::function<void(KernelContext& ctx)>;
 // multiply-accumulate for products, one per output element for element-wise ops).
 using FlopsFn = std::function<int64_t(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs,
                                       const Attrs& attrs)>;
+// What the symbolic profiler (fx/symbolic_profile.h) charges an op beyond its outputs, following
+// Colossal-AI's profiler conventions: the inputs and outputs its vjp reads (kept alive from the
+// forward to the backward), the FLOPs of its gradients, and the workspace its forward needs
+// besides its outputs (0 for every op flow has: none allocates scratch memory).
+struct ProfileCost {
+  std::vector<size_t> saved_inputs;
+  std::vector<size_t> saved_outputs;
+  int64_t backward_flops = 0;
+  int64_t temp_bytes = 0;
+};
+using ProfileCostFn =
+    std::function<ProfileCost(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs)>;
 // View ops make their output alias input 0's storage instead of running a kernel.
 using ViewFn = std::function<Tensor(const TensorList& inputs, const Attrs& attrs)>;
 
@@ -140,6 +152,7 @@ struct OpDef {
   VjpFn vjp;
   ViewFn view;
   FlopsFn flops;  // unset: the profiler reports no FLOPs for the op
+  ProfileCostFn profile_cost;  // unset: the symbolic profiler charges nothing beyond the outputs
   std::map<std::pair<DeviceType, DType>, KernelFn> kernels;
 
   // The dtype that selects the kernel: the first input's, or the first output's for sources.
@@ -189,6 +202,7 @@ class OpBuilder {
   OpBuilder& vjp(VjpFn fn);
   OpBuilder& view(ViewFn fn);
   OpBuilder& flops(FlopsFn fn);
+  OpBuilder& profile_cost(ProfileCostFn fn);
   const OpDef& def() const { return def_; }
 
  private:
@@ -208,6 +222,17 @@ namespace flops {
 // One operation per output element, for every element-wise op.
 int64_t elementwise(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs);
 }  // namespace flops
+
+// ProfileCost conventions of element-wise ops: one backward FLOP per output element, as Colossal-AI
+// counts threshold_backward and friends; they differ in what the vjp reads.
+namespace profile {
+// Gradients read the inputs (mul, clamp, sin).
+ProfileCost elementwise_saving_inputs(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs);
+// Gradients read the output (relu, exp, sigmoid).
+ProfileCost elementwise_saving_output(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs);
+// Gradients read nothing forward computed (add, sub, neg).
+ProfileCost elementwise_saving_nothing(const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs);
+}  // namespace profile
 
 }  // namespace flow
 

@@ -22,11 +22,13 @@ InferFn binary_infer(const char* op, bool bool_output) {
   };
 }
 
-const OpDef& binary(const char* name, VjpFn vjp, bool bool_output = false, SbpFn sbp_fn = sbp::elementwise) {
+// Most binary vjps read both inputs; add and sub pass profile::elementwise_saving_nothing.
+const OpDef& binary(const char* name, VjpFn vjp, bool bool_output = false, SbpFn sbp_fn = sbp::elementwise,
+                    ProfileCostFn profile_cost = profile::elementwise_saving_inputs) {
   OpBuilder builder(name);
   builder.inputs({"a", "b"}).outputs({"out"}).strided_inputs().infer(binary_infer(name, bool_output)).sbp(std::move(sbp_fn)).flops(
       flops::elementwise);
-  if (vjp) builder.vjp(std::move(vjp));
+  if (vjp) builder.vjp(std::move(vjp)).profile_cost(std::move(profile_cost));
   return builder.def();
 }
 
@@ -56,10 +58,10 @@ const Scalar& scalar_attr(const VjpContext& ctx) { return ctx.attrs.get<Scalar>(
 
 const OpDef& kAdd = binary(
     "add", [](const VjpContext& ctx) { return TensorList{reduce_to(ctx.grad(), ctx, 0), reduce_to(ctx.grad(), ctx, 1)}; }, false,
-    sbp::linear_elementwise);
+    sbp::linear_elementwise, profile::elementwise_saving_nothing);
 const OpDef& kSub = binary(
     "sub", [](const VjpContext& ctx) { return TensorList{reduce_to(ctx.grad(), ctx, 0), reduce_to(neg(ctx.grad()), ctx, 1)}; },
-    false, sbp::linear_elementwise);
+    false, sbp::linear_elementwise, profile::elementwise_saving_nothing);
 const OpDef& kMul = binary("mul", [](const VjpContext& ctx) {
   TensorList grads(2);
   if (ctx.needs_input_grad[0]) grads[0] = reduce_to(ctx.grad() * ctx.input(1), ctx, 0);

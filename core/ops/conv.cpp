@@ -176,6 +176,11 @@ const OpDef& kConvGradWeight = OpBuilder("conv2d_grad_weight")
                                    })
                                    .def();
 
+int64_t conv_flops(const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out) {
+  const Shape& weight = in[1].shape;
+  return 2 * out[0].shape.numel() * weight[1] * weight[2] * weight[3];
+}
+
 const OpDef& kConv =
     OpBuilder("conv2d")
         .inputs({"input", "weight", "bias"}, /*variadic=*/true)
@@ -185,8 +190,12 @@ const OpDef& kConv =
         // 2 per multiply-accumulate: each output element sums (C_in / groups) * kH * kW products,
         // the extent of one filter (weight dims 1..3); the bias adds are not counted.
         .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs&) {
-          const Shape& weight = in[1].shape;
-          return 2 * out[0].shape.numel() * weight[1] * weight[2] * weight[3];
+          return conv_flops(in, out);
+        })
+        // grad input and grad weight are each a convolution of the forward's size; they read
+        // the input and the weight (a parameter, not charged again by the profiler).
+        .profile_cost([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs&) {
+          return ProfileCost{{0, 1}, {}, 2 * conv_flops(in, out), 0};
         })
         .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
           std::vector<SbpSignature> signatures{{std::vector<Sbp>(in.size(), Sbp::broadcast()), {Sbp::broadcast()}}};

@@ -48,6 +48,11 @@ std::vector<SbpSignature> matmul_sbp(const std::vector<TensorMeta>& in, const At
 // 2 per multiply-accumulate: every output element sums `inner` products.
 int64_t product_flops(const std::vector<TensorMeta>& out, int64_t inner) { return 2 * out[0].shape.numel() * inner; }
 
+// The backward of a product computes two products of the forward's size (grad w.r.t. each
+// operand) and reads both operands: for linear the weight is a parameter, which the profiler does
+// not charge again.
+ProfileCost product_profile_cost(int64_t forward_flops) { return {{0, 1}, {}, 2 * forward_flops, 0}; }
+
 const OpDef& kMatmul =
     OpBuilder("matmul")
         .inputs({"a", "b"})
@@ -57,6 +62,9 @@ const OpDef& kMatmul =
         .sbp(matmul_sbp)
         .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs&) {
           return product_flops(out, in[0].shape[in[0].shape.ndim() - 1]);
+        })
+        .profile_cost([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs&) {
+          return product_profile_cost(product_flops(out, in[0].shape[in[0].shape.ndim() - 1]));
         })
         .vjp([](const VjpContext& ctx) {
           TensorList grads(2);
@@ -94,6 +102,9 @@ const OpDef& kLinear =
         // The bias adds are not counted, as in PyTorch's profiler.
         .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs&) {
           return product_flops(out, in[1].shape[1]);
+        })
+        .profile_cost([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs&) {
+          return product_profile_cost(product_flops(out, in[1].shape[1]));
         })
         .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
           const int64_t r = in[0].shape.ndim();

@@ -74,6 +74,14 @@ std::vector<SbpSignature> broadcast_or_channel_split(const std::vector<TensorMet
   return signatures;
 }
 
+// FLOPs per element as fvcore and Colossal-AI count batch norm: eval normalises with fixed
+// statistics (a scale, plus a shift when affine); training also computes the mean and variance
+// (4 per element, 5 with the affine step). The backward is taken as twice the forward (the grad
+// input pass and the grad weight/bias reductions).
+int64_t batch_norm_flops(const TensorMeta& input, bool affine, bool training) {
+  return input.shape.numel() * (training ? (affine ? 5 : 4) : (affine ? 2 : 1));
+}
+
 const OpDef& kEval = OpBuilder("batch_norm_eval")
                          .inputs({"input", "running_mean", "running_var", "weight", "bias"}, /*variadic=*/true)
                          .outputs({"out"})
@@ -85,6 +93,16 @@ const OpDef& kEval = OpBuilder("batch_norm_eval")
                            check_input(in[0]);
                            check_channel_inputs(in, {"running_mean", "running_var", "weight", "bias"});
                            return std::vector<TensorMeta>{in[0]};
+                         })
+                         .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+                           return batch_norm_flops(in[0], in.size() == 5, false);
+                         })
+                         // The vjp reads the input and the statistics and weight (buffers and
+                         // parameters, which the profiler does not charge again).
+                         .profile_cost([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+                           std::vector<size_t> saved{0, 1, 2};
+                           if (in.size() == 5) saved.push_back(3);
+                           return ProfileCost{saved, {}, 2 * batch_norm_flops(in[0], in.size() == 5, false), 0};
                          })
                          .sbp([](const std::vector<TensorMeta>& in, const Attrs&) {
                            // The statistics are fixed, so samples normalise independently.
@@ -154,6 +172,15 @@ const OpDef& kTrain = OpBuilder("batch_norm_train")
                           // Batch statistics need the whole batch: a split batch is synced by
                           // batch_norm_train below, not by a signature of the primitive.
                           .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return broadcast_or_channel_split(in, {0}, 3); })
+                          .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+                            return batch_norm_flops(in[0], in.size() == 3, true);
+                          })
+                          // The vjp reads the input, the weight and the batch statistics it output.
+                          .profile_cost([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+                            std::vector<size_t> saved{0};
+                            if (in.size() == 3) saved.push_back(1);
+                            return ProfileCost{saved, {1, 2}, 2 * batch_norm_flops(in[0], in.size() == 3, true), 0};
+                          })
                           .vjp([](const VjpContext& ctx) {
                             TensorList inputs{ctx.grad(0), ctx.grad(1), ctx.grad(2), ctx.input(0), ctx.output(1), ctx.output(2)};
                             if (ctx.num_inputs() == 3) inputs.push_back(ctx.input(1));

@@ -33,7 +33,9 @@ std::vector<TensorMeta> bool_meta(const std::vector<TensorMeta>& in, const Attrs
   return {{in[0].shape, kBool, in[0].device}};
 }
 
-const OpDef& unary(const char* name, VjpFn vjp, std::vector<AttrDef> attrs = {}, InferFn infer = same_meta) {
+// Most unary vjps read the input; those reading the output pass profile::elementwise_saving_output.
+const OpDef& unary(const char* name, VjpFn vjp, std::vector<AttrDef> attrs = {}, InferFn infer = same_meta,
+                   ProfileCostFn profile_cost = profile::elementwise_saving_inputs) {
   OpBuilder builder(name);
   builder.inputs({"input"})
       .outputs({"out"})
@@ -42,33 +44,37 @@ const OpDef& unary(const char* name, VjpFn vjp, std::vector<AttrDef> attrs = {},
       .infer(std::move(infer))
       .sbp(sbp::elementwise)
       .flops(flops::elementwise);
-  if (vjp) builder.vjp(std::move(vjp));
+  if (vjp) builder.vjp(std::move(vjp)).profile_cost(std::move(profile_cost));
   return builder.def();
 }
 
 Tensor x0(const VjpContext& ctx) { return ctx.input(0); }
 Tensor y0(const VjpContext& ctx) { return ctx.output(0); }
 
-const OpDef& kNeg = unary("neg", [](const VjpContext& ctx) { return TensorList{neg(ctx.grad())}; }, {}, not_bool("neg"));
+const OpDef& kNeg = unary(
+    "neg", [](const VjpContext& ctx) { return TensorList{neg(ctx.grad())}; }, {}, not_bool("neg"), profile::elementwise_saving_nothing);
 const OpDef& kAbs = unary("abs", [](const VjpContext& ctx) { return TensorList{ctx.grad() * sign(x0(ctx))}; });
-const OpDef& kSign = unary("sign", [](const VjpContext& ctx) { return TensorList{zeros_like(ctx.grad())}; });
-const OpDef& kExp = unary("exp", [](const VjpContext& ctx) { return TensorList{ctx.grad() * y0(ctx)}; });
+const OpDef& kSign = unary(
+    "sign", [](const VjpContext& ctx) { return TensorList{zeros_like(ctx.grad())}; }, {}, same_meta, profile::elementwise_saving_nothing);
+const OpDef& kExp = unary(
+    "exp", [](const VjpContext& ctx) { return TensorList{ctx.grad() * y0(ctx)}; }, {}, same_meta, profile::elementwise_saving_output);
 const OpDef& kLog = unary("log", [](const VjpContext& ctx) { return TensorList{ctx.grad() / x0(ctx)}; });
-const OpDef& kSqrt = unary("sqrt", [](const VjpContext& ctx) { return TensorList{ctx.grad() * 0.5 / y0(ctx)}; });
+const OpDef& kSqrt = unary(
+    "sqrt", [](const VjpContext& ctx) { return TensorList{ctx.grad() * 0.5 / y0(ctx)}; }, {}, same_meta, profile::elementwise_saving_output);
 const OpDef& kRsqrt = unary("rsqrt", [](const VjpContext& ctx) {
   const Tensor y = y0(ctx);
   return TensorList{ctx.grad() * (y * y * y) * -0.5};
-});
+}, {}, same_meta, profile::elementwise_saving_output);
 const OpDef& kSin = unary("sin", [](const VjpContext& ctx) { return TensorList{ctx.grad() * cos(x0(ctx))}; });
 const OpDef& kCos = unary("cos", [](const VjpContext& ctx) { return TensorList{neg(ctx.grad() * sin(x0(ctx)))}; });
 const OpDef& kTanh = unary("tanh", [](const VjpContext& ctx) {
   const Tensor y = y0(ctx);
   return TensorList{ctx.grad() * (1.0 - y * y)};
-});
+}, {}, same_meta, profile::elementwise_saving_output);
 const OpDef& kSigmoid = unary("sigmoid", [](const VjpContext& ctx) {
   const Tensor y = y0(ctx);
   return TensorList{ctx.grad() * y * (1.0 - y)};
-});
+}, {}, same_meta, profile::elementwise_saving_output);
 // relu's gradient in one pass: grad where the output is positive, else 0.
 const OpDef& kReluGrad = OpBuilder("relu_grad")
                              .inputs({"grad", "output"})
@@ -85,7 +91,8 @@ const OpDef& kReluGrad = OpBuilder("relu_grad")
                              })
                              .def();
 const OpDef& kRelu = unary(
-    "relu", [](const VjpContext& ctx) { return TensorList{apply_one(kReluGrad, {ctx.grad(), y0(ctx)})}; }, {}, not_bool("relu"));
+    "relu", [](const VjpContext& ctx) { return TensorList{apply_one(kReluGrad, {ctx.grad(), y0(ctx)})}; }, {}, not_bool("relu"),
+    profile::elementwise_saving_output);
 const OpDef& kSilu = unary("silu", [](const VjpContext& ctx) {
   const Tensor x = x0(ctx);
   const Tensor s = sigmoid(x);
