@@ -19,7 +19,7 @@ namespace nn = flow::nn;
 
 constexpr int64_t kFloatBytes = 4;
 
-flow::Tensor meta(std::vector<int64_t> shape) { return flow::empty(shape, flow::TensorOptions().device(flow::kMeta)); }
+flow::Tensor meta(const flow::Shape& shape) { return flow::empty(shape, flow::TensorOptions().device(flow::kMeta)); }
 
 // The only call_function row of op `target`.
 const fx::ProfileRow& row_of(const fx::ProfileTable& table, const std::string& target) {
