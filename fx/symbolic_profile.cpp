@@ -149,7 +149,12 @@ std::ostream& operator<<(std::ostream& out, const ProfileTable& table) {
   for (size_t r = 0; r < cells.size(); ++r) {
     if (r == 1 || r + 1 == cells.size()) rule();
     for (size_t c = 0; c < widths.size(); ++c) {
-      out << std::left << std::setw(static_cast<int>(widths[c])) << cells[r][c] << (c + 1 < widths.size() ? "  " : "\n");
+      // The last column is not padded, so lines carry no trailing blanks.
+      if (c + 1 == widths.size()) {
+        out << cells[r][c] << "\n";
+      } else {
+        out << std::left << std::setw(static_cast<int>(widths[c])) << cells[r][c] << "  ";
+      }
     }
   }
   out << "Peak memory estimate (inference): " << format_bytes(table.peak_memory_estimate()) << " = params "

@@ -318,6 +318,11 @@ const OpDef& kMaxPool = OpBuilder("max_pool2d")
                             .attrs(pool_attr_defs(false))
                             .infer(pool_infer("max_pool2d", true))
                             .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return per_sample_or_channel(in, 2); })
+                            // The backward scatters through the argmax indices alone (pooling
+                            // has no flops slot, so no FLOPs either way).
+                            .profile_cost([](const std::vector<TensorMeta>&, const std::vector<TensorMeta>&, const Attrs&) {
+                              return ProfileCost{{}, {1}, 0, 0};
+                            })
                             .vjp([](const VjpContext& ctx) {
                               return TensorList{apply_one(kMaxPoolGrad, {ctx.grad(0), ctx.output(1)},
                                                           Attrs(ctx.attrs).set("input_shape", ctx.input_meta(0).shape))};
@@ -350,6 +355,10 @@ const OpDef& kAvgPool = OpBuilder("avg_pool2d")
                             .attrs(pool_attr_defs(false))
                             .infer(pool_infer("avg_pool2d", false))
                             .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return per_sample_or_channel(in, 1); })
+                            // The backward spreads the gradient by the window attributes alone.
+                            .profile_cost([](const std::vector<TensorMeta>&, const std::vector<TensorMeta>&, const Attrs&) {
+                              return ProfileCost{};
+                            })
                             .vjp([](const VjpContext& ctx) {
                               return TensorList{apply_one(kAvgPoolGrad, {ctx.grad()},
                                                           Attrs(ctx.attrs).set("input_shape", ctx.input_meta(0).shape))};

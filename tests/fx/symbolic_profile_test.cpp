@@ -161,11 +161,12 @@ TEST(FxSymbolicProfile, MobileNetV2OnMetaAtBatch100) {
   EXPECT_GT(table.peak_activation_bytes, 100 * 3 * 224 * 224 * kFloatBytes);
 }
 
-// The planned block holds the intermediates of the same node order with the same liveness, but
-// not the graph's inputs and outputs (handed in and out) nor parameters; the estimate counts
-// those too, and sums sizes where the plan packs them into offsets (a best fit can leave gaps).
-// So estimate - input - output bounds the plan from below up to fragmentation, which the check
-// allows 25% of.
+// The planned block (graph::make_plan) packs the same values with the same liveness in node
+// order, but leaves out the graph's input and output (handed in and out) and the parameters. At
+// the estimate's peak step the planned values alive then must all fit the block, so the block is
+// at least the peak less the input and output; it exceeds the peak only by the gaps a best-fit
+// packing leaves, allowed 25% here. (On this CNN both are 1 MB: conv2d's and batch norm's
+// outputs, alive together.)
 TEST(FxSymbolicProfile, PeakEstimateAgainstThePlannedBlock) {
   auto model = std::make_shared<nn::Sequential>(
       std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 16, 3).padding(1)), std::make_shared<nn::BatchNorm2d>(16),
@@ -181,10 +182,9 @@ TEST(FxSymbolicProfile, PeakEstimateAgainstThePlannedBlock) {
   for (const auto& [device, bytes] : gm.plan().block_bytes) planned += bytes;
   const int64_t input_bytes = 8 * 3 * 32 * 32 * kFloatBytes;
   const int64_t output_bytes = 8 * 10 * kFloatBytes;
-  const int64_t intermediates = table.peak_activation_bytes - input_bytes - output_bytes;
-  EXPECT_GT(planned, 0);
-  EXPECT_GE(planned, intermediates / 2) << "estimate far above the plan";
-  EXPECT_LE(planned, intermediates + intermediates / 4) << "plan far above the estimate";
+  const int64_t peak = table.peak_activation_bytes;
+  EXPECT_GE(planned, peak - input_bytes - output_bytes);
+  EXPECT_LE(planned, peak + peak / 4);
   EXPECT_EQ(table.peak_memory_estimate(), table.totals().param_bytes + table.peak_activation_bytes);
 }
 
