@@ -6,6 +6,7 @@
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
 #include "core/ops/checks.h"
+#include "core/ops/flops.h"
 #include "core/ops/reduce.h"
 #include "core/ops/view.h"
 
@@ -318,10 +319,11 @@ const OpDef& kMaxPool = OpBuilder("max_pool2d")
                             .attrs(pool_attr_defs(false))
                             .infer(pool_infer("max_pool2d", true))
                             .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return per_sample_or_channel(in, 2); })
-                            // The backward scatters through the argmax indices alone (pooling
-                            // has no flops slot, so no FLOPs either way).
-                            .profile_cost([](const std::vector<TensorMeta>&, const std::vector<TensorMeta>&, const Attrs&) {
-                              return ProfileCost{{}, {1}, 0, 0};
+                            // One compare per input element; the backward scatters one value per
+                            // input element through the argmax indices alone.
+                            .flops(flops::per_input_element)
+                            .profile_cost([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+                              return ProfileCost{{}, {1}, in[0].shape.numel(), 0};
                             })
                             .vjp([](const VjpContext& ctx) {
                               return TensorList{apply_one(kMaxPoolGrad, {ctx.grad(0), ctx.output(1)},
@@ -337,6 +339,7 @@ const OpDef& kMaxPoolInference = OpBuilder("max_pool2d_inference")
                                      .attrs(pool_attr_defs(false))
                                      .infer(pool_infer("max_pool2d", false))
                                      .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return per_sample_or_channel(in, 1); })
+                                     .flops(flops::per_input_element)
                                      .def();
 
 const OpDef& kAvgPoolGrad = OpBuilder("avg_pool2d_grad")
@@ -355,9 +358,11 @@ const OpDef& kAvgPool = OpBuilder("avg_pool2d")
                             .attrs(pool_attr_defs(false))
                             .infer(pool_infer("avg_pool2d", false))
                             .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return per_sample_or_channel(in, 1); })
-                            // The backward spreads the gradient by the window attributes alone.
-                            .profile_cost([](const std::vector<TensorMeta>&, const std::vector<TensorMeta>&, const Attrs&) {
-                              return ProfileCost{};
+                            // One add per input element; the backward spreads one value per input
+                            // element by the window attributes alone.
+                            .flops(flops::per_input_element)
+                            .profile_cost([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+                              return ProfileCost{{}, {}, in[0].shape.numel(), 0};
                             })
                             .vjp([](const VjpContext& ctx) {
                               return TensorList{apply_one(kAvgPoolGrad, {ctx.grad()},

@@ -274,6 +274,16 @@ const OpDef& kLayerNorm =
           const TensorMeta rows{row_shape(input, k), input.dtype, input.device};
           return std::vector<TensorMeta>{input, rows, rows};
         })
+        // As batch norm in training: statistics, normalisation and the affine step per element.
+        .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+          return batch_norm_flops(in[0], in.size() == 3, true);
+        })
+        // The vjp reads the input, the weight and the row statistics it output.
+        .profile_cost([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+          std::vector<size_t> saved{0};
+          if (in.size() == 3) saved.push_back(1);
+          return ProfileCost{saved, {1, 2}, 2 * batch_norm_flops(in[0], in.size() == 3, true), 0};
+        })
         .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           // Rows normalise independently: split along a leading dim.
           std::vector<SbpSignature> signatures = all_broadcast(in, 3);

@@ -9,6 +9,7 @@
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
 #include "core/ops/checks.h"
+#include "core/ops/flops.h"
 #include "core/ops/copy.h"
 #include "core/ops/creation.h"
 #include "core/ops/unary.h"
@@ -71,6 +72,12 @@ const OpDef& reduction(const char* name, bool partial_ok, VjpFn vjp, bool needs_
         return reduction_metas(in, attrs, name, needs_values);
       })
       .sbp([partial_ok](const std::vector<TensorMeta>& in, const Attrs& attrs) { return reduce_sbp(in, attrs, partial_ok); })
+      // One operation per input element; the backward writes one value per input element, and
+      // max/min compare the input with their result to route it.
+      .flops(flops::per_input_element)
+      .profile_cost([needs_values](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+        return needs_values ? ProfileCost{{0}, {0}, in[0].shape.numel(), 0} : ProfileCost{{}, {}, in[0].shape.numel(), 0};
+      })
       .vjp(std::move(vjp))
       .def();
 }

@@ -4,6 +4,7 @@
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
 #include "core/ops/checks.h"
+#include "core/ops/flops.h"
 #include "core/ops/reduce.h"
 #include "core/ops/unary.h"
 
@@ -30,6 +31,9 @@ const OpDef& softmax_op(const char* name, VjpFn vjp) {
         return std::vector<TensorMeta>{in[0]};
       })
       .sbp(softmax_sbp)
+      // Counted per input element (Colossal-AI's convention); the vjp reads the output.
+      .flops(flops::per_input_element)
+      .profile_cost(profile::elementwise_saving_output)
       .vjp(std::move(vjp))
       .def();
 }

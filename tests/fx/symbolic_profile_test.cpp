@@ -108,6 +108,42 @@ TEST(FxSymbolicProfile, ReluSavesItsOutputAndAddNothing) {
   EXPECT_EQ(table.rows.back().op, fx::Opcode::kOutput);
 }
 
+// Ops that visit each input element once count one FLOP per input element forward and backward
+// (Colossal-AI's counting); layer norm counts as batch norm in training.
+TEST(FxSymbolicProfile, PoolingNormSoftmaxAndReductionsCountTheirInputs) {
+  fx::GraphModule gm = fx::symbolic_trace(
+      [](const flow::TensorList& in) {
+        const flow::Tensor pooled = flow::max_pool2d(in[0], {2, 2});                 // (2, 3, 4, 4)
+        const flow::Tensor normed = flow::layer_norm(pooled, {4});                   // rows of 4
+        return flow::TensorList{flow::sum(flow::softmax(normed, -1), {1}) + flow::avg_pool2d(in[0], {2, 2}).sum({1})};
+      },
+      {meta({2, 3, 8, 8})});
+  const fx::ProfileTable table = fx::symbolic_profile(gm, {meta({2, 3, 8, 8})});
+  const int64_t input = 2 * 3 * 8 * 8, pooled = 2 * 3 * 4 * 4;
+  EXPECT_EQ(row_of(table, "max_pool2d_inference").forward_flops, input);
+  const fx::ProfileRow& average = row_of(table, "avg_pool2d");
+  EXPECT_EQ(average.forward_flops, input);
+  EXPECT_EQ(average.backward_flops, input);
+  EXPECT_EQ(average.backward_bytes, 0);
+  const fx::ProfileRow& norm = row_of(table, "layer_norm");
+  EXPECT_EQ(norm.forward_flops, 4 * pooled);  // statistics and normalisation, no affine step
+  EXPECT_EQ(norm.backward_flops, 2 * 4 * pooled);
+  const int64_t rows = pooled / 4;
+  EXPECT_EQ(norm.backward_bytes, (pooled + 2 * rows) * kFloatBytes);  // input, row mean and rstd
+  const fx::ProfileRow& softmax = row_of(table, "softmax");
+  EXPECT_EQ(softmax.forward_flops, pooled);
+  EXPECT_EQ(softmax.backward_bytes, pooled * kFloatBytes);  // the vjp reads the output
+  int sums = 0;
+  for (const fx::ProfileRow& row : table.rows) {
+    if (row.op != fx::Opcode::kCallFunction || row.target != "reduce_sum") continue;
+    ++sums;  // both sums reduce a (2, 3, 4, 4) tensor
+    EXPECT_EQ(row.forward_flops, pooled);
+    EXPECT_EQ(row.backward_flops, pooled);
+    EXPECT_EQ(row.backward_bytes, 0);
+  }
+  EXPECT_EQ(sums, 2);
+}
+
 TEST(FxSymbolicProfile, UnitsAndTableLayout) {
   EXPECT_EQ(fx::format_bytes(12), "12.00 B");
   EXPECT_EQ(fx::format_bytes(1536), "1.50 KB");
