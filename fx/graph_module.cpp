@@ -65,12 +65,7 @@ void name_inputs_and_outputs(graph::proto::Job& job) {
     renamed[graph::value_name(node.name(), 0)] = graph::value_name(name, 0);
     node.set_name(name);
   }
-  for (auto& node : *job.mutable_nodes()) {
-    for (int i = 0; i < node.inputs_size(); ++i) {
-      auto found = renamed.find(node.inputs(i));
-      if (found != renamed.end()) node.set_inputs(i, found->second);
-    }
-  }
+  graph::rename_inputs(job, renamed);
 }
 
 GraphModule trace(nn::Module* module, const TensorList& inputs, const ForwardFn& forward, const std::string& job_name) {

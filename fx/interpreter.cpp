@@ -162,12 +162,7 @@ GraphModule Transformer::transform() {
     renamed[graph::value_name(node.name(), 0)] = graph::value_name(name, 0);
     node.set_name(name);
   }
-  for (auto& node : *job.mutable_nodes()) {
-    for (int i = 0; i < node.inputs_size(); ++i) {
-      auto found = renamed.find(node.inputs(i));
-      if (found != renamed.end()) node.set_inputs(i, found->second);
-    }
-  }
+  graph::rename_inputs(job, renamed);
   return GraphModule(std::move(job), tracer.captured());
 }
 

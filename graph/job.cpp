@@ -100,6 +100,15 @@ std::string describe_str(const proto::TensorDesc& desc) {
   return out.str();
 }
 
+void rename_inputs(proto::Job& job, const std::map<std::string, std::string>& renamed) {
+  for (auto& node : *job.mutable_nodes()) {
+    for (auto& input : *node.mutable_inputs()) {
+      auto found = renamed.find(input);
+      if (found != renamed.end()) input = found->second;
+    }
+  }
+}
+
 std::string job_to_text(const proto::Job& job) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(job, &text);

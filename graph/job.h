@@ -29,6 +29,8 @@ bool is_source_kind(const std::string& op);  // input, variable, constant, feed
 // "<node>:<index>" and back.
 std::string value_name(const std::string& node, int index);
 std::pair<std::string, int> parse_value_name(const std::string& value);
+// Points every node input found in `renamed` (old value -> new value) at its new value.
+void rename_inputs(proto::Job& job, const std::map<std::string, std::string>& renamed);
 
 proto::AttrValue attr_to_proto(const AttrValue& value);
 AttrValue attr_from_proto(const proto::AttrValue& value);

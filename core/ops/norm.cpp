@@ -82,6 +82,18 @@ int64_t batch_norm_flops(const TensorMeta& input, bool affine, bool training) {
   return input.shape.numel() * (training ? (affine ? 5 : 4) : (affine ? 2 : 1));
 }
 
+// Batch norm in training and layer norm (inputs: input, then optional weight and bias; outputs:
+// out, then the statistics).
+int64_t training_norm_flops(const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+  return batch_norm_flops(in[0], in.size() == 3, true);
+}
+// The vjp reads the input, the weight and the statistics the forward output.
+ProfileCost training_norm_cost(const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
+  std::vector<size_t> saved{0};
+  if (in.size() == 3) saved.push_back(1);
+  return ProfileCost{saved, {1, 2}, 2 * training_norm_flops(in, out, attrs), 0};
+}
+
 const OpDef& kEval = OpBuilder("batch_norm_eval")
                          .inputs({"input", "running_mean", "running_var", "weight", "bias"}, /*variadic=*/true)
                          .outputs({"out"})
@@ -172,15 +184,8 @@ const OpDef& kTrain = OpBuilder("batch_norm_train")
                           // Batch statistics need the whole batch: a split batch is synced by
                           // batch_norm_train below, not by a signature of the primitive.
                           .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return broadcast_or_channel_split(in, {0}, 3); })
-                          .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
-                            return batch_norm_flops(in[0], in.size() == 3, true);
-                          })
-                          // The vjp reads the input, the weight and the batch statistics it output.
-                          .profile_cost([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
-                            std::vector<size_t> saved{0};
-                            if (in.size() == 3) saved.push_back(1);
-                            return ProfileCost{saved, {1, 2}, 2 * batch_norm_flops(in[0], in.size() == 3, true), 0};
-                          })
+                          .flops(training_norm_flops)
+                          .profile_cost(training_norm_cost)
                           .vjp([](const VjpContext& ctx) {
                             TensorList inputs{ctx.grad(0), ctx.grad(1), ctx.grad(2), ctx.input(0), ctx.output(1), ctx.output(2)};
                             if (ctx.num_inputs() == 3) inputs.push_back(ctx.input(1));
@@ -274,16 +279,9 @@ const OpDef& kLayerNorm =
           const TensorMeta rows{row_shape(input, k), input.dtype, input.device};
           return std::vector<TensorMeta>{input, rows, rows};
         })
-        // As batch norm in training: statistics, normalisation and the affine step per element.
-        .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
-          return batch_norm_flops(in[0], in.size() == 3, true);
-        })
-        // The vjp reads the input, the weight and the row statistics it output.
-        .profile_cost([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
-          std::vector<size_t> saved{0};
-          if (in.size() == 3) saved.push_back(1);
-          return ProfileCost{saved, {1, 2}, 2 * batch_norm_flops(in[0], in.size() == 3, true), 0};
-        })
+        // Counted as batch norm in training: statistics, normalisation and the affine step.
+        .flops(training_norm_flops)
+        .profile_cost(training_norm_cost)
         .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
           // Rows normalise independently: split along a leading dim.
           std::vector<SbpSignature> signatures = all_broadcast(in, 3);
