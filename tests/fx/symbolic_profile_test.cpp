@@ -32,6 +32,8 @@ const fx::ProfileRow& row_of(const fx::ProfileTable& table, const std::string& t
   if (found == nullptr) throw std::runtime_error("no " + target + " row");
   return *found;
 }
+// The row lives in the table: a temporary table would leave it dangling.
+const fx::ProfileRow& row_of(fx::ProfileTable&& table, const std::string& target) = delete;
 
 fx::ProfileTable profile_module(const std::shared_ptr<nn::Module>& module, const flow::Tensor& input) {
   fx::GraphModule gm = fx::symbolic_trace(*module, {input});
@@ -56,7 +58,8 @@ TEST(FxSymbolicProfile, GroupedConvCountsFilterExtentTimesOutputs) {
 
 TEST(FxSymbolicProfile, LinearCountsTwoFlopsPerMultiplyAccumulate) {
   auto linear = std::make_shared<nn::Linear>(16, 10);
-  const fx::ProfileRow& row = row_of(profile_module(linear, meta({5, 16})), "linear");
+  const fx::ProfileTable table = profile_module(linear, meta({5, 16}));
+  const fx::ProfileRow& row = row_of(table, "linear");
   EXPECT_EQ(row.forward_flops, 2 * 5 * 16 * 10);
   EXPECT_EQ(row.backward_flops, 2 * 2 * 5 * 16 * 10);
   EXPECT_EQ(row.output_bytes, 5 * 10 * kFloatBytes);
@@ -67,14 +70,16 @@ TEST(FxSymbolicProfile, BatchNormInTrainingAndEval) {
   const int64_t elements = 2 * 8 * 5 * 5;
   auto bn = std::make_shared<nn::BatchNorm2d>(8);
   bn->train();
-  const fx::ProfileRow& train = row_of(profile_module(bn, meta({2, 8, 5, 5})), "batch_norm_train");
+  const fx::ProfileTable train_table = profile_module(bn, meta({2, 8, 5, 5}));
+  const fx::ProfileRow& train = row_of(train_table, "batch_norm_train");
   EXPECT_EQ(train.forward_flops, 5 * elements);  // statistics (4) and the affine step (1) per element
   EXPECT_EQ(train.backward_flops, 2 * 5 * elements);
   EXPECT_EQ(train.output_bytes, (elements + 8 + 8) * kFloatBytes);  // out, mean, invstd
   EXPECT_EQ(train.backward_bytes, (elements + 8 + 8) * kFloatBytes);  // input and the batch statistics
 
   bn->eval();
-  const fx::ProfileRow& eval = row_of(profile_module(bn, meta({2, 8, 5, 5})), "batch_norm_eval");
+  const fx::ProfileTable eval_table = profile_module(bn, meta({2, 8, 5, 5}));
+  const fx::ProfileRow& eval = row_of(eval_table, "batch_norm_eval");
   EXPECT_EQ(eval.forward_flops, 2 * elements);  // scale and shift with fixed statistics
   EXPECT_EQ(eval.backward_flops, 2 * 2 * elements);
   EXPECT_EQ(eval.output_bytes, elements * kFloatBytes);
