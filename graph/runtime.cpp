@@ -31,10 +31,10 @@ ActorRuntime::ActorRuntime(std::vector<ActorSpec> actors) : actors_(std::move(ac
     if (actors_[a].gated) gated_.push_back(a);
     all_actors_.push_back(a);
   }
-  for (size_t t = 0; t < thread_names_.size(); ++t) {
-    threads_.push_back(std::make_unique<Worker>());
-    threads_.back()->thread = std::thread([this, t] { worker_loop(t); });
-  }
+  // Every worker exists before any thread starts: a running thread reads threads_, which must not
+  // grow (and move its entries) under it.
+  for (size_t t = 0; t < thread_names_.size(); ++t) threads_.push_back(std::make_unique<Worker>());
+  for (size_t t = 0; t < threads_.size(); ++t) threads_[t]->thread = std::thread([this, t] { worker_loop(t); });
 }
 
 ActorRuntime::~ActorRuntime() {
