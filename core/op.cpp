@@ -144,7 +144,7 @@ std::vector<TensorMeta> checked_infer(const OpDef& op, const std::vector<TensorM
   }
   check_attrs(op, attrs);
   std::vector<TensorMeta> outputs = op.infer(inputs, attrs);
-  CHECK(!outputs.empty()) << op.name << " inferred no outputs";
+  CHECK(!outputs.empty() || op.output_names.empty()) << op.name << " inferred no outputs";
   for (size_t i = 0; i < outputs.size(); ++i) {
     check_meta(op, outputs[i], "output", i);
     // An in-place op's output i is its input i itself.

@@ -66,6 +66,7 @@ Executor::Executor(const proto::Job& job, const Plan& plan, std::map<std::string
     spec.inputs = task.inputs;
     spec.register_num = task.out.register_num;
     spec.gated = task.gated;
+    spec.waits_for_peers = task.waits_for_peers;
     spec.act = [this, t](int64_t piece, int slot, const std::vector<int>& input_slots) { act(t, piece, slot, input_slots); };
     actors.push_back(std::move(spec));
   }

@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/ops/comm.h"
+
 namespace flow::graph {
 namespace {
 
@@ -39,62 +41,13 @@ void assign_offsets(std::vector<PlannedBuffer*>& buffers, int64_t& peak) {
   }
 }
 
-}  // namespace
+bool is_point_to_point(const proto::Node& node) {
+  return !is_source_kind(node.op()) && node.op() != kOutputOp && distributed::is_point_to_point(find_op(node.op()));
+}
 
-Plan make_plan(const proto::Job& job) {
-  Plan plan;
-  const JobIndex index(job);
-  TaskDesc inputs_task;
-  inputs_task.name = job.name() + "_inputs";
-  inputs_task.gated = false;
-  inputs_task.out.register_num = 2;  // the input path runs one piece ahead of compute
-  std::string io_device;
+// Liveness of every root buffer computed by an op: plan.root_of and plan.buffers.
+void plan_buffers(const proto::Job& job, Plan& plan) {
   std::set<std::string> escaping;  // roots reaching a graph output
-
-  for (int position = 0; position < job.nodes_size(); ++position) {
-    const proto::Node& node = job.nodes(position);
-    if (node.op() == kVariableOp || node.op() == kConstantOp) continue;
-    if (node.op() == kInputOp || node.op() == kFeedOp) {
-      inputs_task.nodes.push_back(position);
-      inputs_task.out.values.push_back(value_name(node.name(), 0));
-      if (io_device.empty() || node.op() == kInputOp) io_device = node.outputs(0).device();
-      continue;
-    }
-    TaskDesc task;
-    task.name = node.name();
-    task.nodes = {position};
-    const std::string device = node.outputs_size() > 0 ? node.outputs(0).device() : "cpu";
-    task.thread = device + ":compute";
-    for (int j = 0; j < node.outputs_size(); ++j) task.out.values.push_back(value_name(node.name(), j));
-    plan.tasks.push_back(std::move(task));
-  }
-  if (!inputs_task.nodes.empty()) {
-    inputs_task.thread = io_device + ":io";
-    plan.tasks.insert(plan.tasks.begin(), std::move(inputs_task));
-  }
-  for (int t = 0; t < static_cast<int>(plan.tasks.size()); ++t) {
-    for (const auto& value : plan.tasks[t].out.values) plan.task_of_value[value] = t;
-  }
-  int previous_compute = -1;
-  for (int t = 0; t < static_cast<int>(plan.tasks.size()); ++t) {
-    TaskDesc& task = plan.tasks[t];
-    std::set<int> producers;
-    // Compute tasks run in Job order: the memory plan reuses buffers by Job position, and an
-    // in-place write of a variable must follow every read of its old value.
-    if (task.gated) {
-      if (previous_compute >= 0) producers.insert(previous_compute);
-      previous_compute = t;
-    }
-    for (int position : task.nodes) {
-      for (const auto& input : job.nodes(position).inputs()) {
-        auto producer = plan.task_of_value.find(input);
-        if (producer != plan.task_of_value.end()) producers.insert(producer->second);
-      }
-    }
-    task.inputs.assign(producers.begin(), producers.end());
-  }
-
-  // Liveness of every root buffer computed by an op.
   for (int position = 0; position < job.nodes_size(); ++position) {
     const proto::Node& node = job.nodes(position);
     if (is_source_kind(node.op())) {
@@ -128,6 +81,98 @@ Plan make_plan(const proto::Job& job) {
     }
   }
   for (const auto& root : escaping) plan.buffers.erase(root);
+}
+
+// Whether the send at `position` may run on its own thread while compute goes on: what it reads
+// must stay as it is until the step ends. Its planned buffer is kept alive that long; memory
+// outside the plan (variables, inputs) and buffers an in-place op writes later are sent in Job
+// order instead.
+bool sends_asynchronously(const proto::Job& job, const Plan& plan, int position) {
+  const std::string& root = plan.root_of.at(job.nodes(position).inputs(0));
+  if (root.empty() || !plan.buffers.count(root)) return false;
+  for (int later = position + 1; later < job.nodes_size(); ++later) {
+    const proto::Node& node = job.nodes(later);
+    if (is_source_kind(node.op()) || node.op() == kOutputOp || !find_op(node.op()).inplace) continue;
+    for (int i = 0; i < node.outputs_size() && i < node.inputs_size(); ++i) {
+      if (plan.root_of.at(node.inputs(i)) == root) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Plan make_plan(const proto::Job& job) {
+  Plan plan;
+  const JobIndex index(job);
+  plan_buffers(job, plan);
+  TaskDesc inputs_task;
+  inputs_task.name = job.name() + "_inputs";
+  inputs_task.gated = false;
+  inputs_task.out.register_num = 2;  // the input path runs one piece ahead of compute
+  std::string io_device;
+
+  for (int position = 0; position < job.nodes_size(); ++position) {
+    const proto::Node& node = job.nodes(position);
+    if (node.op() == kVariableOp || node.op() == kConstantOp) continue;
+    if (node.op() == kInputOp || node.op() == kFeedOp) {
+      inputs_task.nodes.push_back(position);
+      inputs_task.out.values.push_back(value_name(node.name(), 0));
+      if (io_device.empty() || node.op() == kInputOp) io_device = node.outputs(0).device();
+      continue;
+    }
+    TaskDesc task;
+    task.name = node.name();
+    task.nodes = {position};
+    const bool sends = node.op() == "comm_send";
+    std::string device = node.outputs_size() > 0 ? node.outputs(0).device() : "cpu";
+    if (sends) {
+      const auto [producer, output] = parse_value_name(node.inputs(0));
+      device = index.node(producer).outputs(output).device();
+    }
+    task.thread = device + ":compute";
+    if (is_point_to_point(node) && (!sends || sends_asynchronously(job, plan, position))) {
+      task.thread = device + (sends ? ":send" : ":recv");
+      task.waits_for_peers = true;
+      // A received value has fresh memory each time; a sent one stays untouched until the step ends.
+      if (sends) {
+        plan.buffers.at(plan.root_of.at(node.inputs(0))).last = job.nodes_size();
+      } else {
+        plan.buffers.erase(value_name(node.name(), 0));
+      }
+    }
+    for (int j = 0; j < node.outputs_size(); ++j) task.out.values.push_back(value_name(node.name(), j));
+    plan.tasks.push_back(std::move(task));
+  }
+  if (!inputs_task.nodes.empty()) {
+    inputs_task.thread = io_device + ":io";
+    plan.tasks.insert(plan.tasks.begin(), std::move(inputs_task));
+  }
+  for (int t = 0; t < static_cast<int>(plan.tasks.size()); ++t) {
+    for (const auto& value : plan.tasks[t].out.values) plan.task_of_value[value] = t;
+  }
+  // Compute tasks run in Job order: the memory plan reuses buffers by Job position, and an
+  // in-place write of a variable must follow every read of its old value. Sends and receives
+  // each run in Job order on their own thread, so that the n-th send to a peer meets the peer's
+  // n-th receive while compute goes on.
+  std::map<std::string, int> previous_in_order;  // per chain: compute, or a send/recv thread
+  for (int t = 0; t < static_cast<int>(plan.tasks.size()); ++t) {
+    TaskDesc& task = plan.tasks[t];
+    std::set<int> producers;
+    if (task.gated) {
+      const std::string chain = task.waits_for_peers ? task.thread : "compute";
+      auto previous = previous_in_order.find(chain);
+      if (previous != previous_in_order.end()) producers.insert(previous->second);
+      previous_in_order[chain] = t;
+    }
+    for (int position : task.nodes) {
+      for (const auto& input : job.nodes(position).inputs()) {
+        auto producer = plan.task_of_value.find(input);
+        if (producer != plan.task_of_value.end()) producers.insert(producer->second);
+      }
+    }
+    task.inputs.assign(producers.begin(), producers.end());
+  }
 
   std::map<std::string, std::vector<PlannedBuffer*>> by_device;
   for (auto& [value, buffer] : plan.buffers) {

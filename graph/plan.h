@@ -22,6 +22,9 @@ struct TaskDesc {
   std::string thread;       // "<device>:io" for the input task, "<device>:compute" otherwise
   std::vector<int> inputs;  // producing tasks, and the previous compute task (Job order)
   bool gated = true;        // compute tasks share the memory plan: one piece at a time
+  // A send or recv on its own thread ("<device>:send", "<device>:recv"): it blocks until a peer
+  // process takes part, so the runtime never runs it on the caller's thread.
+  bool waits_for_peers = false;
   RegisterDesc out;
 };
 

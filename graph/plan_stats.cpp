@@ -41,19 +41,26 @@ PlanStats plan_stats(const proto::Job& job, const Plan& plan, int64_t world_size
     }
     const std::string kind = collective_kind(node.op());
     if (kind.empty()) continue;
-    // all_gather is measured by what it gathers, the others by what they are given.
-    int64_t bytes = desc_bytes(node.outputs(0));
-    if (kind != "all_gather") {
+    // all_gather and recv are measured by what they make, the others by what they are given.
+    int64_t bytes = 0;
+    if (kind == "all_gather" || kind == "recv") {
+      bytes = desc_bytes(node.outputs(0));
+    } else {
       const auto [producer, output] = parse_value_name(node.inputs(0));
       bytes = desc_bytes(index.node(producer).outputs(output));
     }
-    const auto& ranks = node.attrs().at("ranks").ints().values();
-    const int64_t members = ranks.empty() ? world_size : ranks.size();
+    double sent = static_cast<double>(bytes);  // a send's whole tensor; a recv sends nothing
+    if (kind == "recv") {
+      sent = 0;
+    } else if (kind != "send") {
+      const auto& ranks = node.attrs().at("ranks").ints().values();
+      sent *= ring_factor(kind, ranks.empty() ? world_size : ranks.size());
+    }
     CollectiveCost& cost = stats.collectives[kind];
     cost.calls += 1;
     cost.tensor_bytes += bytes;
-    cost.sent_bytes += ring_factor(kind, members) * static_cast<double>(bytes);
-    stats.sent_bytes += ring_factor(kind, members) * static_cast<double>(bytes);
+    cost.sent_bytes += sent;
+    stats.sent_bytes += sent;
   }
   for (const auto& [device, bytes] : plan.block_bytes) stats.planned_bytes += bytes;
   return stats;

@@ -34,7 +34,8 @@ struct PlanStats {
 // Bytes sent per rank follow the ring algorithms of OneFlow's boxing cost model, for a local
 // tensor of B bytes among n members: all_reduce 2(n-1)/n B, all_gather (n-1)/n B of its output,
 // reduce_scatter (n-1)/n B of its input, all_to_all (n-1)/n B of its input, broadcast
-// (n-1)/n B (a pipelined chain: every member but the last forwards the tensor once, averaged).
+// (n-1)/n B (a pipelined chain: every member but the last forwards the tensor once, averaged),
+// send B (a recv sends nothing).
 // world_size resolves collectives over every rank (empty `ranks`).
 PlanStats plan_stats(const proto::Job& job, const Plan& plan, int64_t world_size);
 

@@ -29,6 +29,7 @@ ActorRuntime::ActorRuntime(std::vector<ActorSpec> actors) : actors_(std::move(ac
   for (int a = 0; a < n; ++a) {
     if (consumers_[a].empty()) sinks_.push_back(a);
     if (actors_[a].gated) gated_.push_back(a);
+    any_waits_for_peers_ = any_waits_for_peers_ || actors_[a].waits_for_peers;
     all_actors_.push_back(a);
   }
   // Every worker exists before any thread starts: a running thread reads threads_, which must not
@@ -254,7 +255,7 @@ void ActorRuntime::run(int64_t pieces) {
   if (pieces <= 0) return;
   uint64_t epoch = 0;
   start_run(pieces, epoch);
-  if (pieces == 1) {
+  if (pieces == 1 && !any_waits_for_peers_) {
     run_on_caller(epoch);
     std::lock_guard<std::mutex> lock(run_mutex_);
     if (error_) std::rethrow_exception(error_);

@@ -31,6 +31,9 @@ struct ActorSpec {
   // Acts on `piece`, writing slot `slot` of its register and reading slot input_slots[i] of
   // input i's register.
   std::function<void(int64_t piece, int slot, const std::vector<int>& input_slots)> act;
+  // Blocks until another process takes part (a send or recv): such an actor needs its own
+  // thread, even in a one-piece run.
+  bool waits_for_peers = false;
 };
 
 class ActorRuntime {
@@ -43,8 +46,9 @@ class ActorRuntime {
   // Every actor acts once on each of pieces [0, pieces); returns when all sinks (actors nobody
   // reads) have finished them. The first exception an act throws stops the run and is rethrown
   // here, on the caller's thread; the runtime stays usable. A one-piece run has nothing to
-  // overlap, so the caller's thread stands in for every actor thread and delivers the messages
-  // itself: the same protocol without a hand-off between threads per task.
+  // overlap unless an actor waits for peers, so the caller's thread then stands in for every
+  // actor thread and delivers the messages itself: the same protocol without a hand-off between
+  // threads per task.
   void run(int64_t pieces);
   size_t num_threads() const { return threads_.size(); }
   const std::vector<std::string>& thread_names() const { return thread_names_; }
@@ -99,6 +103,7 @@ class ActorRuntime {
   std::vector<int> sinks_;
   std::vector<int> gated_;
   std::vector<int> all_actors_;
+  bool any_waits_for_peers_ = false;
 
   // Run state. Messages of an earlier (or stopped) run carry an old epoch and are dropped.
   std::atomic<uint64_t> epoch_{0};

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <set>
 
 #include "core/autograd_meta.h"
 #include "core/comm/boxing.h"
@@ -122,7 +121,8 @@ void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs
 
 // This rank's piece (undefined off `placement`) of `input` moved to another placement: the
 // source ranks gather the whole tensor and, unless every destination rank is one of them, the
-// first of them broadcasts it to the ranks of both placements; each destination rank keeps its
+// first of them sends it to each destination rank outside the source placement (point to point,
+// so a Graph runs the transfer on its own threads: graph/plan.h); each destination rank keeps its
 // piece under `dst`. Simple rather than minimal: a split moving between equal-sized rank sets
 // could send pieces pairwise.
 Tensor move_between_placements(const Tensor& input, const Placement& placement, const NdSbp& dst) {
@@ -131,14 +131,17 @@ Tensor move_between_placements(const Tensor& input, const Placement& placement, 
   if (!source.contains(rank) && !placement.contains(rank)) return Tensor();
   autograd::NoGradGuard no_grad;
   const Shape& logical = input.shape();
-  Tensor whole = source.contains(rank) ? box(input.impl()->global->local, logical, source, input.sbp(), broadcast_sbp(source))
-                                       : empty(logical, TensorOptions(input.dtype()).device(placement.device_for(rank)));
-  const bool within_source =
-      std::all_of(placement.ranks().begin(), placement.ranks().end(), [&](int64_t r) { return source.contains(r); });
-  if (!within_source) {
-    std::set<int64_t> members(source.ranks().begin(), source.ranks().end());
-    members.insert(placement.ranks().begin(), placement.ranks().end());
-    whole = broadcast(whole.contiguous(), source.ranks().front(), Ranks(members.begin(), members.end()));
+  const int64_t root = source.ranks().front();
+  Tensor whole;
+  if (source.contains(rank)) {
+    whole = box(input.impl()->global->local, logical, source, input.sbp(), broadcast_sbp(source));
+    if (rank == root) {
+      for (int64_t peer : placement.ranks()) {
+        if (!source.contains(peer)) send(whole.contiguous(), peer);
+      }
+    }
+  } else {
+    whole = recv(logical, input.dtype(), placement.device_for(rank), root);
   }
   if (!placement.contains(rank)) return Tensor();
   return box(whole, logical, placement, broadcast_sbp(placement), dst);

@@ -133,11 +133,43 @@ const OpDef& kAllToAll =
         })
         .def();
 
+void check_peer(const Attrs& attrs, const char* op) {
+  const int64_t peer = attrs.get<int64_t>("peer");
+  const int64_t world = process_group(op).world_size();
+  if (peer < 0 || peer >= world || peer == get_rank()) {
+    fail(op, "peer rank ", peer, " must be another rank of the world (0..", world - 1, ", not this rank ", get_rank(), ")");
+  }
+}
+
+const OpDef& kSend = OpBuilder("comm_send")
+                         .inputs({"input"})
+                         .outputs({})
+                         .attrs({{"peer", AttrType::kInt}})
+                         .infer([](const std::vector<TensorMeta>&, const Attrs& attrs) {
+                           check_peer(attrs, "send");
+                           return std::vector<TensorMeta>{};
+                         })
+                         .def();
+
+const OpDef& kRecv = OpBuilder("comm_recv")
+                         .inputs({})
+                         .outputs({"out"})
+                         .attrs({{"shape", AttrType::kInts}, {"dtype", AttrType::kDType}, {"device", AttrType::kDevice}, {"peer", AttrType::kInt}})
+                         .infer([](const std::vector<TensorMeta>&, const Attrs& attrs) {
+                           check_peer(attrs, "recv");
+                           return std::vector<TensorMeta>{{Shape(attrs.get<std::vector<int64_t>>("shape")), attrs.get<DType>("dtype"),
+                                                           attrs.get<Device>("device")}};
+                         })
+                         .def();
+
 }  // namespace
 
 bool is_collective(const OpDef& op) {
-  return &op == &kAllReduce || &op == &kAllGather || &op == &kReduceScatter || &op == &kBroadcast || &op == &kAllToAll;
+  return &op == &kAllReduce || &op == &kAllGather || &op == &kReduceScatter || &op == &kBroadcast || &op == &kAllToAll ||
+         is_point_to_point(op);
 }
+
+bool is_point_to_point(const OpDef& op) { return &op == &kSend || &op == &kRecv; }
 
 Ranks resolve_ranks(const Ranks& ranks, const char* op) {
   const int64_t world = process_group(op).world_size();
@@ -196,6 +228,12 @@ Tensor broadcast(const Tensor& input, int64_t root, const Ranks& ranks) {
 Tensor all_to_all(const Tensor& input, const std::vector<int64_t>& send_sizes, const std::vector<int64_t>& recv_sizes,
                   const Ranks& ranks) {
   return apply_one(kAllToAll, {input}, Attrs().set("send_sizes", send_sizes).set("recv_sizes", recv_sizes).set("ranks", ranks));
+}
+
+void send(const Tensor& input, int64_t peer) { apply(kSend, {input}, Attrs().set("peer", peer)); }
+
+Tensor recv(const Shape& shape, DType dtype, const Device& device, int64_t peer) {
+  return apply_one(kRecv, {}, Attrs().set("shape", shape).set("dtype", dtype).set("device", device).set("peer", peer));
 }
 
 }  // namespace flow::distributed

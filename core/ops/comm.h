@@ -32,9 +32,19 @@ Tensor broadcast(const Tensor& input, int64_t root, const Ranks& ranks = {});
 Tensor all_to_all(const Tensor& input, const std::vector<int64_t>& send_sizes, const std::vector<int64_t>& recv_sizes,
                   const Ranks& ranks = {});
 
-// Whether op is one of the collectives above: every member must run it, in the same order, so a
-// compiler may not evaluate it ahead of time (constant folding) on one rank.
+// Point to point: sends input (this rank's, whole) to global rank `peer`. The n-th send from a
+// rank to a peer meets the peer's n-th recv from that rank. Not differentiable: moves between
+// placements are (to_global's vjp moves the gradient back).
+void send(const Tensor& input, int64_t peer);
+// A tensor of shape and dtype on `device`, received from global rank `peer`.
+Tensor recv(const Shape& shape, DType dtype, const Device& device, int64_t peer);
+
+// Whether op is one of the collectives or point-to-point ops above: its peers wait for it, in
+// the same order, so a compiler may neither drop it nor evaluate it ahead of time (constant
+// folding) on one rank.
 bool is_collective(const OpDef& op);
+// Whether op is send or recv: a Graph runs them on threads of their own (graph/plan.h).
+bool is_point_to_point(const OpDef& op);
 
 // The members of a collective (ranks, or every rank when empty), checked: sorted, unique,
 // inside the world, including this rank. flow::Error prefixed with [op] otherwise.

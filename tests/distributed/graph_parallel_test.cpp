@@ -273,16 +273,23 @@ TEST_F(GraphParallel, PipelineOfTwoStagesWithMicroBatchesEqualsOneProcess) {
   const nn::Module& mine = rank == 0 ? static_cast<const nn::Module&>(*model->first) : *model->second;
   const nn::Module& expected = rank == 0 ? static_cast<const nn::Module&>(*reference->first) : *reference->second;
   EXPECT_LT(flow::testing::max_relative_difference(mine, expected), 1e-5);
-  // 4 micro-batches: the activation moves forward and its gradient back once each. GPipe's
-  // schedule: every micro-batch's forward (rank 0 broadcasts the activation) before the backwards
-  // (rank 1 broadcasts the gradient), on both ranks, so stage 0 computes micro-batch k+1 while
-  // stage 1 computes micro-batch k.
-  EXPECT_EQ(collectives(graph.job()), (std::map<std::string, int>{{"comm_broadcast", 8}})) << graph::job_to_text(graph.job());
-  std::vector<int64_t> roots;
+  // 4 micro-batches: the activation moves forward and its gradient back once each, point to
+  // point. GPipe's schedule: every micro-batch's forward (rank 0 sends the activation) before the
+  // backwards (rank 1 sends the gradient back), on both ranks, so stage 0 computes micro-batch k+1
+  // while stage 1 computes micro-batch k.
+  EXPECT_EQ(collectives(graph.job()), (std::map<std::string, int>{{"comm_recv", 4}, {"comm_send", 4}})) << graph::job_to_text(graph.job());
+  std::vector<std::string> moves;
   for (const auto& node : graph.job().nodes()) {
-    if (node.op() == "comm_broadcast") roots.push_back(node.attrs().at("root").i());
+    if (node.op() == "comm_send" || node.op() == "comm_recv") moves.push_back(node.op());
   }
-  EXPECT_EQ(roots, (std::vector<int64_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+  const std::string forward = rank == 0 ? "comm_send" : "comm_recv", backward = rank == 0 ? "comm_recv" : "comm_send";
+  EXPECT_EQ(moves, (std::vector<std::string>{forward, forward, forward, forward, backward, backward, backward, backward}));
+  // They run as actors on threads of their own, each kind in Job order, so compute never waits
+  // for a send and a receive waits only where its value is read.
+  std::map<std::string, int> tasks_per_thread;
+  for (const auto& task : graph.plan().tasks) ++tasks_per_thread[task.thread];
+  EXPECT_EQ(tasks_per_thread["cpu:send"], 4);
+  EXPECT_EQ(tasks_per_thread["cpu:recv"], 4);
   // The checkpoint gathers both stages (to rank 0, which writes): it loads into one process.
   const std::string path =
       (std::filesystem::temp_directory_path() / ("flow_pipeline_" + std::string(std::getenv("MASTER_PORT")) + ".safetensors")).string();

@@ -44,6 +44,10 @@ void all_to_all_kernel(KernelContext& ctx) {
       ->wait();
 }
 
+void send_kernel(KernelContext& ctx) { process_group("send").send(ctx.inputs[0], ctx.attrs.get<int64_t>("peer"))->wait(); }
+
+void recv_kernel(KernelContext& ctx) { process_group("recv").recv(ctx.outputs[0], ctx.attrs.get<int64_t>("peer"))->wait(); }
+
 #define FLOW_REGISTER_COMM_KERNEL(op, fn)                                   \
   FLOW_REGISTER_KERNEL(op, DeviceType::kCPU, storage_dtypes(), fn);         \
   FLOW_REGISTER_CUDA_COMM_KERNEL(op, fn)
@@ -58,6 +62,8 @@ FLOW_REGISTER_COMM_KERNEL("comm_all_gather", all_gather_kernel)
 FLOW_REGISTER_COMM_KERNEL("comm_reduce_scatter", reduce_scatter_kernel)
 FLOW_REGISTER_COMM_KERNEL("comm_broadcast", broadcast_kernel)
 FLOW_REGISTER_COMM_KERNEL("comm_all_to_all", all_to_all_kernel)
+FLOW_REGISTER_COMM_KERNEL("comm_send", send_kernel)
+FLOW_REGISTER_COMM_KERNEL("comm_recv", recv_kernel)
 
 }  // namespace
 }  // namespace flow::cpu
