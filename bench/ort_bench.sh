@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# oneflow_lite vs ONNX Runtime (CPU) inference latency, one command (issue 15). Installs what is
+# missing (flow's build packages through scripts/setup.sh's list, Node.js and npm with apt-get,
+# onnxruntime-node 1.30.0 with npm into bench/ort/node_modules), builds the two flow targets it
+# needs, exports the models (bench/ort_export_models.cpp: "relu" = one ReLU, the per-call floor;
+# the quickstart MLP and the LeNet-style CNN of bench/bench_models.h; the ResNet-style net of
+# tests/common/models.h) once as a oneflow_lite export and once as ONNX through flow's exporter,
+# then for every model, batch and thread count runs oneflow_lite (build/bench/lite_latency) and
+# ONNX Runtime (bench/ort/ort_bench.js: intraOpNumThreads = threads, interOpNumThreads 1,
+# sequential, all graph optimizations) one after the other, ROUNDS times (lite, ORT, lite, ORT,
+# ...), each run a fresh process timing single inferences on the same random input file. Prints a
+# markdown table: the median over rounds of each run's median latency, and lite/ORT (time ratio:
+# below 1, lite is faster) as the median of the per-round ratios with their min-max. ORT's times
+# include the Node binding's per-call cost (promise, tensor wrapping); the relu row shows each
+# runtime's floor. The outputs of lite and ORT are compared (max abs difference) for every case.
+#
+# Usage: bash bench/ort_bench.sh
+# env: ORT_BENCH_ROUNDS (5), ORT_BENCH_MIN_TIME (seconds timed per run, 0.5), ORT_BENCH_MODELS
+#      ("relu mlp cnn resnet"), ORT_BENCH_BATCHES ("1 64"), ORT_BENCH_THREADS ("1 2"),
+#      FLOW_BUILD_DIR (build).
+#
+# onnxruntime-node is installed with --ignore-scripts: its postinstall (script/install.js) only
+# fetches the CUDA/TensorRT execution-provider binaries from NuGet; the CPU library and the N-API
+# binding ship in the npm package (bin/napi-v6/linux/x64/{onnxruntime_binding.node,
+# libonnxruntime.so.1}) and load as they are, which this script checks with require().
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
+fi
+if ! (cd bench/ort && node -e "require('onnxruntime-node')" 2>/dev/null); then
+  (cd bench/ort && npm install --ignore-scripts --no-audit --no-fund)
+fi
+(cd bench/ort && node -e "
+  const ort = require('onnxruntime-node');
+  if (ort.env.versions.node !== '1.30.0') throw new Error('onnxruntime-node ' + ort.env.versions.node + ', want 1.30.0');")
+
+build="${FLOW_BUILD_DIR:-build}"
+if [ ! -f "$build/build.ninja" ]; then
+  # The packages and configuration of scripts/setup.sh, without building everything.
+  grep -q '^packages=' scripts/setup.sh
+  eval "$(sed -n '/^packages=(/,/)$/p' scripts/setup.sh)"
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLOW_SANITIZE=OFF >/dev/null
+fi
+cmake --build "$build" -j "$(nproc)" --target lite_latency ort_export_models
+
+work="$build/ort_bench"
+rm -rf "$work"
+mkdir -p "$work/out"
+batches=(${ORT_BENCH_BATCHES:-1 64})
+models=(${ORT_BENCH_MODELS:-relu mlp cnn resnet})
+threads_list=(${ORT_BENCH_THREADS:-1 2})
+rounds="${ORT_BENCH_ROUNDS:-5}"
+min_time="${ORT_BENCH_MIN_TIME:-0.5}"
+"$build/bench/ort_export_models" "$work" --batches "$(IFS=,; echo "${batches[*]}")" >/dev/null
+
+results="$work/results.tsv"
+: > "$results"
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+for round in $(seq 1 "$rounds"); do
+  echo "round $round/$rounds" >&2
+  for model in "${models[@]}"; do
+    for batch in "${batches[@]}"; do
+      for threads in "${threads_list[@]}"; do
+        case="$model $batch $threads"
+        common=(--batch "$batch" --threads "$threads" --min-time "$min_time")
+        tag="${model}_b${batch}_t${threads}"
+        lite=$("$build/bench/lite_latency" "$work/$model" "$work/input_b$batch.bin" "${common[@]}" \
+               --output "$work/out/lite_$tag.bin" | field median_ms)
+        ort=$(node bench/ort/ort_bench.js "$work/$model.onnx" "$work/input_b$batch.bin" "${common[@]}" \
+              --output "$work/out/ort_$tag.bin" | field median_ms)
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$batch" "$threads" "$round" "$lite" "$ort" >> "$results"
+      done
+    done
+  done
+done
+
+python3 - "$results" "$work/out" "$rounds" <<'PY'
+import os, statistics, struct, sys
+results, out_dir, rounds = sys.argv[1], sys.argv[2], sys.argv[3]
+cases = {}
+for line in open(results):
+    model, batch, threads, _, lite, ort = line.split()
+    cases.setdefault((model, int(batch), int(threads)), []).append((float(lite), float(ort)))
+def floats(path):
+    data = open(path, 'rb').read()
+    return struct.unpack(f'{len(data) // 4}f', data)
+print(f'| model | batch | threads | lite median ms | ORT median ms | lite/ORT (min-max over {rounds} rounds) | max abs diff of outputs |')
+print('| --- | --- | --- | --- | --- | --- | --- |')
+for (model, batch, threads), runs in cases.items():
+    lite = statistics.median(r[0] for r in runs)
+    ort = statistics.median(r[1] for r in runs)
+    ratios = [r[0] / r[1] for r in runs]
+    tag = f'{model}_b{batch}_t{threads}'
+    a, b = floats(os.path.join(out_dir, f'lite_{tag}.bin')), floats(os.path.join(out_dir, f'ort_{tag}.bin'))
+    diff = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) else float('nan')
+    print(f'| {model} | {batch} | {threads} | {lite:.3f} | {ort:.3f} | '
+          f'{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {diff:.1e} |')
+PY
