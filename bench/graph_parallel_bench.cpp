@@ -58,12 +58,13 @@ int main(int argc, char** argv) {
   std::string mode = "none";
   int64_t global_batch = 64;
   int steps = 100, warmup = 5;
-  app.add_option("--mode", mode, "none, or under flow_run: dp, mp, zero1, zero2, pp (2 ranks)")
-      ->check(CLI::IsMember({"none", "dp", "mp", "zero1", "zero2", "pp"}))
+  app.add_option("--mode", mode, "none, or under flow_run: dp, mp, zero1, zero2, pp (GPipe), pp1f1b (2 ranks)")
+      ->check(CLI::IsMember({"none", "dp", "mp", "zero1", "zero2", "pp", "pp1f1b"}))
       ->capture_default_str();
   app.add_option("--global-batch", global_batch, "rows per step over all ranks")->check(flow::cli::at_least(1))->capture_default_str();
   app.add_option("--steps", steps, "timed steps")->check(flow::cli::at_least(1))->capture_default_str();
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
+  const bool pipelined = mode == "pp" || mode == "pp1f1b";
   try {
     flow::set_num_threads(1);
     flow::manual_seed(0);
@@ -76,8 +77,8 @@ int main(int argc, char** argv) {
       dist::init_process_group();
       placement = flow::Placement::all(flow::DeviceType::kCPU);
       const flow::NdSbp b{flow::sbp::broadcast()}, s0{flow::sbp::split(0)};
-      if (mode == "pp") {
-        if (dist::get_world_size() != 2) throw flow::Error("--mode pp runs two stages: flow_run --nproc-per-node 2");
+      if (pipelined) {
+        if (dist::get_world_size() != 2) throw flow::Error("--mode " + mode + " runs two stages: flow_run --nproc-per-node 2");
         const flow::Placement first("cpu", std::vector<int64_t>{0}), second("cpu", std::vector<int64_t>{1});
         model->to_global(second, b);
         (*model->linear_relu_stack)[0]->to_global(first, b);
@@ -90,7 +91,7 @@ int main(int argc, char** argv) {
       } else {
         model->to_global(*placement, b);
       }
-      if (mode != "pp") {
+      if (!pipelined) {
         const flow::NdSbp& data_sbp = mode == "mp" ? b : s0;
         x = dist::from_whole(data, *placement, data_sbp);
         y = dist::from_whole(target, *placement, data_sbp);
@@ -98,7 +99,10 @@ int main(int argc, char** argv) {
     }
     TrainGraph graph(model, std::make_shared<flow::optim::SGD>(model->parameters(), flow::optim::SGDOptions(1e-3).momentum(0.9)));
     if (mode == "zero1" || mode == "zero2") graph.config().enable_zero(mode == "zero1" ? 1 : 2);
-    if (mode == "pp") graph.config().set_gradient_accumulation_steps(4);
+    if (pipelined) {
+      graph.config().set_gradient_accumulation_steps(4).set_pipeline_schedule(mode == "pp" ? flow::nn::PipelineSchedule::kGPipe
+                                                                                            : flow::nn::PipelineSchedule::k1F1B);
+    }
     for (int i = 0; i < warmup; ++i) graph(x, y);
     if (placement) dist::barrier();
     const auto start = std::chrono::steady_clock::now();
@@ -110,8 +114,9 @@ int main(int argc, char** argv) {
     for (const auto& node : graph.job().nodes()) {
       if (node.op().rfind("comm_", 0) == 0) ++collectives[node.op()];
     }
-    if (!placement || dist::get_rank() == 0) {
-      std::printf("mode %-5s ranks %lld: %.1f steps/s; rank 0: planned peak %lld B, parameters %lld B, optimizer state %lld B;",
+    // A pipeline's stages differ: every rank reports its own.
+    if (!placement || dist::get_rank() == 0 || pipelined) {
+      std::printf("mode %-5s ranks %lld: %.1f steps/s; this rank: planned peak %lld B, parameters %lld B, optimizer state %lld B;",
                   mode.c_str(), static_cast<long long>(placement ? dist::get_world_size() : 1), steps / seconds,
                   static_cast<long long>(graph.plan().block_bytes.empty() ? 0 : graph.plan().block_bytes.begin()->second),
                   static_cast<long long>(param_bytes), static_cast<long long>(state_bytes));

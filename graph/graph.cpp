@@ -2,13 +2,14 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <set>
 #include <tuple>
 
 #include "core/autograd_meta.h"
 #include "core/comm/global.h"
+#include "core/comm/process_group.h"
 #include "core/functional.h"
 #include "graph/executor.h"
 #include "graph/passes.h"
@@ -60,12 +61,24 @@ void reduce_gradients_in_buckets(const TensorList& params, int64_t zero_stage) {
 }
 
 // Pipeline parallelism: the model's parameters live on more than one placement (its stages).
-bool on_several_placements(const TensorList& params) {
-  std::set<std::string> placements;
+// The placements of the parameters, in the order of the parameters: a pipeline's stages.
+std::vector<Placement> stages_of(const TensorList& params) {
+  std::vector<Placement> stages;
   for (const Tensor& p : params) {
-    if (p.is_global()) placements.insert(p.placement().str());
+    if (p.is_global() && std::find(stages.begin(), stages.end(), p.placement()) == stages.end()) stages.push_back(p.placement());
   }
-  return placements.size() > 1;
+  return stages;
+}
+
+// This rank's stage among `stages`, or -1 unless it is in exactly one.
+int64_t stage_of_this_rank(const std::vector<Placement>& stages) {
+  int64_t stage = -1;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    if (!stages[s].contains(distributed::get_rank())) continue;
+    if (stage >= 0) return -1;
+    stage = static_cast<int64_t>(s);
+  }
+  return stage;
 }
 
 }  // namespace
@@ -184,6 +197,11 @@ void Graph::debug(int v_level, std::ostream& log) {
 GraphConfig& GraphConfig::set_gradient_accumulation_steps(int64_t steps) {
   if (steps < 1) fail("graph", "gradient accumulation steps must be at least 1, got ", steps);
   gradient_accumulation_steps_ = steps;
+  return *this;
+}
+
+GraphConfig& GraphConfig::set_pipeline_schedule(PipelineSchedule schedule) {
+  pipeline_schedule_ = schedule;
   return *this;
 }
 
@@ -317,11 +335,25 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
     }
   }
   tracer.release();
-  if (micro_batch_starts.size() > 2 && on_several_placements(module_params)) {
-    const bool scheduled = graph::schedule_forwards_first(tracer.job(), micro_batch_starts, tracer.gradient_nodes());
+  const std::vector<Placement> stages = stages_of(module_params);
+  if (micro_batch_starts.size() > 2 && stages.size() > 1) {
+    const int64_t stage = stage_of_this_rank(stages);
+    bool one_forward_one_backward = false;
+    if (config_.pipeline_schedule() == PipelineSchedule::k1F1B && stage >= 0) {
+      const auto warmup = static_cast<int64_t>(stages.size()) - 1 - stage;
+      one_forward_one_backward = graph::schedule_one_forward_one_backward(tracer.job(), micro_batch_starts, tracer.gradient_nodes(), warmup);
+    }
+    const bool scheduled =
+        one_forward_one_backward || graph::schedule_forwards_first(tracer.job(), micro_batch_starts, tracer.gradient_nodes());
     if (debug_level >= 1) {
       *log_ << "(GRAPH:" << name_ << ") pipeline schedule: "
-            << (scheduled ? "every micro-batch's forward before the backwards (GPipe)" : "trace order (the forwards-first order would break a dependency)") << "\n";
+            << (one_forward_one_backward ? "1F1B, stage " + std::to_string(stage) + " of " + std::to_string(stages.size())
+                : scheduled          ? "every micro-batch's forward before the backwards (GPipe)"
+                                     : "trace order (the forwards-first order would break a dependency)");
+      if (config_.pipeline_schedule() == PipelineSchedule::k1F1B && !one_forward_one_backward) {
+        *log_ << "; 1F1B refused: " << (stage < 0 ? "this rank is in several stages" : "a collective or in-place op among the micro-batches");
+      }
+      *log_ << "\n";
     }
   }
   traced.job.Clear();

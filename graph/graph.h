@@ -30,6 +30,10 @@ class Executor;
 
 namespace flow::nn {
 
+// How a pipeline-parallel Graph orders its micro-batches (graph/pipeline_schedule.h), as
+// torch.distributed.pipelining's ScheduleGPipe and Schedule1F1B.
+enum class PipelineSchedule { kGPipe, k1F1B };
+
 class GraphConfig {
  public:
   // Set by add_optimizer.
@@ -52,6 +56,14 @@ class GraphConfig {
   // modules on different placements this is pipeline parallelism. Set before the first call.
   GraphConfig& set_gradient_accumulation_steps(int64_t steps);
   int64_t gradient_accumulation_steps() const { return gradient_accumulation_steps_; }
+  // The micro-batch order of a pipeline (parameters on several placements, gradient
+  // accumulation > 1). kGPipe (default): all forwards, then all backwards. k1F1B: stage s of S
+  // (stages numbered by the order of the model's parameters) runs S-1-s forwards, then one
+  // forward and one backward in turn, holding at most S-s micro-batches' activations; it falls
+  // back to GPipe, logged at debug(1), where stages share a collective inside the micro-batches or
+  // a rank is in more than one stage. Set before the first call.
+  GraphConfig& set_pipeline_schedule(PipelineSchedule schedule);
+  PipelineSchedule pipeline_schedule() const { return pipeline_schedule_; }
   // A user pass (Job -> Job, graph/passes.h; fx::graph_pass writes one with the fx API), run on
   // every traced Job before the default pipeline, in the order added, so the default passes
   // (DCE, fusion) clean up after it. explain() reports it like the built-in passes. Plans
@@ -65,6 +77,7 @@ class GraphConfig {
   int64_t cache_limit_ = 8;
   int64_t zero_stage_ = 0;
   int64_t gradient_accumulation_steps_ = 1;
+  PipelineSchedule pipeline_schedule_ = PipelineSchedule::kGPipe;
   std::vector<std::pair<std::string, graph::PassFn>> user_passes_;
 };
 

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <climits>
 #include <set>
 #include <sstream>
 
@@ -83,10 +84,15 @@ void plan_buffers(const proto::Job& job, Plan& plan) {
   for (const auto& root : escaping) plan.buffers.erase(root);
 }
 
+// A sent value's memory may be reused once its send finished. Each send's buffer stays alive
+// until the next send on its thread (kSendsInFlight - 1 sends later), and the first compute task
+// after that waits for the send: at most kSendsInFlight sent buffers per peer, and compute waits
+// for a send only when it is that far behind.
+constexpr int kSendsInFlight = 2;
+
 // Whether the send at `position` may run on its own thread while compute goes on: what it reads
-// must stay as it is until the step ends. Its planned buffer is kept alive that long; memory
-// outside the plan (variables, inputs) and buffers an in-place op writes later are sent in Job
-// order instead.
+// must stay as it is until it is sent. Memory outside the plan (variables, inputs) and buffers an
+// in-place op writes later are sent in Job order instead.
 bool sends_asynchronously(const proto::Job& job, const Plan& plan, int position) {
   const std::string& root = plan.root_of.at(job.nodes(position).inputs(0));
   if (root.empty() || !plan.buffers.count(root)) return false;
@@ -98,6 +104,36 @@ bool sends_asynchronously(const proto::Job& job, const Plan& plan, int position)
     }
   }
   return true;
+}
+
+// Keeps each asynchronous send's buffer alive (see kSendsInFlight) and returns, per compute task,
+// the send tasks it waits for.
+std::map<int, std::set<int>> hold_sent_buffers(const proto::Job& job, Plan& plan) {
+  std::map<std::string, std::vector<int>> sends_by_thread;  // in Job order
+  std::vector<std::pair<int, int>> compute_positions;       // (Job position, task), in Job order
+  for (int t = 0; t < static_cast<int>(plan.tasks.size()); ++t) {
+    const TaskDesc& task = plan.tasks[t];
+    const int position = task.nodes.front();
+    if (task.waits_for_peers && job.nodes(position).op() == "comm_send") sends_by_thread[task.thread].push_back(t);
+    if (task.gated && !task.waits_for_peers) compute_positions.emplace_back(position, t);
+  }
+  auto sent_buffer = [&](int t) -> PlannedBuffer& { return plan.buffers.at(plan.root_of.at(job.nodes(plan.tasks[t].nodes.front()).inputs(0))); };
+  for (const auto& [thread, sends] : sends_by_thread) {
+    for (size_t k = 0; k < sends.size(); ++k) {
+      const size_t until = k + kSendsInFlight - 1;
+      PlannedBuffer& buffer = sent_buffer(sends[k]);
+      buffer.last = std::max(buffer.last, until < sends.size() ? plan.tasks[sends[until]].nodes.front() : job.nodes_size());
+    }
+  }
+  std::map<int, std::set<int>> waits;
+  for (const auto& [thread, sends] : sends_by_thread) {
+    for (int send : sends) {
+      const int last = sent_buffer(send).last;
+      auto reuser = std::upper_bound(compute_positions.begin(), compute_positions.end(), std::make_pair(last, INT_MAX));
+      if (reuser != compute_positions.end()) waits[reuser->second].insert(send);
+    }
+  }
+  return waits;
 }
 
 }  // namespace
@@ -132,14 +168,10 @@ Plan make_plan(const proto::Job& job) {
     }
     task.thread = device + ":compute";
     if (is_point_to_point(node) && (!sends || sends_asynchronously(job, plan, position))) {
-      task.thread = device + (sends ? ":send" : ":recv");
+      // One thread per peer and direction, so a transfer waits only for its own peer.
+      task.thread = device + (sends ? ":send:" : ":recv:") + std::to_string(node.attrs().at("peer").i());
       task.waits_for_peers = true;
-      // A received value has fresh memory each time; a sent one stays untouched until the step ends.
-      if (sends) {
-        plan.buffers.at(plan.root_of.at(node.inputs(0))).last = job.nodes_size();
-      } else {
-        plan.buffers.erase(value_name(node.name(), 0));
-      }
+      if (!sends) plan.buffers.erase(value_name(node.name(), 0));  // a received value gets fresh memory each time
     }
     for (int j = 0; j < node.outputs_size(); ++j) task.out.values.push_back(value_name(node.name(), j));
     plan.tasks.push_back(std::move(task));
@@ -151,6 +183,7 @@ Plan make_plan(const proto::Job& job) {
   for (int t = 0; t < static_cast<int>(plan.tasks.size()); ++t) {
     for (const auto& value : plan.tasks[t].out.values) plan.task_of_value[value] = t;
   }
+  std::map<int, std::set<int>> waits_for_sends = hold_sent_buffers(job, plan);
   // Compute tasks run in Job order: the memory plan reuses buffers by Job position, and an
   // in-place write of a variable must follow every read of its old value. Sends and receives
   // each run in Job order on their own thread, so that the n-th send to a peer meets the peer's
@@ -158,7 +191,7 @@ Plan make_plan(const proto::Job& job) {
   std::map<std::string, int> previous_in_order;  // per chain: compute, or a send/recv thread
   for (int t = 0; t < static_cast<int>(plan.tasks.size()); ++t) {
     TaskDesc& task = plan.tasks[t];
-    std::set<int> producers;
+    std::set<int> producers = std::move(waits_for_sends[t]);
     if (task.gated) {
       const std::string chain = task.waits_for_peers ? task.thread : "compute";
       auto previous = previous_in_order.find(chain);

@@ -22,8 +22,10 @@ struct TaskDesc {
   std::string thread;       // "<device>:io" for the input task, "<device>:compute" otherwise
   std::vector<int> inputs;  // producing tasks, and the previous compute task (Job order)
   bool gated = true;        // compute tasks share the memory plan: one piece at a time
-  // A send or recv on its own thread ("<device>:send", "<device>:recv"): it blocks until a peer
-  // process takes part, so the runtime never runs it on the caller's thread.
+  // A send or recv on a thread per peer and direction ("<device>:send:<peer>",
+  // "<device>:recv:<peer>"), in Job order there: it blocks until the peer takes part, so the
+  // runtime never runs it on the caller's thread. A received value gets fresh memory; a sent
+  // buffer is reused only after its send finished (at most 2 sent buffers per peer alive).
   bool waits_for_peers = false;
   RegisterDesc out;
 };
