@@ -363,6 +363,56 @@ TEST_F(GraphParallel, PipelineOneForwardOneBackwardEqualsGPipeAndHoldsLessMemory
               static_cast<long long>(gpipe.planned_peak), static_cast<long long>(one_f_one_b.planned_peak));
 }
 
+struct ThreeStages : nn::Module {
+  explicit ThreeStages(std::vector<Placement> stages = {}) : stages(std::move(stages)) {
+    manual_seed(9);
+    a = register_module("a", std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(12, 16), std::make_shared<nn::ReLU>()));
+    b = register_module("b", std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(16, 16), std::make_shared<nn::ReLU>()));
+    c = register_module("c", std::make_shared<nn::Linear>(16, 5));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor hidden = a->forward(x);
+    if (!stages.empty()) hidden = hidden.to_global(stages[1], kB);
+    hidden = b->forward(hidden);
+    if (!stages.empty()) hidden = hidden.to_global(stages[2], kB);
+    return c->forward(hidden);
+  }
+  std::vector<Placement> stages;
+  std::shared_ptr<nn::Sequential> a, b;
+  std::shared_ptr<nn::Linear> c;
+};
+
+// The middle stage sends and receives both ways: each peer and direction has its own thread, so
+// no transfer waits behind another peer's, under either schedule.
+TEST_F(GraphParallel, ThreeStagePipelineEqualsOneProcessUnderBothSchedules) {
+  if (world < 3) GTEST_SKIP() << "needs 3 ranks";
+  if (rank >= 3) return;
+  const auto batches = flow::testing::make_ddp_batches(3, 48, 79);
+  auto reference = std::make_shared<ThreeStages>();
+  TrainGraph reference_graph(reference, std::make_shared<optim::SGD>(reference->parameters(), optim::SGDOptions(0.1)));
+  for (const auto& batch : batches) reference_graph(batch.data, batch.target);
+  const std::vector<Placement> stages{Placement("cpu", std::vector<int64_t>{0}), Placement("cpu", std::vector<int64_t>{1}),
+                                      Placement("cpu", std::vector<int64_t>{2})};
+  for (const auto schedule : {nn::PipelineSchedule::kGPipe, nn::PipelineSchedule::k1F1B}) {
+    auto model = std::make_shared<ThreeStages>(stages);
+    model->a->to_global(stages[0], kB);
+    model->b->to_global(stages[1], kB);
+    model->c->to_global(stages[2], kB);
+    TrainGraph graph(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
+    graph.config().set_gradient_accumulation_steps(6).set_pipeline_schedule(schedule);
+    for (const auto& batch : batches) graph(from_whole(batch.data, stages[0], kB), from_whole(batch.target, stages[2], kB));
+    const nn::Module* mine[] = {model->a.get(), model->b.get(), model->c.get()};
+    const nn::Module* expected[] = {reference->a.get(), reference->b.get(), reference->c.get()};
+    EXPECT_LT(flow::testing::max_relative_difference(*mine[rank], *expected[rank]), 1e-5) << (schedule == nn::PipelineSchedule::k1F1B ? "1F1B" : "GPipe");
+    const std::vector<std::string> moves = point_to_point_order(graph.job());
+    EXPECT_EQ(moves.size(), rank == 1 ? 24u : 12u);
+    if (schedule == nn::PipelineSchedule::k1F1B && rank == 0) {
+      // Stage 0 of 3 warms up with two forwards.
+      EXPECT_EQ(std::vector<std::string>(moves.begin(), moves.begin() + 4), (std::vector<std::string>{"send", "send", "send", "recv"}));
+    }
+  }
+}
+
 // Bytes of this rank's optimizer state in the Job (its variables named "_optimizer.*").
 int64_t optimizer_state_bytes(const graph::proto::Job& job) {
   int64_t bytes = 0;
