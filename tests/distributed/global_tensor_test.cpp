@@ -10,6 +10,7 @@
 #include "common/test_util.h"
 #include "core/comm/global.h"
 #include "core/functional.h"
+#include "core/ops/comm.h"
 #include "distributed/rank_fixture.h"
 #include "nn/functional.h"
 
@@ -295,6 +296,17 @@ TEST_F(GlobalTensor, MistakesAreClearErrors) {
   EXPECT_THROW(x.placement(), Error);
   // Pieces that are not a balanced split of any tensor.
   EXPECT_THROW(ones({rank == 0 ? 5 : 1, 2}).to_global(placement, sbp::split(0)), Error);
+  // Point to point with a peer outside the world, or with this rank: errors at the call.
+  for (const int64_t peer : {world, rank, int64_t{-1}}) {
+    try {
+      send(x, peer);
+      FAIL() << "send to " << peer << " must fail";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[send] peer rank " + std::to_string(peer) + " must be another rank"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(recv({2}, kFloat32, kCPU, peer), Error);
+  }
 }
 
 }  // namespace

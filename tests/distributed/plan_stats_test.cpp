@@ -187,6 +187,42 @@ TEST(PlanStats, Gpt2DataParallelSendsExactlyTwiceTheGradientsOverTheRing) {
   EXPECT_EQ(stats.optimizer_state_bytes, 2 * gradients);
 }
 
+// Stage 0 of a 2-stage pipeline: a Linear + ReLU on rank 0, the head on rank 1.
+struct TwoStageMlp : nn::Module {
+  TwoStageMlp(const Placement& first_stage, const Placement& second_stage) : second_stage(second_stage) {
+    DefaultDeviceGuard meta(kMeta);
+    first = register_module("first", std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(784, 64), std::make_shared<nn::ReLU>()));
+    second = register_module("second", std::make_shared<nn::Linear>(64, 10));
+    first->to_global(first_stage, kB);
+    second->to_global(second_stage, kB);
+  }
+  Tensor forward(const Tensor& x) override { return second->forward(first->forward(x.flatten(1)).to_global(second_stage, kB)); }
+  Placement second_stage;
+  std::shared_ptr<nn::Sequential> first;
+  std::shared_ptr<nn::Linear> second;
+};
+
+TEST(PlanStats, PipelineStageSendsItsActivationsAndReceivesTheirGradients) {
+  SimulatedWorld world(0, 2);
+  const Placement stage0(DeviceType::kMeta, std::vector<int64_t>{0}), stage1(DeviceType::kMeta, std::vector<int64_t>{1});
+  auto model = std::make_shared<TwoStageMlp>(stage0, stage1);
+  TrainGraph graph(model, std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions(0.1)));
+  graph.config().set_gradient_accumulation_steps(4);
+  const int64_t batch = 32;
+  graph(randn({batch, 1, 28, 28}, TensorOptions().placement(stage0).sbp(kB)),
+        randint(0, 10, {batch}, TensorOptions().placement(stage1).sbp(kB)));
+  const graph::PlanStats stats = graph::plan_stats(graph.job(), graph.plan(), 2);
+  // Per micro-batch: the (8, 64) activation goes out whole, its gradient comes back.
+  const int64_t activation_bytes = batch / 4 * 64 * 4;
+  ASSERT_EQ(stats.collectives.size(), 2u);
+  EXPECT_EQ(stats.collectives.at("send").calls, 4);
+  EXPECT_EQ(stats.collectives.at("send").tensor_bytes, 4 * activation_bytes);
+  EXPECT_EQ(stats.collectives.at("recv").calls, 4);
+  EXPECT_EQ(stats.collectives.at("recv").tensor_bytes, 4 * activation_bytes);
+  EXPECT_EQ(stats.collectives.at("recv").sent_bytes, 0);
+  EXPECT_EQ(stats.sent_bytes, 4 * activation_bytes);
+}
+
 TEST(PlanStats, SimulatedWorldMovesNoData) {
   EXPECT_THROW_MSG(SimulatedWorld(8, 8), "[SimulatedWorld] rank 8 is not in a world of 8 ranks");
   SimulatedWorld world(3, 16);
