@@ -131,3 +131,27 @@ TEST(ActorRuntime, ThreadsStartSafelyWhileMoreWorkersAreAdded) {
     EXPECT_EQ(acted.load(), 33 * 3);
   }
 }
+
+// A receive waits for a peer; here the "peer" is another actor of the same one-piece run. The
+// receiving actor acts first (it is a source listed first) and blocks, so the run finishes only if
+// each actor has its own thread: waits_for_peers turns off the caller-thread shortcut of a
+// one-piece run. The wait is bounded, so a regression fails instead of hanging.
+TEST(ActorRuntime, ActorsWaitingForPeersGetThreadsEvenInAOnePieceRun) {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  bool sent = false, received = false;
+  std::vector<graph::ActorSpec> actors(2);
+  actors[0] = {"recv", "cpu:recv:1", {}, 1, true, [&](int64_t, int, const std::vector<int>&) {
+                 std::unique_lock<std::mutex> lock(mutex);
+                 received = arrived.wait_for(lock, std::chrono::seconds(10), [&] { return sent; });
+               }};
+  actors[0].waits_for_peers = true;
+  actors[1] = {"send", "cpu:compute", {}, 1, true, [&](int64_t, int, const std::vector<int>&) {
+                 std::lock_guard<std::mutex> lock(mutex);
+                 sent = true;
+                 arrived.notify_all();
+               }};
+  graph::ActorRuntime runtime(std::move(actors));
+  runtime.run(1);
+  EXPECT_TRUE(received);
+}
