@@ -17,7 +17,7 @@ struct MicroBatches {
   std::vector<std::vector<int>> forwards, gradients;
 };
 
-// Empty when the range holds an in-place op, or (collectives_allowed false) a collective other
+// False when the range holds an in-place op, or (collectives_allowed false) a collective other
 // than send/recv.
 bool split_micro_batches(const proto::Job& job, const std::vector<int>& starts, const std::set<std::string>& gradient_nodes,
                          bool collectives_allowed, MicroBatches& split) {

@@ -90,20 +90,25 @@ void plan_buffers(const proto::Job& job, Plan& plan) {
 // for a send only when it is that far behind.
 constexpr int kSendsInFlight = 2;
 
+// The last Job position at which an in-place op writes each planned root.
+std::map<std::string, int> last_in_place_writes(const proto::Job& job, const Plan& plan) {
+  std::map<std::string, int> last;
+  for (int position = 0; position < job.nodes_size(); ++position) {
+    const proto::Node& node = job.nodes(position);
+    if (is_source_kind(node.op()) || node.op() == kOutputOp || !find_op(node.op()).inplace) continue;
+    for (int i = 0; i < node.outputs_size() && i < node.inputs_size(); ++i) last[plan.root_of.at(node.inputs(i))] = position;
+  }
+  return last;
+}
+
 // Whether the send at `position` may run on its own thread while compute goes on: what it reads
 // must stay as it is until it is sent. Memory outside the plan (variables, inputs) and buffers an
 // in-place op writes later are sent in Job order instead.
-bool sends_asynchronously(const proto::Job& job, const Plan& plan, int position) {
+bool sends_asynchronously(const proto::Job& job, const Plan& plan, const std::map<std::string, int>& in_place_writes, int position) {
   const std::string& root = plan.root_of.at(job.nodes(position).inputs(0));
   if (root.empty() || !plan.buffers.count(root)) return false;
-  for (int later = position + 1; later < job.nodes_size(); ++later) {
-    const proto::Node& node = job.nodes(later);
-    if (is_source_kind(node.op()) || node.op() == kOutputOp || !find_op(node.op()).inplace) continue;
-    for (int i = 0; i < node.outputs_size() && i < node.inputs_size(); ++i) {
-      if (plan.root_of.at(node.inputs(i)) == root) return false;
-    }
-  }
-  return true;
+  const auto written = in_place_writes.find(root);
+  return written == in_place_writes.end() || written->second < position;
 }
 
 // Keeps each asynchronous send's buffer alive (see kSendsInFlight) and returns, per compute task,
@@ -142,6 +147,7 @@ Plan make_plan(const proto::Job& job) {
   Plan plan;
   const JobIndex index(job);
   plan_buffers(job, plan);
+  const std::map<std::string, int> in_place_writes = last_in_place_writes(job, plan);
   TaskDesc inputs_task;
   inputs_task.name = job.name() + "_inputs";
   inputs_task.gated = false;
@@ -167,7 +173,7 @@ Plan make_plan(const proto::Job& job) {
       device = index.node(producer).outputs(output).device();
     }
     task.thread = device + ":compute";
-    if (is_point_to_point(node) && (!sends || sends_asynchronously(job, plan, position))) {
+    if (is_point_to_point(node) && (!sends || sends_asynchronously(job, plan, in_place_writes, position))) {
       // One thread per peer and direction, so a transfer waits only for its own peer.
       task.thread = device + (sends ? ":send:" : ":recv:") + std::to_string(node.attrs().at("peer").i());
       task.waits_for_peers = true;

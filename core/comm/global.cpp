@@ -136,8 +136,9 @@ Tensor move_between_placements(const Tensor& input, const Placement& placement, 
   if (source.contains(rank)) {
     whole = box(input.impl()->global->local, logical, source, input.sbp(), broadcast_sbp(source));
     if (rank == root) {
+      const Tensor sent = whole.contiguous();
       for (int64_t peer : placement.ranks()) {
-        if (!source.contains(peer)) send(whole.contiguous(), peer);
+        if (!source.contains(peer)) send(sent, peer);
       }
     }
   } else {
