@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-time", min_time, "seconds of timed inferences at least")->check(CLI::NonNegativeNumber);
   app.add_option("--min-iters", min_iters, "timed inferences at least")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--output", output, "write the last output here (raw float32)");
+  bool plain_layouts = false;
+  app.add_flag("--plain-layouts", plain_layouts, "every op on plain NCHW with its own kernel (lite::LoadOptions::blocked_layouts(false))");
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
 
   flow::set_num_threads(static_cast<int>(threads));
@@ -44,7 +46,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const auto model = flow::lite::Model::load(dir);
+  const auto model = flow::lite::Model::load(dir, flow::lite::LoadOptions().blocked_layouts(!plain_layouts));
   flow::TensorList out;
   for (int64_t i = 0; i < warmup; ++i) out = model->run({x});
   std::printf("lite_latency: timed\n");

@@ -16,6 +16,7 @@
 #include "graph/export.pb.h"
 #include "graph/job.h"
 #include "graph/plan.h"
+#include "oneflow_lite/blocked_layout.h"
 
 namespace flow::lite {
 namespace {
@@ -53,6 +54,8 @@ struct Program {
   std::vector<int> input_values;
   std::vector<int> output_values;
   std::vector<bool> copy_output;  // the output is (a view of) an input or a weight: hand out a copy
+  std::vector<TensorMeta> value_metas;
+  std::shared_ptr<const BlockedLayouts> blocked;  // null: every step runs its op's kernel
   int num_values = 0;
   int64_t planned_bytes = 0;
   int64_t run_bytes = 0;  // planned_bytes plus the outputs allocated per run
@@ -62,6 +65,7 @@ struct Program {
 struct Arena {
   std::map<std::string, Tensor> blocks;
   std::vector<TensorList> planned_outputs;  // per step
+  BlockedArenaPtr blocked;
 };
 
 }  // namespace
@@ -73,6 +77,7 @@ struct Model::Impl {
   std::vector<Device> input_devices;
   std::map<std::string, Tensor> weights;  // by constant node name
   int64_t memory_limit = 0;
+  bool blocked_layouts = true;
 
   mutable std::mutex mutex;
   mutable std::map<int64_t, std::shared_ptr<const Program>> programs;  // by batch size
@@ -176,6 +181,7 @@ void Model::Impl::add_node(proto::Node& node, int64_t batch, bool rebatch, Progr
     const std::string value = graph::value_name(name, index);
     if (!value_ids.emplace(value, program.num_values).second) reject("a second node is named '", name, "'");
     metas[value] = meta;
+    program.value_metas.push_back(meta);
     return program.num_values++;
   };
   if (node.op() == kOutputOp) {
@@ -299,6 +305,16 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
       }
     }
   }
+  if (blocked_layouts) {
+    std::vector<LayoutStep> layout_steps;
+    for (const Program::Step& step : program->steps) layout_steps.push_back({step.op, &step.attrs, &step.inputs, &step.outputs});
+    try {
+      program->blocked = BlockedLayouts::plan(layout_steps, program->value_metas, program->constants, program->output_values);
+    } catch (const std::exception& e) {
+      invalid("model.pb: cannot plan blocked layouts at batch ", batch, ": ", e.what());
+    }
+    program->run_bytes = add_bytes(program->run_bytes, program->blocked->arena_bytes());
+  }
   return program;
 }
 
@@ -331,6 +347,7 @@ std::unique_ptr<Arena> Model::Impl::take_arena(int64_t batch, const Program& pro
     }
     arena->planned_outputs.push_back(std::move(outputs));
   }
+  if (program.blocked) arena->blocked = program.blocked->make_arena();
   return arena;
 }
 
@@ -347,6 +364,7 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const LoadOptio
   auto impl = std::make_unique<Impl>();
   impl->dir = dir;
   impl->memory_limit = options.memory_limit_bytes > 0 ? options.memory_limit_bytes : physical_memory_bytes();
+  impl->blocked_layouts = options.blocked_layouts_enabled;
   impl->exported = read_exported(dir);
   try {
     impl->inputs = specs_of(impl->exported.inputs());
@@ -440,6 +458,10 @@ bool Model::dynamic_batch() const { return impl_->exported.dynamic_batch(); }
 int64_t Model::exported_batch() const { return impl_->exported.batch_size(); }
 int64_t Model::planned_bytes(int64_t batch) const { return impl_->program(batch)->planned_bytes; }
 int64_t Model::run_bytes(int64_t batch) const { return impl_->program(batch)->run_bytes; }
+int64_t Model::blocked_steps(int64_t batch) const {
+  const auto program = impl_->program(batch);
+  return program->blocked ? program->blocked->blocked_steps() : 0;
+}
 
 TensorList Model::run(const TensorList& given) const {
   const auto& specs = impl_->inputs;
@@ -480,6 +502,16 @@ TensorList Model::run(const TensorList& given) const {
   for (size_t i = 0; i < given.size(); ++i) values[program->input_values[i]] = given[i].is_contiguous() ? given[i] : given[i].contiguous();
   for (size_t s = 0; s < program->steps.size(); ++s) {
     const Program::Step& step = program->steps[s];
+    if (program->blocked && program->blocked->runs(s)) {
+      try {
+        program->blocked->run(s, *arena->blocked, values, step.planned.empty() ? Tensor() : arena->planned_outputs[s][0]);
+      } catch (const Error&) {
+        throw;
+      } catch (const std::exception& e) {
+        fail("oneflow_lite", "model '", name(), "': node '", step.node, "' (", step.op->name, ", blocked layout): ", e.what());
+      }
+      continue;
+    }
     TensorList inputs;
     inputs.reserve(step.inputs.size());
     for (int id : step.inputs) inputs.push_back(values[id]);

@@ -28,6 +28,14 @@ struct LoadOptions {
     memory_limit_bytes = bytes;
     return *this;
   }
+  // Whether float32 convolutions, pooling, ReLU and residual adds on CPU run on oneDNN's
+  // channel-blocked layouts, kept between them, with weights reordered once per batch size
+  // (oneflow_lite/blocked_layout.h). Off: every op runs its own kernel on plain NCHW.
+  bool blocked_layouts_enabled = true;
+  LoadOptions& blocked_layouts(bool enabled) {
+    blocked_layouts_enabled = enabled;
+    return *this;
+  }
 };
 
 class Model {
@@ -60,6 +68,8 @@ class Model {
   // What one run at `batch` allocates: planned intermediates plus the outputs it hands out. A
   // batch whose run needs more than the memory limit is refused (flow::Error) by run().
   int64_t run_bytes(int64_t batch) const;
+  // How many of the Job's ops at `batch` run on blocked layouts (0 with blocked_layouts(false)).
+  int64_t blocked_steps(int64_t batch) const;
 
  private:
   struct Impl;

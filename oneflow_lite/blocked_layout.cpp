@@ -1,0 +1,401 @@
+#include "oneflow_lite/blocked_layout.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+
+#include "core/interpreter.h"
+#include "core/kernels/cpu/dnnl_util.h"
+#include "core/ops/fused.h"
+
+namespace flow::lite {
+namespace {
+
+using namespace cpu::dnnl_util;
+using Pair = std::vector<int64_t>;
+
+enum class Kind { kConv, kPool, kMaxPool, kRelu, kAdd, kAlias };
+
+// Where a primitive reads one input: a blocked value's memory or a plain tensor, reordered into
+// the primitive's layout when the two differ.
+struct Operand {
+  int value = -1;
+  bool blocked = false;
+  memory::desc layout;  // the value's layout
+  memory::desc wanted;  // the primitive's
+  std::optional<dnnl::reorder> reorder;
+  int scratch = -1;  // the arena buffer the reorder writes
+};
+
+struct Kernel {
+  Kind kind = Kind::kAlias;
+  std::optional<dnnl::primitive> primitive;
+  std::vector<Operand> operands;
+  memory weights, bias;  // convolution: weights reordered once, bias as exported
+  Tensor bias_values;    // keeps the bias' buffer alive
+  int output = -1;
+  TensorMeta out_meta;
+  memory::desc out_layout;
+  bool plain_needed = false;  // an op's kernel or a model output reads the result
+  std::optional<dnnl::reorder> to_plain;
+  // Max pooling: oneDNN skips NaN and gives the lowest finite value for a window of -inf only,
+  // where flow propagates NaN and keeps -inf; such inputs are pooled by the op's kernel instead.
+  const OpDef* op = nullptr;
+  const Attrs* attrs = nullptr;
+  std::optional<dnnl::reorder> input_to_plain, result_from_plain;
+};
+
+Dims dims_of(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
+
+bool is_cpu_float_4d(const TensorMeta& meta) {
+  return meta.dtype == kFloat32 && meta.device.type == DeviceType::kCPU && meta.shape.size() == 4 && meta.shape.numel() > 0;
+}
+
+dnnl::primitive_attr relu_post_op(bool relu) {
+  dnnl::primitive_attr attr;
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
+// Whether a fused_elementwise program is relu(a + b) or a + b over two operands of its shape.
+std::optional<bool> residual_add_with_relu(const Attrs& attrs, const std::vector<TensorMeta>& in, const TensorMeta& out) {
+  if (in.size() != 2 || attrs.has("destinations")) return std::nullopt;
+  for (const TensorMeta& meta : in) {
+    if (!is_cpu_float_4d(meta) || !(meta.shape == out.shape)) return std::nullopt;
+  }
+  const fused::Program program = fused::decode(attrs.get<std::string>("program"));
+  const auto& steps = program.steps;
+  if (steps.empty() || steps.size() > 2 || steps[0].op != "add" || steps[0].args != std::vector<int>{0, 1} || !steps[0].attrs.values().empty()) {
+    return std::nullopt;
+  }
+  const bool relu = steps.size() == 2;
+  if (relu && (steps[1].op != "relu" || steps[1].args != std::vector<int>{fused::step_arg(0)} || !steps[1].attrs.values().empty())) return std::nullopt;
+  if (program.outputs != std::vector<int>{static_cast<int>(steps.size()) - 1}) return std::nullopt;
+  return relu;
+}
+
+// Whether any of `count` floats is NaN, or equals `lowest` when asked.
+bool any_nan_or(const float* values, int64_t count, std::optional<float> lowest) {
+  std::atomic<bool> found{false};
+  parallel_for(0, count, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    unsigned hit = 0;
+    if (lowest) {
+      for (int64_t i = begin; i < end; ++i) hit |= values[i] == *lowest;
+    } else {
+      for (int64_t i = begin; i < end; ++i) hit |= values[i] != values[i];
+    }
+    if (hit) found = true;
+  });
+  return found;
+}
+
+// A plain operand as the primitive reads it: a value an op's kernel made may be a strided view.
+Tensor& contiguous(Tensor& value) {
+  if (!value.is_contiguous()) value = value.contiguous();
+  return value;
+}
+
+}  // namespace
+
+struct BlockedLayouts::Impl {
+  std::vector<std::unique_ptr<Kernel>> kernels;  // by step; null: the op's kernel runs it
+  std::vector<TensorMeta> metas;                 // by value
+  std::vector<int> slot_of;                      // by value: its arena buffer, -1 when plain
+  std::vector<size_t> slot_bytes;
+  std::vector<size_t> scratch_bytes;
+  int64_t blocked_steps = 0;
+};
+
+class BlockedArena {
+ public:
+  std::vector<memory> slots;
+  std::vector<memory> values;  // by value id; blocked values only
+  std::vector<memory> scratch;
+};
+
+void BlockedArenaDeleter::operator()(BlockedArena* arena) const { delete arena; }
+
+namespace {
+
+Operand make_operand(int value, const memory::desc& layout, bool blocked, const memory::desc& wanted, std::vector<size_t>& scratch_bytes) {
+  Operand operand{value, blocked, layout, wanted, std::nullopt, -1};
+  if (!(layout == wanted)) {
+    operand.reorder.emplace(dnnl::reorder::primitive_desc(engine(), layout, engine(), wanted));
+    operand.scratch = static_cast<int>(scratch_bytes.size());
+    scratch_bytes.push_back(wanted.get_size());
+  }
+  return operand;
+}
+
+}  // namespace
+
+std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
+                                                           const std::vector<std::pair<int, Tensor>>& constants,
+                                                           const std::vector<int>& model_outputs) {
+  auto impl = std::make_unique<Impl>();
+  impl->metas = metas;
+  impl->kernels.resize(steps.size());
+  const size_t num_values = metas.size();
+  std::vector<const Tensor*> constant_of(num_values, nullptr);
+  for (const auto& [id, weight] : constants) constant_of[id] = &weight;
+  std::vector<std::vector<size_t>> readers(num_values);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    for (int id : *steps[s].inputs) readers[id].push_back(s);
+  }
+  std::vector<bool> is_model_output(num_values, false);
+  for (int id : model_outputs) is_model_output[id] = true;
+
+  std::vector<memory::desc> layouts(num_values);  // zero: plain
+  std::vector<bool> blocked(num_values, false);
+  std::vector<bool> fused_relu_step(steps.size(), false);
+  auto operand = [&](int value, const memory::desc& wanted) {
+    return make_operand(value, blocked[value] ? layouts[value] : plain(dims_of(metas[value].shape)), blocked[value], wanted, impl->scratch_bytes);
+  };
+
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const LayoutStep& step = steps[s];
+    const std::string& name = step.op->name;
+    if (step.outputs->size() != 1) continue;
+    const int out = step.outputs->front();
+    const TensorMeta& out_meta = metas[out];
+    const std::vector<int>& in = *step.inputs;
+    std::vector<TensorMeta> in_metas;
+    for (int id : in) in_metas.push_back(metas[id]);
+    auto kernel = std::make_unique<Kernel>();
+    kernel->output = out;
+    kernel->out_meta = out_meta;
+    kernel->op = step.op;
+    kernel->attrs = step.attrs;
+    try {
+      if (fused_relu_step[s]) {
+        kernel->kind = Kind::kAlias;
+        kernel->out_layout = layouts[in[0]];
+      } else if (name == "conv2d") {
+        if (!is_cpu_float_4d(in_metas[0]) || !is_cpu_float_4d(out_meta) || !constant_of[in[1]] || (in.size() == 3 && !constant_of[in[2]])) continue;
+        const Attrs& attrs = *step.attrs;
+        const Pair &stride = attrs.get<Pair>("stride"), &padding = attrs.get<Pair>("padding"), &dilation = attrs.get<Pair>("dilation");
+        const int64_t groups = attrs.get<int64_t>("groups");
+        const Shape& w = in_metas[1].shape;
+        const Dims weight_dims = groups == 1 ? Dims{w[0], w[1], w[2], w[3]} : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
+        // A ReLU that alone reads the result becomes the convolution's post-op.
+        const std::vector<size_t>& next = readers[out];
+        const bool relu = next.size() == 1 && !is_model_output[out] && steps[next[0]].op->name == "relu";
+        const bool has_bias = in.size() == 3;
+        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(dims_of(in_metas[0].shape)),
+                                             any(weight_dims), has_bias ? any({out_meta.shape[1]}) : memory::desc(), any(dims_of(out_meta.shape)),
+                                             {stride[0], stride[1]}, {dilation[0] - 1, dilation[1] - 1}, {padding[0], padding[1]},
+                                             {padding[0], padding[1]});
+        dnnl::convolution_forward::primitive_desc pd(desc, relu_post_op(relu), engine());
+        kernel->kind = Kind::kConv;
+        kernel->primitive.emplace(dnnl::convolution_forward(pd));
+        kernel->operands.push_back(operand(in[0], pd.src_desc()));
+        dnnl::stream stream(engine());
+        memory given(plain(weight_dims), engine(), constant_of[in[1]]->data_ptr());
+        kernel->weights = memory(pd.weights_desc(), engine());
+        dnnl::reorder(given, kernel->weights).execute(stream, given, kernel->weights);
+        stream.wait();
+        if (has_bias) {
+          kernel->bias_values = *constant_of[in[2]];
+          kernel->bias = memory(pd.bias_desc(), engine(), kernel->bias_values.data_ptr());
+        }
+        kernel->out_layout = pd.dst_desc();
+        if (relu) fused_relu_step[next[0]] = true;
+      } else if (name == "max_pool2d_inference" || name == "avg_pool2d") {
+        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
+        const Attrs& attrs = *step.attrs;
+        const Pair &kernel_size = attrs.get<Pair>("kernel_size"), &stride = attrs.get<Pair>("stride"), &padding = attrs.get<Pair>("padding");
+        const bool max = name == "max_pool2d_inference";
+        dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                         max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_include_padding, layouts[in[0]],
+                                         any(dims_of(out_meta.shape)), stride, kernel_size, padding, padding);
+        dnnl::pooling_forward::primitive_desc pd(desc, engine());
+        kernel->kind = max ? Kind::kMaxPool : Kind::kPool;
+        kernel->primitive.emplace(dnnl::pooling_forward(pd));
+        kernel->operands.push_back(operand(in[0], pd.src_desc()));
+        kernel->out_layout = pd.dst_desc();
+        if (max) {
+          kernel->input_to_plain.emplace(dnnl::reorder::primitive_desc(engine(), pd.src_desc(), engine(), plain(dims_of(in_metas[0].shape))));
+          kernel->result_from_plain.emplace(dnnl::reorder::primitive_desc(engine(), plain(dims_of(out_meta.shape)), engine(), pd.dst_desc()));
+        }
+      } else if (name == "relu") {
+        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
+        dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, layouts[in[0]], 0.f, 0.f);
+        dnnl::eltwise_forward::primitive_desc pd(desc, engine());
+        kernel->kind = Kind::kRelu;
+        kernel->primitive.emplace(dnnl::eltwise_forward(pd));
+        kernel->operands.push_back(operand(in[0], pd.src_desc()));
+        kernel->out_layout = pd.dst_desc();
+      } else if (name == "fused_elementwise") {
+        const std::optional<bool> relu = residual_add_with_relu(*step.attrs, in_metas, out_meta);
+        if (!relu || !(blocked[in[0]] || blocked[in[1]])) continue;
+        // The sum reads and writes the layout of a blocked operand; the other is reordered to it.
+        const int first = blocked[in[0]] ? in[0] : in[1], second = first == in[0] ? in[1] : in[0];
+        const memory::desc& layout = layouts[first];
+        dnnl::binary::desc desc(dnnl::algorithm::binary_add, layout, layout, layout);
+        dnnl::binary::primitive_desc pd(desc, relu_post_op(*relu), engine());
+        kernel->kind = Kind::kAdd;
+        kernel->primitive.emplace(dnnl::binary(pd));
+        kernel->operands.push_back(operand(first, pd.src0_desc()));
+        kernel->operands.push_back(operand(second, pd.src1_desc()));
+        kernel->out_layout = pd.dst_desc();
+      } else {
+        continue;
+      }
+    } catch (const dnnl::error& e) {
+      VLOG(1) << "oneflow_lite: " << name << " stays on its kernel: oneDNN refuses it on blocked layouts (" << e.what() << ")";
+      continue;
+    }
+    layouts[out] = kernel->out_layout;
+    blocked[out] = true;
+    impl->kernels[s] = std::move(kernel);
+    ++impl->blocked_steps;
+  }
+
+  // Results read by an op's kernel or returned by the model are also written in plain NCHW.
+  for (size_t s = 0; s < steps.size(); ++s) {
+    Kernel* kernel = impl->kernels[s].get();
+    if (!kernel) continue;
+    const int out = kernel->output;
+    bool plain_needed = is_model_output[out];
+    for (size_t reader : readers[out]) plain_needed |= !impl->kernels[reader];
+    kernel->plain_needed = plain_needed;
+    if (plain_needed) {
+      kernel->to_plain.emplace(dnnl::reorder::primitive_desc(engine(), kernel->out_layout, engine(), plain(dims_of(metas[out].shape))));
+    }
+  }
+
+  // Arena buffers: a value takes a free buffer when its step runs and gives it back after its last
+  // blocked reader; a fused ReLU's result lives in its convolution's buffer.
+  impl->slot_of.assign(num_values, -1);
+  std::vector<size_t> last_reader(num_values, 0);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (!impl->kernels[s]) continue;
+    for (int id : *steps[s].inputs) last_reader[id] = s;
+  }
+  std::vector<int> free_slots;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const Kernel* kernel = impl->kernels[s].get();
+    if (!kernel) continue;
+    const int out = kernel->output;
+    std::vector<int> released;
+    if (kernel->kind == Kind::kAlias) {
+      impl->slot_of[out] = impl->slot_of[steps[s].inputs->front()];
+    } else {
+      int slot;
+      if (free_slots.empty()) {
+        slot = static_cast<int>(impl->slot_bytes.size());
+        impl->slot_bytes.push_back(0);
+      } else {
+        slot = free_slots.back();
+        free_slots.pop_back();
+      }
+      impl->slot_of[out] = slot;
+      impl->slot_bytes[slot] = std::max(impl->slot_bytes[slot], kernel->out_layout.get_size());
+      for (const Operand& operand : kernel->operands) {
+        if (operand.blocked && last_reader[operand.value] == s) released.push_back(impl->slot_of[operand.value]);
+      }
+    }
+    if (last_reader[out] <= s) released.push_back(impl->slot_of[out]);
+    for (int slot : released) {
+      if (std::find(free_slots.begin(), free_slots.end(), slot) == free_slots.end()) free_slots.push_back(slot);
+    }
+  }
+  return std::shared_ptr<const BlockedLayouts>(new BlockedLayouts(std::move(impl)));
+}
+
+BlockedLayouts::BlockedLayouts(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BlockedLayouts::~BlockedLayouts() = default;
+
+bool BlockedLayouts::runs(size_t s) const { return impl_->kernels[s] != nullptr; }
+int64_t BlockedLayouts::blocked_steps() const { return impl_->blocked_steps; }
+
+int64_t BlockedLayouts::arena_bytes() const {
+  int64_t bytes = 0;
+  for (size_t size : impl_->slot_bytes) bytes += static_cast<int64_t>(size);
+  for (size_t size : impl_->scratch_bytes) bytes += static_cast<int64_t>(size);
+  return bytes;
+}
+
+BlockedArenaPtr BlockedLayouts::make_arena() const {
+  BlockedArenaPtr arena(new BlockedArena);
+  for (size_t size : impl_->slot_bytes) arena->slots.emplace_back(memory::desc({static_cast<int64_t>(size)}, memory::data_type::u8, memory::format_tag::a), engine());
+  arena->scratch.resize(impl_->scratch_bytes.size());
+  arena->values.resize(impl_->metas.size());
+  for (const auto& kernel : impl_->kernels) {
+    if (!kernel) continue;
+    const int slot = impl_->slot_of[kernel->output];
+    arena->values[kernel->output] = memory(kernel->out_layout, engine(), arena->slots[slot].get_data_handle());
+    for (const Operand& operand : kernel->operands) {
+      if (operand.scratch >= 0) arena->scratch[operand.scratch] = memory(operand.wanted, engine());
+    }
+  }
+  return arena;
+}
+
+void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, const Tensor& plain_output) const {
+  const Kernel& kernel = *impl_->kernels[s];
+  dnnl::stream stream = stream_for_call();
+  memory& out = arena.values[kernel.output];
+  if (kernel.kind != Kind::kAlias) {
+    std::vector<memory> sources;
+    for (const Operand& operand : kernel.operands) {
+      memory source = operand.blocked ? arena.values[operand.value] : memory(operand.layout, engine(), contiguous(values[operand.value]).data_ptr());
+      if (operand.reorder) {
+        memory& reordered = arena.scratch[operand.scratch];
+        operand.reorder->execute(stream, source, reordered);
+        source = reordered;
+      }
+      sources.push_back(source);
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_DST, out}};
+    switch (kernel.kind) {
+      case Kind::kConv:
+        args.emplace(DNNL_ARG_SRC, sources[0]);
+        args.emplace(DNNL_ARG_WEIGHTS, kernel.weights);
+        if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);
+        break;
+      case Kind::kAdd:
+        args.emplace(DNNL_ARG_SRC_0, sources[0]);
+        args.emplace(DNNL_ARG_SRC_1, sources[1]);
+        break;
+      default:
+        args.emplace(DNNL_ARG_SRC, sources[0]);
+    }
+    kernel.primitive->execute(stream, args);
+    if (kernel.kind == Kind::kMaxPool) {
+      stream.wait();
+      memory source = sources[0];
+      const bool needs_kernel =
+          any_nan_or(static_cast<const float*>(source.get_data_handle()), static_cast<int64_t>(source.get_desc().get_size() / sizeof(float)), std::nullopt) ||
+          any_nan_or(static_cast<const float*>(out.get_data_handle()), static_cast<int64_t>(out.get_desc().get_size() / sizeof(float)),
+                     std::numeric_limits<float>::lowest());
+      if (needs_kernel) {
+        const TensorMeta& in_meta = impl_->metas[kernel.operands[0].value];
+        Tensor input = make_tensor(in_meta.shape, kFloat32, kCPU);
+        memory input_plain(plain(dims_of(in_meta.shape)), engine(), input.data_ptr());
+        kernel.input_to_plain->execute(stream, source, input_plain);
+        stream.wait();
+        const Tensor result = execute_op(*kernel.op, {input}, *kernel.attrs, {kernel.out_meta}, {}).at(0);
+        memory result_plain(plain(dims_of(kernel.out_meta.shape)), engine(), result.data_ptr());
+        kernel.result_from_plain->execute(stream, result_plain, out);
+      }
+    }
+  }
+  if (kernel.plain_needed) {
+    Tensor result = plain_output.defined() ? plain_output : make_tensor(kernel.out_meta.shape, kernel.out_meta.dtype, kernel.out_meta.device);
+    memory result_plain(plain(dims_of(kernel.out_meta.shape)), engine(), result.data_ptr());
+    kernel.to_plain->execute(stream, out, result_plain);
+    values[kernel.output] = std::move(result);
+  }
+  stream.wait();
+}
+
+}  // namespace flow::lite

@@ -1,0 +1,60 @@
+#pragma once
+// oneflow_lite's layout pass: on CPU, float32 convolutions, pooling, ReLU and residual adds
+// (relu(a + b), the fusion pass's fused_elementwise) run as oneDNN primitives on the channel-blocked
+// layouts the convolutions choose (nChw8c with AVX2), and their results stay in those layouts from
+// one such op to the next. A value crosses to flow's plain NCHW only where another op or a model
+// output reads it. Convolution weights are reordered once, when the program for a batch size is
+// built, and a ReLU that alone reads a convolution's result becomes the convolution's post-op.
+// ONNX Runtime's NCHWc transformer does the same for its CPU provider; without it every conv and
+// pool reorders its input, output and weights on each call.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/op.h"
+
+namespace flow::lite {
+
+// One step of a program as the pass sees it: op, attributes, value ids read and written.
+struct LayoutStep {
+  const OpDef* op = nullptr;
+  const Attrs* attrs = nullptr;
+  const std::vector<int>* inputs = nullptr;
+  const std::vector<int>* outputs = nullptr;
+};
+
+// The memory one run in flight holds for the blocked values (allocated once per arena).
+class BlockedArena;
+struct BlockedArenaDeleter {
+  void operator()(BlockedArena* arena) const;
+};
+using BlockedArenaPtr = std::unique_ptr<BlockedArena, BlockedArenaDeleter>;
+
+class BlockedLayouts {
+ public:
+  struct Impl;
+  // Chooses the steps that run on blocked layouts and builds their primitives. `metas` and
+  // `constants` (the weights) are by value id; `model_outputs` lists the values the model returns.
+  // Steps oneDNN cannot serve (a primitive it will not create) stay with their op's kernel.
+  static std::shared_ptr<const BlockedLayouts> plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
+                                                    const std::vector<std::pair<int, Tensor>>& constants, const std::vector<int>& model_outputs);
+  ~BlockedLayouts();
+
+  // Whether step `s` runs here instead of through its op's kernel.
+  bool runs(size_t s) const;
+  // How many steps run here.
+  int64_t blocked_steps() const;
+  // The bytes one arena allocates for blocked values and operand reorders.
+  int64_t arena_bytes() const;
+  BlockedArenaPtr make_arena() const;
+  // Runs step `s`: plain inputs are read from `values`, blocked ones from `arena`. When an op's
+  // kernel or a model output reads the result, it is also written to `plain_output` (the
+  // planned tensor, or a new one when undefined) and stored in `values`.
+  void run(size_t s, BlockedArena& arena, TensorList& values, const Tensor& plain_output) const;
+
+ private:
+  explicit BlockedLayouts(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flow::lite
