@@ -1,0 +1,153 @@
+// oneflow_lite's layout pass (oneflow_lite/blocked_layout.h): convolutions, pooling, ReLU and
+// residual adds on oneDNN's blocked layouts give what the ops' own kernels give on plain NCHW,
+// eager included, at any batch size, with NaN and -inf through max pooling, and with values that
+// ops without a blocked form read too.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <thread>
+
+#include "common/graphs.h"
+#include "common/models.h"
+#include "core/flow.h"
+#include "graph/export.h"
+#include "oneflow_lite/model.h"
+
+namespace nn = flow::nn;
+namespace fs = std::filesystem;
+using flow::Tensor;
+
+namespace {
+
+class BlockedLayoutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / ("flow_lite_blocked_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Exports net's inference Graph (traced at `shape`) and loads it twice: layout pass on and off.
+  void export_net(const std::shared_ptr<nn::Module>& net, const flow::Shape& shape) {
+    test_graphs::PredictGraph graph(net);
+    graph(flow::randn(shape));
+    flow::save(graph, dir_.string(), flow::ExportOptions().input_names({"image"}).output_names({"out"}));
+    blocked_ = flow::lite::Model::load(dir_.string());
+    plain_ = flow::lite::Model::load(dir_.string(), flow::lite::LoadOptions().blocked_layouts(false));
+    net->eval();
+  }
+
+  // Both loads and eager agree on x: bit for bit where they run the same arithmetic, so to 1e-5.
+  void expect_same(const std::shared_ptr<nn::Module>& net, const Tensor& x) {
+    const auto blocked = blocked_->run({x}).at(0).tolist<double>(), plain = plain_->run({x}).at(0).tolist<double>();
+    flow::autograd::NoGradGuard no_grad;
+    const auto eager = net->forward(x).contiguous().tolist<double>();
+    ASSERT_EQ(blocked.size(), plain.size());
+    ASSERT_EQ(blocked.size(), eager.size());
+    for (size_t i = 0; i < blocked.size(); ++i) {
+      if (blocked[i] == plain[i] && plain[i] == eager[i]) continue;  // infinities included
+      if (std::isnan(plain[i])) {
+        EXPECT_TRUE(std::isnan(blocked[i])) << "at " << i;
+        EXPECT_TRUE(std::isnan(eager[i])) << "at " << i;
+        continue;
+      }
+      EXPECT_NEAR(blocked[i], plain[i], 1e-5 * std::max(1.0, std::abs(plain[i]))) << "at " << i;
+      EXPECT_NEAR(blocked[i], eager[i], 1e-5 * std::max(1.0, std::abs(eager[i]))) << "at " << i;
+    }
+  }
+
+  fs::path dir_;
+  std::shared_ptr<const flow::lite::Model> blocked_, plain_;
+};
+
+TEST_F(BlockedLayoutTest, CnnAndResnetMatchThePlainKernelsAtAnyBatch) {
+  flow::manual_seed(3);
+  auto cnn = test_models::cnn();
+  test_models::warm_up_batch_norm(*cnn, {8, 1, 28, 28});
+  export_net(cnn, {4, 1, 28, 28});
+  EXPECT_GT(blocked_->blocked_steps(4), 0);
+  EXPECT_EQ(plain_->blocked_steps(4), 0);
+  for (int64_t batch : {1, 3, 16}) expect_same(cnn, flow::randn({batch, 1, 28, 28}));
+
+  auto resnet = test_models::resnet();
+  test_models::warm_up_batch_norm(*resnet, {8, 1, 28, 28});
+  export_net(resnet, {2, 1, 28, 28});
+  // Every conv, pool, ReLU and residual add of the net (batch norm is folded into the convs).
+  EXPECT_GE(blocked_->blocked_steps(2), 10);
+  for (int64_t batch : {1, 5}) expect_same(resnet, flow::randn({batch, 1, 28, 28}));
+}
+
+// A 1x1 convolution copying its input, then 2x2 max pooling: what oneDNN's max pooling does
+// differently (it skips NaN and gives the lowest finite value for a window of -inf) must not show.
+struct CopyThenMaxPool : nn::Module {
+  CopyThenMaxPool() { weight = register_parameter("weight", flow::ones({1, 1, 1, 1}), false); }
+  Tensor forward(const Tensor& x) override { return flow::max_pool2d(flow::conv2d(x, weight), {2, 2}); }
+  Tensor weight;
+};
+
+TEST_F(BlockedLayoutTest, MaxPoolingKeepsNanAndMinusInfinity) {
+  auto net = std::make_shared<CopyThenMaxPool>();
+  export_net(net, {1, 1, 4, 4});
+  EXPECT_EQ(blocked_->blocked_steps(1), 2);
+  Tensor x = flow::randn({2, 1, 4, 4}).contiguous();
+  float* data = x.data_ptr<float>();
+  data[5] = std::numeric_limits<float>::quiet_NaN();  // sample 0, window (0, 0)
+  for (int i : {16 + 2, 16 + 3, 16 + 6, 16 + 7}) data[i] = -std::numeric_limits<float>::infinity();  // sample 1, window (0, 1)
+  expect_same(net, x);
+  const auto out = blocked_->run({x}).at(0).tolist<double>();
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_EQ(out[4 + 1], -std::numeric_limits<double>::infinity());
+  expect_same(net, flow::randn({2, 1, 4, 4}));  // and the fast path on the next call
+}
+
+// conv -> relu read by both max and average pooling, their sum, and the conv's own result read by
+// a reduction (no blocked form): values cross to plain NCHW only where needed.
+struct Branches : nn::Module {
+  Branches() {
+    weight = register_parameter("weight", flow::randn({12, 3, 3, 3}) * 0.3, false);
+    bias = register_parameter("bias", flow::randn({12}), false);
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor y = flow::conv2d(x, weight, bias, {1, 1}, {1, 1});
+    const Tensor a = flow::relu(y);
+    const Tensor pooled = flow::relu(flow::max_pool2d(a, {2, 2}) + flow::avg_pool2d(a, {2, 2}, {2, 2}, {0, 0}));
+    return pooled.flatten(1) + y.mean({1, 2, 3}, true).flatten(1);
+  }
+  Tensor weight, bias;
+};
+
+TEST_F(BlockedLayoutTest, ValuesReadByBlockedAndPlainOps) {
+  flow::manual_seed(4);
+  auto net = std::make_shared<Branches>();
+  export_net(net, {2, 3, 10, 10});
+  EXPECT_GE(blocked_->blocked_steps(2), 4);
+  for (int64_t batch : {1, 2, 7}) expect_same(net, flow::randn({batch, 3, 10, 10}));
+}
+
+TEST_F(BlockedLayoutTest, ConcurrentRunsAndTheirArenas) {
+  flow::manual_seed(5);
+  auto net = test_models::resnet();
+  export_net(net, {2, 1, 28, 28});
+  std::vector<Tensor> inputs, expected;
+  for (int t = 0; t < 4; ++t) {
+    inputs.push_back(flow::randn({2, 1, 28, 28}));
+    expected.push_back(plain_->run({inputs.back()}).at(0));
+  }
+  std::vector<Tensor> results(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) results[t] = blocked_->run({inputs[t]}).at(0);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < 4; ++t) {
+    const auto a = results[t].tolist<double>(), e = expected[t].tolist<double>();
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], e[i], 1e-5 * std::max(1.0, std::abs(e[i])));
+  }
+}
+
+}  // namespace
