@@ -3,13 +3,11 @@
 #include <glog/logging.h>
 
 #include <algorithm>
-#include <atomic>
-#include <limits>
 #include <optional>
 #include <unordered_map>
 
-#include "core/interpreter.h"
 #include "core/kernels/cpu/dnnl_util.h"
+#include "core/kernels/cpu/pool_loop.h"
 #include "core/ops/fused.h"
 
 namespace flow::lite {
@@ -42,11 +40,11 @@ struct Kernel {
   memory::desc out_layout;
   bool plain_needed = false;  // an op's kernel or a model output reads the result
   std::optional<dnnl::reorder> to_plain;
-  // Max pooling: oneDNN skips NaN and gives the lowest finite value for a window of -inf only,
-  // where flow propagates NaN and keeps -inf; such inputs are pooled by the op's kernel instead.
-  const OpDef* op = nullptr;
-  const Attrs* attrs = nullptr;
-  std::optional<dnnl::reorder> input_to_plain, result_from_plain;
+  // Max pooling runs flow's loop over the channel blocks (cpu/pool_loop.h), not oneDNN's: oneDNN
+  // skips NaN and gives the lowest finite value for a window of -inf where flow propagates NaN
+  // and keeps -inf, and it measured 14x slower here.
+  cpu::PoolGeometry pool{};
+  int block = 0;
 };
 
 Dims dims_of(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
@@ -82,19 +80,26 @@ std::optional<bool> residual_add_with_relu(const Attrs& attrs, const std::vector
   return relu;
 }
 
-// Whether any of `count` floats is NaN, or equals `lowest` when asked.
-bool any_nan_or(const float* values, int64_t count, std::optional<float> lowest) {
-  std::atomic<bool> found{false};
-  parallel_for(0, count, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    unsigned hit = 0;
-    if (lowest) {
-      for (int64_t i = begin; i < end; ++i) hit |= values[i] == *lowest;
-    } else {
-      for (int64_t i = begin; i < end; ++i) hit |= values[i] != values[i];
+// The channel block of a 4-d layout nChw<block>c (1: plain NCHW); 0 for any other layout.
+int channel_block(const memory::desc& layout) {
+  const Dims dims = layout.dims();
+  for (int block : {1, 8, 16}) {
+    const auto tag = block == 1 ? memory::format_tag::abcd : block == 8 ? memory::format_tag::aBcd8b : memory::format_tag::aBcd16b;
+    if (layout == memory::desc(dims, memory::data_type::f32, tag)) return block;
+  }
+  return 0;
+}
+
+void run_max_pool(const Kernel& kernel, const float* src, float* out) {
+  const cpu::PoolGeometry& g = kernel.pool;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in() * kernel.block, 1));
+  parallel_for(0, g.planes, grain, [&](int64_t begin, int64_t end) {
+    switch (kernel.block) {
+      case 1: cpu::max_pool_blocked<1>(g, src, out, begin, end); break;
+      case 8: cpu::max_pool_blocked<8>(g, src, out, begin, end); break;
+      default: cpu::max_pool_blocked<16>(g, src, out, begin, end);
     }
-    if (hit) found = true;
   });
-  return found;
 }
 
 // A plain operand as the primitive reads it: a value an op's kernel made may be a strided view.
@@ -172,8 +177,6 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     auto kernel = std::make_unique<Kernel>();
     kernel->output = out;
     kernel->out_meta = out_meta;
-    kernel->op = step.op;
-    kernel->attrs = step.attrs;
     try {
       if (fused_relu_step[s]) {
         kernel->kind = Kind::kAlias;
@@ -208,23 +211,29 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         }
         kernel->out_layout = pd.dst_desc();
         if (relu) fused_relu_step[next[0]] = true;
-      } else if (name == "max_pool2d_inference" || name == "avg_pool2d") {
+      } else if (name == "max_pool2d_inference") {
+        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
+        const int block = channel_block(layouts[in[0]]);
+        if (block == 0) continue;
+        const Shape& x = in_metas[0].shape;
+        kernel->kind = Kind::kMaxPool;
+        kernel->block = block;
+        kernel->pool = cpu::pool_geometry(x, out_meta.shape, *step.attrs);
+        kernel->pool.planes = x[0] * ((x[1] + block - 1) / block);
+        kernel->operands.push_back(operand(in[0], layouts[in[0]]));
+        kernel->out_layout = memory::desc(dims_of(out_meta.shape), memory::data_type::f32,
+                                          block == 1 ? memory::format_tag::abcd : block == 8 ? memory::format_tag::aBcd8b : memory::format_tag::aBcd16b);
+      } else if (name == "avg_pool2d") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
         const Attrs& attrs = *step.attrs;
         const Pair &kernel_size = attrs.get<Pair>("kernel_size"), &stride = attrs.get<Pair>("stride"), &padding = attrs.get<Pair>("padding");
-        const bool max = name == "max_pool2d_inference";
-        dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                         max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_include_padding, layouts[in[0]],
+        dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_include_padding, layouts[in[0]],
                                          any(dims_of(out_meta.shape)), stride, kernel_size, padding, padding);
         dnnl::pooling_forward::primitive_desc pd(desc, engine());
-        kernel->kind = max ? Kind::kMaxPool : Kind::kPool;
+        kernel->kind = Kind::kPool;
         kernel->primitive.emplace(dnnl::pooling_forward(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
         kernel->out_layout = pd.dst_desc();
-        if (max) {
-          kernel->input_to_plain.emplace(dnnl::reorder::primitive_desc(engine(), pd.src_desc(), engine(), plain(dims_of(in_metas[0].shape))));
-          kernel->result_from_plain.emplace(dnnl::reorder::primitive_desc(engine(), plain(dims_of(out_meta.shape)), engine(), pd.dst_desc()));
-        }
       } else if (name == "relu") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
         dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, layouts[in[0]], 0.f, 0.f);
@@ -369,24 +378,10 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       default:
         args.emplace(DNNL_ARG_SRC, sources[0]);
     }
-    kernel.primitive->execute(stream, args);
     if (kernel.kind == Kind::kMaxPool) {
-      stream.wait();
-      memory source = sources[0];
-      const bool needs_kernel =
-          any_nan_or(static_cast<const float*>(source.get_data_handle()), static_cast<int64_t>(source.get_desc().get_size() / sizeof(float)), std::nullopt) ||
-          any_nan_or(static_cast<const float*>(out.get_data_handle()), static_cast<int64_t>(out.get_desc().get_size() / sizeof(float)),
-                     std::numeric_limits<float>::lowest());
-      if (needs_kernel) {
-        const TensorMeta& in_meta = impl_->metas[kernel.operands[0].value];
-        Tensor input = make_tensor(in_meta.shape, kFloat32, kCPU);
-        memory input_plain(plain(dims_of(in_meta.shape)), engine(), input.data_ptr());
-        kernel.input_to_plain->execute(stream, source, input_plain);
-        stream.wait();
-        const Tensor result = execute_op(*kernel.op, {input}, *kernel.attrs, {kernel.out_meta}, {}).at(0);
-        memory result_plain(plain(dims_of(kernel.out_meta.shape)), engine(), result.data_ptr());
-        kernel.result_from_plain->execute(stream, result_plain, out);
-      }
+      run_max_pool(kernel, static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()));
+    } else {
+      kernel.primitive->execute(stream, args);
     }
   }
   if (kernel.plain_needed) {
