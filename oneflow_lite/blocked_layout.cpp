@@ -90,18 +90,6 @@ int channel_block(const memory::desc& layout) {
   return 0;
 }
 
-void run_max_pool(const Kernel& kernel, const float* src, float* out) {
-  const cpu::PoolGeometry& g = kernel.pool;
-  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in() * kernel.block, 1));
-  parallel_for(0, g.planes, grain, [&](int64_t begin, int64_t end) {
-    switch (kernel.block) {
-      case 1: cpu::max_pool_blocked<1>(g, src, out, begin, end); break;
-      case 8: cpu::max_pool_blocked<8>(g, src, out, begin, end); break;
-      default: cpu::max_pool_blocked<16>(g, src, out, begin, end);
-    }
-  });
-}
-
 // A plain operand as the primitive reads it: a value an op's kernel made may be a strided view.
 Tensor& contiguous(Tensor& value) {
   if (!value.is_contiguous()) value = value.contiguous();
@@ -379,7 +367,8 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
         args.emplace(DNNL_ARG_SRC, sources[0]);
     }
     if (kernel.kind == Kind::kMaxPool) {
-      run_max_pool(kernel, static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()));
+      cpu::max_pool_blocked(kernel.pool, kernel.block, static_cast<const float*>(sources[0].get_data_handle()),
+                            static_cast<float*>(out.get_data_handle()));
     } else {
       kernel.primitive->execute(stream, args);
     }

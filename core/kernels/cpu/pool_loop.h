@@ -2,6 +2,8 @@
 // Window loops of 2-d pooling over one (H, W) plane: the float64 kernels, and the fallback of the
 // oneDNN max pooling for planes whose result oneDNN does not define like flow does (NaN, -inf).
 // Also max pooling over a channel-blocked layout (oneflow_lite's blocked layouts).
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -11,6 +13,7 @@
 #endif
 
 #include "core/op.h"
+#include "core/thread_pool.h"
 
 namespace flow::cpu {
 
@@ -109,6 +112,19 @@ void max_pool_blocked(const PoolGeometry& g, const float* src, float* out, int64
       }
     }
   }
+}
+
+// max_pool_blocked over all g.planes on flow's threads; `block` is 1, 8 or 16.
+inline void max_pool_blocked(const PoolGeometry& g, int block, const float* src, float* out) {
+  CHECK(block == 1 || block == 8 || block == 16) << "no blocked max pooling for blocks of " << block;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in() * block, 1));
+  parallel_for(0, g.planes, grain, [&](int64_t begin, int64_t end) {
+    switch (block) {
+      case 1: max_pool_blocked<1>(g, src, out, begin, end); break;
+      case 8: max_pool_blocked<8>(g, src, out, begin, end); break;
+      default: max_pool_blocked<16>(g, src, out, begin, end);
+    }
+  });
 }
 
 }  // namespace flow::cpu
