@@ -143,10 +143,11 @@ std::map<int, std::set<int>> hold_sent_buffers(const proto::Job& job, Plan& plan
 
 }  // namespace
 
-Plan make_plan(const proto::Job& job) {
+Plan make_plan(const proto::Job& job, const std::set<std::string>& unplanned) {
   Plan plan;
   const JobIndex index(job);
   plan_buffers(job, plan);
+  for (const auto& value : unplanned) plan.buffers.erase(value);
   const std::map<std::string, int> in_place_writes = last_in_place_writes(job, plan);
   TaskDesc inputs_task;
   inputs_task.name = job.name() + "_inputs";

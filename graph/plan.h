@@ -4,6 +4,7 @@
 // in one block per device from a liveness analysis, so that the planned peak is the real peak.
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,9 @@ struct Plan {
 
 // Values alias their root's memory: a view's output aliases its input 0, an in-place op's
 // output i aliases its input i. Buffers reaching a graph output are not planned (they are handed
-// to the caller), nor are inputs, variables, constants and feeds.
-Plan make_plan(const proto::Job& job);
+// to the caller), nor are inputs, variables, constants and feeds, nor the values named in
+// `unplanned` (a runner that keeps them in memory of its own, like oneflow_lite's blocked layouts).
+Plan make_plan(const proto::Job& job, const std::set<std::string>& unplanned = {});
 
 // The contiguous tensor of `meta` that a planned buffer occupies in its device's memory block.
 Tensor planned_tensor(const Tensor& block, const PlannedBuffer& buffer, const TensorMeta& meta);

@@ -317,6 +317,14 @@ BlockedLayouts::~BlockedLayouts() = default;
 bool BlockedLayouts::runs(size_t s) const { return impl_->kernels[s] != nullptr; }
 int64_t BlockedLayouts::blocked_steps() const { return impl_->blocked_steps; }
 
+std::vector<int> BlockedLayouts::blocked_only_values() const {
+  std::vector<int> values;
+  for (const auto& kernel : impl_->kernels) {
+    if (kernel && !kernel->plain_needed) values.push_back(kernel->output);
+  }
+  return values;
+}
+
 int64_t BlockedLayouts::arena_bytes() const {
   int64_t bytes = 0;
   for (size_t size : impl_->slot_bytes) bytes += static_cast<int64_t>(size);

@@ -44,6 +44,9 @@ class BlockedLayouts {
   bool runs(size_t s) const;
   // How many steps run here.
   int64_t blocked_steps() const;
+  // The values that exist only in blocked memory: no op kernel or model output reads them, so
+  // they need no plain buffer.
+  std::vector<int> blocked_only_values() const;
   // The bytes one arena allocates for blocked values and operand reorders.
   int64_t arena_bytes() const;
   BlockedArenaPtr make_arena() const;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include <unistd.h>
@@ -156,7 +157,7 @@ int64_t physical_memory_bytes() { return static_cast<int64_t>(sysconf(_SC_PHYS_P
 // The Job's value for a model input or output must be what its spec promises at this batch size:
 // run() checks given inputs against the specs, and the kernels trust the Job's metas.
 void check_spec(const char* kind, const TensorSpec& spec, const TensorMeta& meta, int64_t batch) {
-  bool matches = meta.dtype == spec.dtype && meta.shape.size() == static_cast<int64_t>(spec.shape.size());
+  bool matches = meta.dtype == spec.dtype && static_cast<size_t>(meta.shape.size()) == spec.shape.size();
   for (size_t d = 0; matches && d < spec.shape.size(); ++d) matches = meta.shape[d] == (d == 0 && spec.shape[d] == -1 ? batch : spec.shape[d]);
   if (!matches) {
     reject("is ", meta_str(meta), " but the model's ", kind, " '", spec.name, "' is ", shape_str(spec.shape), " ", dtype_name(spec.dtype),
@@ -280,8 +281,24 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
     program->output_values.push_back(output_of_index.at(i));
   }
 
+  // Values that live only in blocked layouts get no plain buffer.
+  std::set<std::string> unplanned;
+  std::vector<bool> blocked_only(program->num_values, false);
+  if (blocked_layouts) {
+    std::vector<LayoutStep> layout_steps;
+    for (const Program::Step& step : program->steps) layout_steps.push_back({step.op, &step.attrs, &step.inputs, &step.outputs});
+    try {
+      program->blocked = BlockedLayouts::plan(layout_steps, program->value_metas, program->constants, program->output_values);
+    } catch (const std::exception& e) {
+      invalid("model.pb: cannot plan blocked layouts at batch ", batch, ": ", e.what());
+    }
+    for (int id : program->blocked->blocked_only_values()) blocked_only[id] = true;
+    for (const auto& [value, id] : value_ids) {
+      if (blocked_only[id]) unplanned.insert(value);
+    }
+  }
   try {
-    program->plan = graph::make_plan(job);
+    program->plan = graph::make_plan(job, unplanned);
   } catch (const std::exception& e) {
     invalid("model.pb: cannot plan the memory of the Job at batch ", batch, ": ", e.what());
   }
@@ -299,22 +316,13 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
     for (int j = 0; j < node.outputs_size(); ++j) {
       auto planned = program->plan.buffers.find(graph::value_name(node.name(), j));
       step.planned.push_back(planned == program->plan.buffers.end() ? nullptr : &planned->second);
-      if (!step.planned.back()) {
+      if (!step.planned.back() && !blocked_only[step.outputs[j]]) {
         const TensorMeta& meta = step.out_metas[j];
         program->run_bytes = add_bytes(program->run_bytes, meta.shape.nbytes(itemsize(meta.dtype), "oneflow_lite"));
       }
     }
   }
-  if (blocked_layouts) {
-    std::vector<LayoutStep> layout_steps;
-    for (const Program::Step& step : program->steps) layout_steps.push_back({step.op, &step.attrs, &step.inputs, &step.outputs});
-    try {
-      program->blocked = BlockedLayouts::plan(layout_steps, program->value_metas, program->constants, program->output_values);
-    } catch (const std::exception& e) {
-      invalid("model.pb: cannot plan blocked layouts at batch ", batch, ": ", e.what());
-    }
-    program->run_bytes = add_bytes(program->run_bytes, program->blocked->arena_bytes());
-  }
+  if (program->blocked) program->run_bytes = add_bytes(program->run_bytes, program->blocked->arena_bytes());
   return program;
 }
 
