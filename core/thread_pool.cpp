@@ -57,6 +57,16 @@ void set_thread_local_num_threads(int num_threads) {
   sync_openmp_threads();
 }
 
+ThreadCapScope::ThreadCapScope(int threads) : previous_(t_num_threads) {
+  t_num_threads = previous_ > 0 ? std::min(previous_, threads) : threads;
+  sync_openmp_threads();
+}
+
+ThreadCapScope::~ThreadCapScope() {
+  t_num_threads = previous_;
+  sync_openmp_threads();
+}
+
 // Runs on OpenMP, the thread team oneDNN and OpenBLAS use too: one set of worker threads, not
 // several runtimes spinning against each other on the same cores.
 void parallel_for(int64_t begin, int64_t end, int64_t grain_size, const std::function<void(int64_t, int64_t)>& fn) {

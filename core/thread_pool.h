@@ -12,6 +12,18 @@ void set_num_threads(int num_threads);
 // OpenMP threads of oneDNN kernels (0: no cap beyond get_num_threads()). A server gives each
 // model instance its own share of the cores this way.
 void set_thread_local_num_threads(int num_threads);
+// Lowers the calling thread's cap to at most `threads` while it lives (work too small to be worth
+// a fork-join), then restores the cap it found.
+class ThreadCapScope {
+ public:
+  explicit ThreadCapScope(int threads);
+  ~ThreadCapScope();
+  ThreadCapScope(const ThreadCapScope&) = delete;
+  ThreadCapScope& operator=(const ThreadCapScope&) = delete;
+
+ private:
+  int previous_;
+};
 // The threads work started from the calling thread may use: get_num_threads() within its cap.
 int current_num_threads();
 // Sets the calling thread's OpenMP thread count, which oneDNN and OpenBLAS (its OpenMP build)

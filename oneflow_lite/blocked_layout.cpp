@@ -45,7 +45,22 @@ struct Kernel {
   // and keeps -inf, and it measured 7x slower here.
   cpu::PoolGeometry pool{};
   int block = 0;
+  // Too little work to be worth a fork-join: created and run on the calling thread alone.
+  bool single_thread = false;
 };
+
+// Below these, splitting a step over threads costs more than it saves (and under machine load a
+// descheduled team member stalls the barrier): multiply-adds of a convolution, elements otherwise.
+constexpr int64_t kParallelConvMacs = int64_t{1} << 20;
+constexpr int64_t kParallelElements = kElementwiseGrain;
+
+bool is_small(const std::string& op, const std::vector<TensorMeta>& in, const TensorMeta& out) {
+  if (op == "conv2d") {
+    const Shape& w = in[1].shape;
+    return out.shape.numel() * w[1] * w[2] * w[3] < kParallelConvMacs;
+  }
+  return std::max(in.empty() ? 0 : in[0].shape.numel(), out.shape.numel()) < kParallelElements;
+}
 
 Dims dims_of(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
 
@@ -169,6 +184,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     auto kernel = std::make_unique<Kernel>();
     kernel->output = out;
     kernel->out_meta = out_meta;
+    kernel->single_thread = is_small(name, in_metas, out_meta);
+    std::optional<ThreadCapScope> cap;
+    if (kernel->single_thread) cap.emplace(1);
     try {
       if (fused_relu_step[s]) {
         kernel->kind = Kind::kAlias;
@@ -350,6 +368,8 @@ BlockedArenaPtr BlockedLayouts::make_arena() const {
 
 void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, const Tensor& plain_output) const {
   const Kernel& kernel = *impl_->kernels[s];
+  std::optional<ThreadCapScope> cap;
+  if (kernel.single_thread) cap.emplace(1);
   dnnl::stream stream = stream_for_call();
   memory& out = arena.values[kernel.output];
   if (kernel.kind != Kind::kAlias) {

@@ -1,5 +1,6 @@
 // The op registry and the one dispatch point that eager, lazy (Graph) and autograd share.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <atomic>
 #include <thread>
@@ -108,6 +109,16 @@ TEST(ThreadPool, ThreadLocalCapLimitsOnlyTheCallingThread) {
     EXPECT_EQ(chunks(), 1);
     flow::set_thread_local_num_threads(2);
     EXPECT_EQ(chunks(), 2);
+    {
+      // A scope lowers the cap and gives back the one it found; it never raises one.
+      const flow::ThreadCapScope single(1);
+      EXPECT_EQ(chunks(), 1);
+      EXPECT_EQ(omp_get_max_threads(), 1);
+      const flow::ThreadCapScope wider(3);
+      EXPECT_EQ(chunks(), 1);
+    }
+    EXPECT_EQ(chunks(), 2);
+    EXPECT_EQ(omp_get_max_threads(), 2);
   });
   capped.join();
   EXPECT_EQ(chunks(), 4);  // other threads keep the process-wide count
