@@ -192,7 +192,10 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->kind = Kind::kAlias;
         kernel->out_layout = layouts[in[0]];
       } else if (name == "conv2d") {
-        if (!is_cpu_float_4d(in_metas[0]) || !is_cpu_float_4d(out_meta) || !constant_of[in[1]] || (in.size() == 3 && !constant_of[in[2]])) continue;
+        if (!is_cpu_float_4d(in_metas[0]) || !is_cpu_float_4d(out_meta) || !constant_of[in[1]] || !constant_of[in[1]]->is_contiguous() ||
+            (in.size() == 3 && !(constant_of[in[2]] && constant_of[in[2]]->is_contiguous()))) {
+          continue;
+        }
         const Attrs& attrs = *step.attrs;
         const Pair &stride = attrs.get<Pair>("stride"), &padding = attrs.get<Pair>("padding"), &dilation = attrs.get<Pair>("dilation");
         const int64_t groups = attrs.get<int64_t>("groups");

@@ -134,6 +134,31 @@ TEST_F(BlockedLayoutTest, ValuesReadByBlockedAndPlainOps) {
   for (int64_t batch : {1, 2, 7}) expect_same(net, flow::randn({batch, 3, 10, 10}));
 }
 
+// Grouped and strided convolutions with padding, a 3x3 max pooling with padding and stride 2
+// (windows cut by the edges), then an average pooling: what the blocked steps compute besides the
+// exported nets' shapes.
+struct GroupedConvs : nn::Module {
+  GroupedConvs() {
+    grouped = register_parameter("grouped", flow::randn({12, 2, 3, 3}) * 0.3, false);
+    depthwise = register_parameter("depthwise", flow::randn({12, 1, 3, 3}) * 0.3, false);
+    bias = register_parameter("bias", flow::randn({12}), false);
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor y = flow::relu(flow::conv2d(x, grouped, bias, {1, 1}, {1, 1}, {1, 1}, 2));
+    const Tensor z = flow::max_pool2d(flow::conv2d(y, depthwise, Tensor(), {2, 2}, {1, 1}, {1, 1}, 12), {3, 3}, {2, 2}, {1, 1});
+    return flow::avg_pool2d(z, {2, 2}, {1, 1}, {1, 1}).flatten(1);
+  }
+  Tensor grouped, depthwise, bias;
+};
+
+TEST_F(BlockedLayoutTest, GroupedConvolutionsAndPaddedPooling) {
+  flow::manual_seed(6);
+  auto net = std::make_shared<GroupedConvs>();
+  export_net(net, {2, 4, 17, 15});
+  EXPECT_GE(blocked_->blocked_steps(2), 4);
+  for (int64_t batch : {1, 3}) expect_same(net, flow::randn({batch, 4, 17, 15}));
+}
+
 TEST_F(BlockedLayoutTest, ConcurrentRunsAndTheirArenas) {
   flow::manual_seed(5);
   auto net = test_models::resnet();
