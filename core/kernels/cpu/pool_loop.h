@@ -104,7 +104,7 @@ void max_pool_blocked(const PoolGeometry& g, const float* src, float* out, int64
           for (int64_t ix = 0; ix < width; ++ix) {
             for (int lane = 0; lane < Block; ++lane) {
               const float v = row[ix * Block + lane];
-              best[lane] = (v > best[lane]) | (v != v) ? v : best[lane];
+              best[lane] = ((v > best[lane]) | (v != v)) ? v : best[lane];
             }
           }
         }
