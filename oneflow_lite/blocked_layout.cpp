@@ -152,6 +152,8 @@ Operand make_operand(int value, const memory::desc& layout, bool blocked, const 
 std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
                                                            const std::vector<std::pair<int, Tensor>>& constants,
                                                            const std::vector<int>& model_outputs) {
+  // oneDNN fixes a primitive's threads when it is created: those of the calling thread.
+  sync_openmp_threads();
   auto impl = std::make_unique<Impl>();
   impl->metas = metas;
   impl->kernels.resize(steps.size());

@@ -36,6 +36,7 @@ class BlockedLayouts {
   // Chooses the steps that run on blocked layouts and builds their primitives. `metas` and
   // `constants` (the weights) are by value id; `model_outputs` lists the values the model returns.
   // Steps oneDNN cannot serve (a primitive it will not create) stay with their op's kernel.
+  // Primitives use the calling thread's kernel threads (current_num_threads()) from then on.
   static std::shared_ptr<const BlockedLayouts> plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
                                                     const std::vector<std::pair<int, Tensor>>& constants, const std::vector<int>& model_outputs);
   ~BlockedLayouts();

@@ -14,6 +14,7 @@
 
 #include "core/interpreter.h"
 #include "core/serialization.h"
+#include "core/thread_pool.h"
 #include "graph/export.pb.h"
 #include "graph/job.h"
 #include "graph/plan.h"
@@ -81,8 +82,10 @@ struct Model::Impl {
   bool blocked_layouts = true;
 
   mutable std::mutex mutex;
-  mutable std::map<int64_t, std::shared_ptr<const Program>> programs;  // by batch size
-  mutable std::map<int64_t, std::vector<std::unique_ptr<Arena>>> free_arenas;
+  // By batch size and the calling thread's kernel threads (current_num_threads()): oneDNN fixes a
+  // primitive's threads when it is created.
+  mutable std::map<std::pair<int64_t, int>, std::shared_ptr<const Program>> programs;
+  mutable std::map<const Program*, std::vector<std::unique_ptr<Arena>>> free_arenas;
 
   template <typename... Args>
   [[noreturn]] void invalid(const Args&... args) const {
@@ -96,8 +99,8 @@ struct Model::Impl {
   void add_node(proto::Node& node, int64_t batch, bool rebatch, Program& program, std::map<std::string, int>& value_ids,
                 std::map<std::string, TensorMeta>& metas, std::map<int64_t, int>& input_of_index,
                 std::map<int64_t, int>& output_of_index) const;
-  std::unique_ptr<Arena> take_arena(int64_t batch, const Program& program) const;
-  void give_back(int64_t batch, std::unique_ptr<Arena> arena) const;
+  std::unique_ptr<Arena> take_arena(const Program& program) const;
+  void give_back(const Program& program, std::unique_ptr<Arena> arena) const;
 };
 
 namespace {
@@ -328,17 +331,18 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
 
 std::shared_ptr<const Program> Model::Impl::program(int64_t batch) const {
   std::lock_guard<std::mutex> lock(mutex);
-  auto cached = programs.find(batch);
+  const std::pair<int64_t, int> key{batch, current_num_threads()};
+  auto cached = programs.find(key);
   if (cached != programs.end()) return cached->second;
   std::shared_ptr<const Program> made = make_program(batch);
   check_memory(made->run_bytes, "a run at batch " + std::to_string(batch));
-  return programs[batch] = made;
+  return programs[key] = made;
 }
 
-std::unique_ptr<Arena> Model::Impl::take_arena(int64_t batch, const Program& program) const {
+std::unique_ptr<Arena> Model::Impl::take_arena(const Program& program) const {
   {
     std::lock_guard<std::mutex> lock(mutex);
-    auto& free = free_arenas[batch];
+    auto& free = free_arenas[&program];
     if (!free.empty()) {
       auto arena = std::move(free.back());
       free.pop_back();
@@ -359,9 +363,9 @@ std::unique_ptr<Arena> Model::Impl::take_arena(int64_t batch, const Program& pro
   return arena;
 }
 
-void Model::Impl::give_back(int64_t batch, std::unique_ptr<Arena> arena) const {
+void Model::Impl::give_back(const Program& program, std::unique_ptr<Arena> arena) const {
   std::lock_guard<std::mutex> lock(mutex);
-  free_arenas[batch].push_back(std::move(arena));
+  free_arenas[&program].push_back(std::move(arena));
 }
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -497,13 +501,13 @@ TensorList Model::run(const TensorList& given) const {
     }
   }
   const std::shared_ptr<const Program> program = impl_->program(batch);
-  std::unique_ptr<Arena> arena = impl_->take_arena(batch, *program);
+  std::unique_ptr<Arena> arena = impl_->take_arena(*program);
   struct GiveBack {
     const Impl& impl;
-    int64_t batch;
+    const Program& program;
     std::unique_ptr<Arena>& arena;
-    ~GiveBack() { impl.give_back(batch, std::move(arena)); }
-  } give_back{*impl_, batch, arena};
+    ~GiveBack() { impl.give_back(program, std::move(arena)); }
+  } give_back{*impl_, *program, arena};
 
   TensorList values(program->num_values);
   for (const auto& [id, weight] : program->constants) values[id] = weight;

@@ -159,6 +159,25 @@ TEST_F(BlockedLayoutTest, GroupedConvolutionsAndPaddedPooling) {
   for (int64_t batch : {1, 3}) expect_same(net, flow::randn({batch, 4, 17, 15}));
 }
 
+// oneDNN fixes a primitive's threads when it is created, so each thread count gets its own
+// program: runs under different caps give the same numbers.
+TEST_F(BlockedLayoutTest, ThreadCapsGetTheirOwnPrograms) {
+  flow::manual_seed(8);
+  auto net = test_models::resnet();
+  export_net(net, {2, 1, 28, 28});
+  const Tensor x = flow::randn({3, 1, 28, 28});
+  const auto expected = plain_->run({x}).at(0).tolist<double>();
+  for (int cap : {1, 2}) {
+    std::thread capped([&, cap] {
+      flow::set_thread_local_num_threads(cap);
+      const auto got = blocked_->run({x}).at(0).tolist<double>();
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5 * std::max(1.0, std::abs(expected[i])));
+    });
+    capped.join();
+  }
+}
+
 TEST_F(BlockedLayoutTest, ConcurrentRunsAndTheirArenas) {
   flow::manual_seed(5);
   auto net = test_models::resnet();

@@ -41,9 +41,9 @@ struct ConvPrimitives {
 
 ConvPrimitives& primitives(const ConvKey& key) {
   static std::mutex mutex;
-  static std::map<ConvKey, std::unique_ptr<ConvPrimitives>> cache;
+  static std::map<std::pair<ConvKey, int>, std::unique_ptr<ConvPrimitives>> cache;  // by key and threads
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = cache[key];
+  auto& slot = slot_for_threads(cache, key);
   if (slot) return *slot;
   const auto algorithm = dnnl::algorithm::convolution_direct;
   const memory::desc bias_md = key.bias ? any({key.dst[1]}) : memory::desc();

@@ -5,6 +5,9 @@
 #include <omp.h>
 
 #include <dnnl.hpp>
+#include <map>
+#include <memory>
+#include <utility>
 
 #include "core/thread_pool.h"
 
@@ -43,6 +46,16 @@ inline Bound bind_memory(const Dims& dims, void* data, const memory::desc& wante
 }
 inline void write_back(Bound& bound, dnnl::stream& stream) {
   if (bound.reordered) dnnl::reorder(bound.inner, bound.user).execute(stream, bound.inner, bound.user);
+}
+
+// The cache slot of `key` for the calling thread's thread count, with OpenMP set to that count so
+// that a primitive created for the slot uses it: oneDNN 2.6 fixes a primitive's threads when it is
+// created (measured: a conv created at 1 thread runs on 1 when called at 2, and one created at 2
+// ignores a cap of 1).
+template <typename Key, typename Value>
+std::unique_ptr<Value>& slot_for_threads(std::map<std::pair<Key, int>, std::unique_ptr<Value>>& cache, const Key& key) {
+  sync_openmp_threads();
+  return cache[{key, current_num_threads()}];
 }
 
 // oneDNN runs on the calling thread's OpenMP team: match it to flow's thread count there.

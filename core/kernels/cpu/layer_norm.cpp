@@ -111,9 +111,9 @@ struct Primitives {
 
 Primitives& primitives(const Key& key) {
   static std::mutex mutex;
-  static std::map<Key, std::unique_ptr<Primitives>> cache;
+  static std::map<std::pair<Key, int>, std::unique_ptr<Primitives>> cache;  // by key and threads
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = cache[key];
+  auto& slot = slot_for_threads(cache, key);
   if (slot) return *slot;
   const normalization_flags affine = normalization_flags::use_scale | normalization_flags::use_shift;
   const memory::desc data = plain({key.rows, key.features});

@@ -34,9 +34,9 @@ struct NormPrimitives {
 
 NormPrimitives& primitives(const NormKey& key) {
   static std::mutex mutex;
-  static std::map<NormKey, std::unique_ptr<NormPrimitives>> cache;
+  static std::map<std::pair<NormKey, int>, std::unique_ptr<NormPrimitives>> cache;  // by key and threads
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = cache[key];
+  auto& slot = slot_for_threads(cache, key);
   if (slot) return *slot;
   const normalization_flags affine = normalization_flags::use_scale | normalization_flags::use_shift;
   const memory::desc data = plain(key.dims);

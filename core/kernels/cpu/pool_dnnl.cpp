@@ -58,9 +58,9 @@ PoolPrimitives make_primitives(const PoolKey& key, const memory::desc& src, cons
 // reorders whenever a primitive's layout is not plain.
 PoolPrimitives& primitives(const PoolKey& key) {
   static std::mutex mutex;
-  static std::map<PoolKey, std::unique_ptr<PoolPrimitives>> cache;
+  static std::map<std::pair<PoolKey, int>, std::unique_ptr<PoolPrimitives>> cache;  // by key and threads
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = cache[key];
+  auto& slot = slot_for_threads(cache, key);
   if (slot) return *slot;
   PoolPrimitives plain_layout = make_primitives(key, plain(key.src), plain(key.dst));
   const std::string implementation = plain_layout.forward.impl_info_str();
