@@ -33,8 +33,10 @@ struct Kernel {
   Kind kind = Kind::kAlias;
   std::optional<dnnl::primitive> primitive;
   std::vector<Operand> operands;
-  memory weights, bias;  // convolution: weights reordered once, bias as exported
-  Tensor bias_values;    // keeps the bias' buffer alive
+  // Convolution: the weights reordered once (unless already in the conv's layout) and the bias as
+  // exported; the tensors keep the buffers those may point into alive.
+  memory weights, bias;
+  Tensor weight_values, bias_values;
   int output = -1;
   TensorMeta out_meta;
   memory::desc out_layout;
@@ -216,9 +218,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->primitive.emplace(dnnl::convolution_forward(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
         dnnl::stream stream(engine());
-        memory given(plain(weight_dims), engine(), constant_of[in[1]]->data_ptr());
-        kernel->weights = memory(pd.weights_desc(), engine());
-        dnnl::reorder(given, kernel->weights).execute(stream, given, kernel->weights);
+        kernel->weight_values = *constant_of[in[1]];
+        kernel->weights = bind_memory(weight_dims, kernel->weight_values.data_ptr(), pd.weights_desc(), stream, true).inner;
         stream.wait();
         if (has_bias) {
           kernel->bias_values = *constant_of[in[2]];
@@ -230,11 +231,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
         const int block = channel_block(layouts[in[0]]);
         if (block == 0) continue;
-        const Shape& x = in_metas[0].shape;
         kernel->kind = Kind::kMaxPool;
         kernel->block = block;
-        kernel->pool = cpu::pool_geometry(x, out_meta.shape, *step.attrs);
-        kernel->pool.planes = x[0] * ((x[1] + block - 1) / block);
+        kernel->pool = cpu::blocked_pool_geometry(in_metas[0].shape, out_meta.shape, *step.attrs, block);
         kernel->operands.push_back(operand(in[0], layouts[in[0]]));
         kernel->out_layout = channel_blocked(dims_of(out_meta.shape), block);
       } else if (name == "avg_pool2d") {
@@ -388,24 +387,24 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       }
       sources.push_back(source);
     }
-    std::unordered_map<int, memory> args{{DNNL_ARG_DST, out}};
-    switch (kernel.kind) {
-      case Kind::kConv:
-        args.emplace(DNNL_ARG_SRC, sources[0]);
-        args.emplace(DNNL_ARG_WEIGHTS, kernel.weights);
-        if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);
-        break;
-      case Kind::kAdd:
-        args.emplace(DNNL_ARG_SRC_0, sources[0]);
-        args.emplace(DNNL_ARG_SRC_1, sources[1]);
-        break;
-      default:
-        args.emplace(DNNL_ARG_SRC, sources[0]);
-    }
     if (kernel.kind == Kind::kMaxPool) {
       cpu::max_pool_blocked(kernel.pool, kernel.block, static_cast<const float*>(sources[0].get_data_handle()),
                             static_cast<float*>(out.get_data_handle()));
     } else {
+      std::unordered_map<int, memory> args{{DNNL_ARG_DST, out}};
+      switch (kernel.kind) {
+        case Kind::kConv:
+          args.emplace(DNNL_ARG_SRC, sources[0]);
+          args.emplace(DNNL_ARG_WEIGHTS, kernel.weights);
+          if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);
+          break;
+        case Kind::kAdd:
+          args.emplace(DNNL_ARG_SRC_0, sources[0]);
+          args.emplace(DNNL_ARG_SRC_1, sources[1]);
+          break;
+        default:
+          args.emplace(DNNL_ARG_SRC, sources[0]);
+      }
       kernel.primitive->execute(stream, args);
     }
   }

@@ -82,8 +82,8 @@ struct Model::Impl {
   bool blocked_layouts = true;
 
   mutable std::mutex mutex;
-  // By batch size and the calling thread's kernel threads (current_num_threads()): oneDNN fixes a
-  // primitive's threads when it is created.
+  // By batch size and, with blocked layouts, the calling thread's kernel threads
+  // (current_num_threads()): oneDNN fixes a primitive's threads when it is created.
   mutable std::map<std::pair<int64_t, int>, std::shared_ptr<const Program>> programs;
   mutable std::map<const Program*, std::vector<std::unique_ptr<Arena>>> free_arenas;
 
@@ -331,7 +331,7 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
 
 std::shared_ptr<const Program> Model::Impl::program(int64_t batch) const {
   std::lock_guard<std::mutex> lock(mutex);
-  const std::pair<int64_t, int> key{batch, current_num_threads()};
+  const std::pair<int64_t, int> key{batch, blocked_layouts ? current_num_threads() : 0};
   auto cached = programs.find(key);
   if (cached != programs.end()) return cached->second;
   std::shared_ptr<const Program> made = make_program(batch);

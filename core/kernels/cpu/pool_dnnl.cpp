@@ -176,9 +176,8 @@ void max_pool_inference_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
-  PoolGeometry g = pool_geometry(x.shape(), y.shape(), ctx.attrs);
   if (x.size(1) < 8) {
-    max_pool_blocked(g, 1, x.data_ptr<float>(), y.data_ptr<float>());
+    max_pool_blocked(pool_geometry(x.shape(), y.shape(), ctx.attrs), 1, x.data_ptr<float>(), y.data_ptr<float>());
     return;
   }
   const Dims src(x.shape().begin(), x.shape().end()), dst(y.shape().begin(), y.shape().end());
@@ -186,8 +185,8 @@ void max_pool_inference_kernel(KernelContext& ctx) {
   Bound in = bind_memory(src, x.data_ptr(), memory::desc(src, memory::data_type::f32, memory::format_tag::aBcd8b), stream, true);
   Bound out = bind_memory(dst, y.data_ptr(), memory::desc(dst, memory::data_type::f32, memory::format_tag::aBcd8b), stream, false);
   stream.wait();
-  g.planes = x.size(0) * ((x.size(1) + 7) / 8);
-  max_pool_blocked(g, 8, static_cast<const float*>(in.inner.get_data_handle()), static_cast<float*>(out.inner.get_data_handle()));
+  max_pool_blocked(blocked_pool_geometry(x.shape(), y.shape(), ctx.attrs, 8), 8, static_cast<const float*>(in.inner.get_data_handle()),
+                   static_cast<float*>(out.inner.get_data_handle()));
   write_back(out, stream);
   stream.wait();
 }

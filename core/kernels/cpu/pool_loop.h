@@ -29,6 +29,14 @@ inline PoolGeometry pool_geometry(const Shape& x, const Shape& y, const Attrs& a
   return {x[0] * x[1], x[2], x[3], y[2], y[3], k[0], k[1], s[0], s[1], p[0], p[1]};
 }
 
+// The geometry of pooling x (N, C, H, W) into y over a channel-blocked layout: one plane per
+// block of `block` channels (the last block padded).
+inline PoolGeometry blocked_pool_geometry(const Shape& x, const Shape& y, const Attrs& attrs, int block) {
+  PoolGeometry g = pool_geometry(x, y, attrs);
+  g.planes = x[0] * ((x[1] + block - 1) / block);
+  return g;
+}
+
 // The valid input range [begin, end) of output position o's window along one axis.
 struct WindowRange {
   int64_t begin, end;
