@@ -41,7 +41,7 @@ ActorRuntime::ActorRuntime(std::vector<ActorSpec> actors) : actors_(std::move(ac
 ActorRuntime::~ActorRuntime() {
   for (auto& worker : threads_) {
     std::lock_guard<std::mutex> lock(worker->mutex);
-    shutting_down_ = true;
+    worker->shutting_down = true;
     worker->wake.notify_all();
   }
   for (auto& worker : threads_) worker->thread.join();
@@ -60,6 +60,7 @@ void ActorRuntime::post(int actor, MessageKind kind, int from, int64_t piece, ui
     return;
   }
   Worker& worker = *threads_[actor_worker_[actor]];
+  ++pending_messages_;
   if (current_worker == &worker) {
     worker.local.push_back({kind, actor, from, piece, epoch});
     return;
@@ -76,6 +77,7 @@ void ActorRuntime::post_all(const std::vector<int>& actors, MessageKind kind, ui
   }
   std::vector<std::vector<int>> by_worker(threads_.size());
   for (int actor : actors) by_worker[actor_worker_[actor]].push_back(actor);
+  pending_messages_ += static_cast<int64_t>(actors.size());
   for (size_t w = 0; w < threads_.size(); ++w) {
     if (by_worker[w].empty()) continue;
     Worker& worker = *threads_[w];
@@ -96,19 +98,21 @@ void ActorRuntime::worker_loop(size_t index) {
   current_worker = &worker;
   std::unique_lock<std::mutex> lock(worker.mutex);
   while (true) {
-    worker.wake.wait(lock, [&] { return shutting_down_ || !worker.queue.empty(); });
+    worker.wake.wait(lock, [&] { return worker.shutting_down || !worker.queue.empty(); });
     if (worker.queue.empty()) return;  // shutting down
     worker.local.swap(worker.queue);
-    worker.busy = true;
     lock.unlock();
     while (!worker.local.empty()) {
       const Message message = worker.local.front();
       worker.local.pop_front();
       handle(message);
+      // Counted down only after handling: the messages an act posts were counted first.
+      if (pending_messages_.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> idle_lock(idle_mutex_);
+        idle_.notify_all();
+      }
     }
     lock.lock();
-    worker.busy = false;
-    if (worker.queue.empty()) worker.idle.notify_all();
   }
 }
 
@@ -197,7 +201,10 @@ void ActorRuntime::finish_piece_at_sink(int64_t piece) {
       advanced = true;
     }
     if (!advanced) return;
-    if (completed_pieces_.load() == pieces_) run_done_.notify_all();
+    if (completed_pieces_.load() == pieces_) {
+      run_done_.notify_all();
+      return;  // no gate left to open
+    }
     epoch = epoch_.load();
   }
   post_all(gated_, MessageKind::kGateOpened, epoch);
@@ -211,10 +218,8 @@ void ActorRuntime::stop_run(std::exception_ptr error) {
 }
 
 void ActorRuntime::wait_idle() {
-  for (auto& worker : threads_) {
-    std::unique_lock<std::mutex> lock(worker->mutex);
-    worker->idle.wait(lock, [&] { return worker->queue.empty() && !worker->busy; });
-  }
+  std::unique_lock<std::mutex> lock(idle_mutex_);
+  idle_.wait(lock, [&] { return pending_messages_.load() == 0; });
 }
 
 void ActorRuntime::start_run(int64_t pieces, uint64_t& epoch) {

@@ -74,10 +74,9 @@ class ActorRuntime {
   struct Worker {
     std::mutex mutex;
     std::condition_variable wake;
-    std::condition_variable idle;
     std::deque<Message> queue;
     std::deque<Message> local;
-    bool busy = false;
+    bool shutting_down = false;
     std::thread thread;
   };
 
@@ -90,6 +89,10 @@ class ActorRuntime {
   bool can_act(int actor) const;
   void finish_piece_at_sink(int64_t piece);
   void stop_run(std::exception_ptr error);
+  // Returns once no message is queued or being handled on any worker thread. A worker seen idle
+  // can receive a message from a busy one later, so idleness is counted, not polled per worker:
+  // a stale message handled while the next run resets the actors' states could act on the new
+  // run's piece under the old epoch, and that run would then wait forever.
   void wait_idle();
   void start_run(int64_t pieces, uint64_t& epoch);
   void run_on_caller(uint64_t epoch);
@@ -113,7 +116,10 @@ class ActorRuntime {
   std::condition_variable run_done_;
   std::deque<int> sink_counts_;  // per unfinished piece, sinks done with it
   std::exception_ptr error_;
-  bool shutting_down_ = false;
+  // Messages posted to worker threads and not yet handled (see wait_idle).
+  std::atomic<int64_t> pending_messages_{0};
+  std::mutex idle_mutex_;
+  std::condition_variable idle_;
   std::deque<Message> caller_queue_;  // messages of a run driven by the caller's thread
 };
 
