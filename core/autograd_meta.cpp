@@ -4,16 +4,11 @@
 
 namespace flow {
 namespace {
-thread_local bool t_grad_enabled = true;
-
 AutogradMeta& meta_of(TensorImpl* impl) {
   if (!impl->autograd) impl->autograd = std::make_shared<AutogradMeta>();
   return *impl->autograd;
 }
 }  // namespace
-
-bool is_grad_enabled() { return t_grad_enabled; }
-void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
 
 bool Tensor::requires_grad() const {
   const auto& meta = impl()->autograd;
