@@ -44,6 +44,15 @@ __global__ void map2(Geometry g, int64_t numel, Operand out, Operand a, Operand 
   }
 }
 
+template <typename T>
+__global__ void select(Geometry g, int64_t numel, Operand out, Operand condition, Operand a, Operand b) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(blockDim.x) * gridDim.x) {
+    const bool c = static_cast<const bool*>(condition.data)[offset_of(i, g, condition)];
+    static_cast<T*>(out.data)[offset_of(i, g, out)] =
+        c ? static_cast<const T*>(a.data)[offset_of(i, g, a)] : static_cast<const T*>(b.data)[offset_of(i, g, b)];
+  }
+}
+
 // Dense operands (one merged dim, unit strides, aligned) move kVector elements per load and store.
 constexpr int kVector = 4;
 
@@ -175,6 +184,7 @@ __device__ T apply_binary(BinaryOp op, T a, T b) {
     case BinaryOp::kRsub: return b - a;
     case BinaryOp::kRdiv: return b / a;
     case BinaryOp::kRpow: return static_cast<T>(pow(static_cast<double>(b), static_cast<double>(a)));
+    case BinaryOp::kReluGrad: return b > T(0) ? a : T(0);
   }
   return a;
 }
@@ -274,6 +284,15 @@ const char* binary(BinaryOp op, ScalarType type, const Geometry& g, int64_t nume
     } else {
       return launch_map2<T, T>(g, numel, out, a, b, BinaryFn<T>{op});
     }
+  });
+}
+
+const char* where_select(ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand condition, Operand a, Operand b) {
+  if (numel == 0) return nullptr;
+  return dispatch(type, [&](auto tag) {
+    using T = decltype(tag);
+    select<T><<<blocks_for(numel), kThreads>>>(g, numel, out, condition, a, b);
+    return launch_status();
   });
 }
 

@@ -8,39 +8,13 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/kernels/cuda/host.h"
 #include "core/kernels/cuda/launch.h"
 #include "core/op.h"
 #include "core/ops/copy.h"
 
 namespace flow::cuda {
 namespace {
-
-ScalarType scalar_type(DType dtype, const char* op) {
-  switch (dtype) {
-    case kFloat32: return ScalarType::kFloat32;
-    case kFloat64: return ScalarType::kFloat64;
-    case kInt64: return ScalarType::kInt64;
-    case kInt32: return ScalarType::kInt32;
-    case kUInt8: return ScalarType::kUInt8;
-    case kInt8: return ScalarType::kInt8;
-    case kBool: return ScalarType::kBool;
-    default: fail(op, "dtype ", dtype_name(dtype), " is not supported on CUDA");
-  }
-}
-
-void check(const char* error, const char* op) {
-  if (error != nullptr) fail(op, "CUDA kernel failed: ", error);
-}
-
-void set_device(const Tensor& t, const char* op) {
-  if (cudaSetDevice(t.device().index) != cudaSuccess) fail(op, "cannot select ", t.device());
-}
-
-// Geometry of `out` with each operand's strides broadcast to it (in elements).
-struct Prepared {
-  Geometry geometry;
-  std::vector<Operand> operands;  // out first
-};
 
 // Drops size-1 dims and merges neighbours that every operand walks as one (a contiguous run, or
 // a broadcast over both), so that a dense op indexes one flat dim: the device then needs no
@@ -65,6 +39,29 @@ void merge_dims(Prepared& p) {
   g.ndim = kept;
 }
 
+}  // namespace
+
+ScalarType scalar_type(DType dtype, const char* op) {
+  switch (dtype) {
+    case kFloat32: return ScalarType::kFloat32;
+    case kFloat64: return ScalarType::kFloat64;
+    case kInt64: return ScalarType::kInt64;
+    case kInt32: return ScalarType::kInt32;
+    case kUInt8: return ScalarType::kUInt8;
+    case kInt8: return ScalarType::kInt8;
+    case kBool: return ScalarType::kBool;
+    default: fail(op, "dtype ", dtype_name(dtype), " is not supported on CUDA");
+  }
+}
+
+void check(const char* error, const char* op) {
+  if (error != nullptr) fail(op, "CUDA kernel failed: ", error);
+}
+
+void set_device(const Tensor& t, const char* op) {
+  if (cudaSetDevice(t.device().index) != cudaSuccess) fail(op, "cannot select ", t.device());
+}
+
 Prepared prepare(const Tensor& out, const std::vector<const Tensor*>& inputs, const char* op) {
   Prepared p;
   const int64_t ndim = out.dim();
@@ -83,6 +80,8 @@ Prepared prepare(const Tensor& out, const std::vector<const Tensor*>& inputs, co
   merge_dims(p);
   return p;
 }
+
+namespace {
 
 KernelFn unary_kernel(UnaryOp op, const char* name) {
   return [op, name](KernelContext& ctx) {
@@ -107,6 +106,16 @@ KernelFn binary_kernel(BinaryOp op, const char* name) {
                  p.operands[1], p.operands[2]),
           name);
   };
+}
+
+// where(condition, a, b): the condition is bool, a and b share the output's dtype.
+void where_kernel(KernelContext& ctx) {
+  Tensor& out = ctx.outputs[0];
+  set_device(out, "where");
+  Prepared p = prepare(out, {&ctx.inputs[0], &ctx.inputs[1], &ctx.inputs[2]}, "where");
+  check(where_select(scalar_type(out.dtype(), "where"), p.geometry, out.numel(), p.operands[0], p.operands[1], p.operands[2],
+                     p.operands[3]),
+        "where");
 }
 
 KernelFn scalar_kernel(BinaryOp op, const char* name) {
@@ -288,6 +297,8 @@ FLOW_REGISTER_KERNEL("div", DeviceType::kCUDA, kFloating, binary_kernel(BinaryOp
 FLOW_REGISTER_KERNEL("maximum", DeviceType::kCUDA, kNumeric, binary_kernel(BinaryOp::kMaximum, "maximum"));
 FLOW_REGISTER_KERNEL("minimum", DeviceType::kCUDA, kNumeric, binary_kernel(BinaryOp::kMinimum, "minimum"));
 FLOW_REGISTER_KERNEL("pow", DeviceType::kCUDA, kFloating, binary_kernel(BinaryOp::kPow, "pow"));
+FLOW_REGISTER_KERNEL("relu_grad", DeviceType::kCUDA, kNumeric, binary_kernel(BinaryOp::kReluGrad, "relu_grad"));
+FLOW_REGISTER_KERNEL("where", DeviceType::kCUDA, {kBool}, where_kernel);
 FLOW_REGISTER_KERNEL("add_scalar", DeviceType::kCUDA, kNumeric, scalar_kernel(BinaryOp::kAdd, "add_scalar"));
 FLOW_REGISTER_KERNEL("sub_scalar", DeviceType::kCUDA, kNumeric, scalar_kernel(BinaryOp::kSub, "sub_scalar"));
 FLOW_REGISTER_KERNEL("mul_scalar", DeviceType::kCUDA, kNumeric, scalar_kernel(BinaryOp::kMul, "mul_scalar"));

@@ -20,7 +20,8 @@ struct Operand {
 };
 
 enum class UnaryOp : int { kNeg, kAbs, kExp, kLog, kSqrt, kRsqrt, kSin, kCos, kTanh, kSigmoid, kRelu, kGeluErf, kGeluTanh, kSilu };
-enum class BinaryOp : int { kAdd, kSub, kMul, kDiv, kMaximum, kMinimum, kPow, kRsub, kRdiv, kRpow };
+// kReluGrad: a is the gradient, b the relu's output (a where b > 0, else 0).
+enum class BinaryOp : int { kAdd, kSub, kMul, kDiv, kMaximum, kMinimum, kPow, kRsub, kRdiv, kRpow, kReluGrad };
 enum class CompareOp : int { kEq, kNe, kLt, kLe, kGt, kGe };
 
 // Each returns nullptr on success or the CUDA error string of the launch.
@@ -28,6 +29,8 @@ const char* unary(UnaryOp op, ScalarType type, const Geometry& g, int64_t numel,
 const char* binary(BinaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a, Operand b);
 const char* binary_scalar(BinaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a,
                           double scalar);
+// out = condition (bool) ? a : b, every operand strided to out.
+const char* where_select(ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand condition, Operand a, Operand b);
 // Writes bool.
 const char* compare(CompareOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a, Operand b);
 const char* compare_scalar(CompareOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a,
@@ -51,5 +54,37 @@ const char* max_pool2d_grad(ScalarType type, const PoolWindow& g, const void* gr
 // (n, c, s): grad_mean / m - grad_invstd * invstd^3 * (x - mean) / m per channel, m = n * s.
 const char* batch_norm_statistics_grad(ScalarType type, int64_t n, int64_t c, int64_t s, const void* x, const void* mean,
                                        const void* invstd, const void* grad_mean, const void* grad_invstd, void* grad_input);
+
+// Reductions and softmax over the middle dim of a contiguous (outer, n, inner) input, written to
+// the contiguous (outer, inner) output (softmax: to (outer, n, inner)). Sums accumulate in the
+// input's type (int64 for integers), in a different order from the CPU's.
+const char* sum_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, void* out);
+// First index of the maximum, NaN counting as the maximum (the CPU loop's rule).
+const char* argmax_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, int64_t* out);
+const char* softmax_middle(ScalarType type, bool log_output, int64_t outer, int64_t n, int64_t inner, const void* in, void* out);
+
+// gather / scatter along `dim` over the index's positions (contiguous tensors, strides in
+// elements). An index may be negative (counted from the end); the first out-of-range one seen is
+// written to error[1] with error[0] = 1, and its element is skipped.
+struct IndexGeometry {
+  int ndim = 0, dim = 0;
+  int64_t index_sizes[kMaxDims] = {};
+  int64_t target_strides[kMaxDims] = {};  // of gather's input / scatter's output
+  int64_t other_strides[kMaxDims] = {};   // of gather's output / scatter's src
+  int64_t dim_size = 0;                   // the target's size along dim
+};
+const char* gather(ScalarType type, bool index64, const IndexGeometry& g, const void* input, const void* index, void* out,
+                   int64_t* error);
+// out already holds the input. Entries of one slice along dim are applied in order by one thread,
+// so repeated indices resolve as on the CPU (the last write wins; additions in index order).
+const char* scatter(ScalarType type, bool index64, bool add, const IndexGeometry& g, const void* src, const void* index,
+                    void* out, int64_t* error);
+
+struct SgdStep {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, buffer_initialized;
+};
+// The fused SGD update of core/kernels/cpu/optimizer_update.cpp; buffer may be null (no momentum).
+const char* sgd_update(ScalarType type, int64_t numel, void* param, const void* grad, void* buffer, const SgdStep& step);
 
 }  // namespace flow::cuda

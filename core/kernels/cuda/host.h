@@ -1,0 +1,23 @@
+#pragma once
+// Host-side helpers of the CUDA kernel files (kernels.cpp, reduce_index.cpp): dtype mapping,
+// launch error checks, device selection and the broadcast geometry of element-wise operands.
+#include <vector>
+
+#include "core/kernels/cuda/launch.h"
+#include "core/tensor.h"
+
+namespace flow::cuda {
+
+ScalarType scalar_type(DType dtype, const char* op);
+// Turns a launcher's error string into flow::Error naming the op.
+void check(const char* error, const char* op);
+void set_device(const Tensor& t, const char* op);
+
+// Geometry of `out` with each operand's strides broadcast to it (in elements).
+struct Prepared {
+  Geometry geometry;
+  std::vector<Operand> operands;  // out first
+};
+Prepared prepare(const Tensor& out, const std::vector<const Tensor*>& inputs, const char* op);
+
+}  // namespace flow::cuda
