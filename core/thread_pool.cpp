@@ -3,11 +3,15 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -18,12 +22,37 @@ namespace {
 
 thread_local int t_num_threads = 0;  // set_thread_local_num_threads; 0: no cap
 
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return std::nullopt;
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// quota / period rounded up, or nullopt for "max", -1 or unreadable values.
+std::optional<int> whole_cpus(const std::string& quota_text, const std::string& period_text) {
+  try {
+    const double quota = std::stod(quota_text), period = std::stod(period_text);
+    if (quota <= 0 || period <= 0) return std::nullopt;
+    return std::max(1, static_cast<int>((quota + period - 1) / period));
+  } catch (const std::exception&) {
+    return std::nullopt;  // "max": no limit
+  }
+}
+
 int default_num_threads() {
   if (const char* env = std::getenv("FLOW_NUM_THREADS")) {
     const int n = std::atoi(env);
     if (n > 0) return n;
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) cpus = std::max(1, std::min(cpus, CPU_COUNT(&allowed)));
+  if (const auto cgroup = read_text("/proc/self/cgroup")) {
+    if (const auto limit = cgroup_cpu_limit(*cgroup, read_text)) cpus = std::min(cpus, *limit);
+  }
+  return cpus;
 }
 
 struct PoolState {
@@ -37,6 +66,40 @@ PoolState& state() {
 }
 
 }  // namespace
+
+std::optional<int> cgroup_cpu_limit(const std::string& proc_self_cgroup,
+                                    const std::function<std::optional<std::string>(const std::string&)>& read) {
+  std::istringstream lines(proc_self_cgroup);
+  std::string line;
+  while (std::getline(lines, line)) {
+    // "hierarchy-id:controllers:path"; v2 has id 0 and no controllers, v1 names "cpu" among them.
+    const size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1), path = line.substr(second + 1);
+    const std::string dir = path == "/" ? "" : path;
+    if (controllers.empty()) {
+      const auto max = read("/sys/fs/cgroup" + dir + "/cpu.max");  // "quota period" or "max period"
+      if (!max) continue;
+      std::istringstream fields(*max);
+      std::string quota, period;
+      fields >> quota >> period;
+      if (const auto cpus = whole_cpus(quota, period)) return cpus;
+      continue;
+    }
+    std::istringstream names(controllers);
+    std::string name;
+    while (std::getline(names, name, ',')) {
+      if (name != "cpu") continue;
+      for (const std::string mount : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
+        const auto quota = read(mount + dir + "/cpu.cfs_quota_us"), period = read(mount + dir + "/cpu.cfs_period_us");
+        if (!quota || !period) continue;
+        if (const auto cpus = whole_cpus(*quota, *period)) return cpus;
+        break;
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 int get_num_threads() { return state().num_threads; }
 

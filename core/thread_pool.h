@@ -1,12 +1,20 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 
 namespace flow {
 
-// Threads used by CPU kernels (and by OpenBLAS). Defaults to FLOW_NUM_THREADS, else the
-// number of cores.
+// Threads used by CPU kernels (and by OpenBLAS). Defaults to FLOW_NUM_THREADS, else the CPUs
+// this process may run on: its affinity mask, lowered to a container's CPU quota (cgroup v1 or
+// v2). More threads than the quota allows spin at OpenMP barriers while the kernel throttles them.
 int get_num_threads();
+// The CPU quota of the cgroup named in `proc_self_cgroup` (the text of /proc/self/cgroup),
+// rounded up to whole CPUs; nullopt when unlimited or unknown. `read` returns a file's text
+// (nullopt if missing).
+std::optional<int> cgroup_cpu_limit(const std::string& proc_self_cgroup,
+                                    const std::function<std::optional<std::string>(const std::string&)>& read);
 void set_num_threads(int num_threads);
 // Caps the threads used by work started from the calling thread: parallel_for chunks and the
 // OpenMP threads of oneDNN kernels (0: no cap beyond get_num_threads()). A server gives each

@@ -1,5 +1,5 @@
 // The quickstart of the seed tutorial in C++: FashionMNIST, an MLP, SGD, 5 epochs, save.
-// Usage: quickstart_eager [--epochs N] [--data DIR] [--out FILE]   (--help says more)
+// Usage: quickstart_eager [--epochs N] [--data DIR] [--out FILE] [--device cuda]   (--help says more)
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -15,12 +15,13 @@
 
 namespace nn = flow::nn;
 
-void train(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropyLoss& loss_fn, flow::optim::Optimizer& optimizer) {
+void train(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropyLoss& loss_fn, flow::optim::Optimizer& optimizer,
+           flow::Device device) {
   const int64_t size = loader.dataset_size();
   model.train();
   int64_t batch_index = 0;
   for (const auto& batch : loader) {
-    flow::Tensor loss = loss_fn(model.forward(batch.data), batch.target);
+    flow::Tensor loss = loss_fn(model.forward(batch.data.to(device)), batch.target.to(device));
     optimizer.zero_grad();
     loss.backward();
     optimizer.step();
@@ -32,15 +33,16 @@ void train(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntrop
   }
 }
 
-void test(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropyLoss& loss_fn) {
+void test(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropyLoss& loss_fn, flow::Device device) {
   model.eval();
   flow::autograd::NoGradGuard no_grad;
   double test_loss = 0;
   int64_t correct = 0;
   for (const auto& batch : loader) {
-    flow::Tensor pred = model.forward(batch.data);
-    test_loss += loss_fn(pred, batch.target).item<double>();
-    correct += flow::sum(flow::eq(flow::argmax(pred, 1), batch.target)).item<int64_t>();
+    const flow::Tensor target = batch.target.to(device);
+    flow::Tensor pred = model.forward(batch.data.to(device));
+    test_loss += loss_fn(pred, target).item<double>();
+    correct += flow::sum(flow::eq(flow::argmax(pred, 1), target)).item<int64_t>();
   }
   test_loss /= static_cast<double>(loader.size());
   std::printf("Test Error: \n Accuracy: %.1f%%, Avg loss: %f \n\n", 100.0 * static_cast<double>(correct) / static_cast<double>(loader.dataset_size()),
@@ -60,14 +62,16 @@ int main(int argc, char** argv) {
     const int64_t batch_size = 64;
     flow::data::DataLoader train_dataloader(training_data, flow::data::DataLoaderOptions().batch_size(batch_size).shuffle(true).num_workers(1));
     flow::data::DataLoader test_dataloader(test_data, flow::data::DataLoaderOptions().batch_size(batch_size).num_workers(1));
+    const flow::Device device(options.device);
     auto model = std::make_shared<NeuralNetwork>();
+    model->to(device);
     std::cout << *model << "\n";
     nn::CrossEntropyLoss loss_fn;
     flow::optim::SGD optimizer(model->parameters(), flow::optim::SGDOptions(1e-3));
     for (int t = 0; t < options.epochs; ++t) {
       std::printf("Epoch %d\n-------------------------------\n", t + 1);
-      train(train_dataloader, *model, loss_fn, optimizer);
-      test(test_dataloader, *model, loss_fn);
+      train(train_dataloader, *model, loss_fn, optimizer, device);
+      test(test_dataloader, *model, loss_fn, device);
     }
     std::printf("Done!\n");
     flow::save(model->state_dict(), options.out);

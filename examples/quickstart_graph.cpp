@@ -9,7 +9,7 @@
 // batch across the ranks (parameters broadcast), mp splits the first two Linear layers Megatron's
 // way (column- then row-parallel); the compiled Job of each rank holds its pieces and the
 // collectives the compiler chose.
-// Usage: quickstart_graph [--epochs N] [--data DIR] [--out FILE] [--export DIR]   (--help says more)
+// Usage: quickstart_graph [--epochs N] [--data DIR] [--out FILE] [--export DIR] [--device cuda]   (--help says more)
 //        flow_run --nproc-per-node 2 -- quickstart_graph --parallel dp|mp|pp
 #include <cstdio>
 #include <iostream>
@@ -73,6 +73,7 @@ struct Layout {
   std::optional<flow::Placement> data_placement, target_placement;  // none: one process, local tensors
   flow::NdSbp sbp;                                                  // of images and targets
   int64_t printer = 0;                                              // the rank holding the loss
+  flow::Device device = flow::kCPU;                                 // of the model and local batches
 
   flow::Tensor data(const flow::Tensor& whole) const { return place(whole, data_placement); }
   flow::Tensor target(const flow::Tensor& whole) const { return place(whole, target_placement); }
@@ -80,7 +81,7 @@ struct Layout {
 
  private:
   flow::Tensor place(const flow::Tensor& whole, const std::optional<flow::Placement>& placement) const {
-    return placement ? flow::distributed::from_whole(whole, *placement, sbp) : whole;
+    return placement ? flow::distributed::from_whole(whole, *placement, sbp) : whole.to(device);
   }
 };
 
@@ -130,7 +131,12 @@ int main(int argc, char** argv) {
     flow::data::DataLoader train_dataloader(training_data, flow::data::DataLoaderOptions().batch_size(batch_size).shuffle(true).num_workers(1));
     flow::data::DataLoader test_dataloader(test_data, flow::data::DataLoaderOptions().batch_size(batch_size).num_workers(1));
     auto model = std::make_shared<NeuralNetwork>();
-    const Layout layout = lay_out(parallel, *model);
+    Layout layout = lay_out(parallel, *model);
+    if (options.device != "cpu") {
+      if (parallel != "none") throw flow::Error("--device " + options.device + " trains in one process: use it with --parallel none");
+      layout.device = flow::Device(options.device);
+      model->to(layout.device);
+    }
     auto optimizer = std::make_shared<flow::optim::SGD>(model->parameters(), flow::optim::SGDOptions(1e-3));
     GraphNeuralNetworkTrain train_graph(model, optimizer);
     if (parallel == "pp") train_graph.config().set_gradient_accumulation_steps(4);
@@ -187,8 +193,10 @@ int main(int argc, char** argv) {
       }
       deployed->load_state_dict(trained);
     }
+    if (layout.device.is_cuda()) deployed->to(flow::kCPU);  // deployments (oneflow_lite, flow_serve) run on the CPU
     GraphNeuralNetworkPredict predict(deployed);
-    predict(parallel == "pp" ? test_dataloader.begin()->data : layout.data(test_dataloader.begin()->data));
+    const flow::Tensor example = test_dataloader.begin()->data;
+    predict(parallel == "none" || parallel == "pp" ? example : layout.data(example));
     flow::save(predict, export_dir, flow::ExportOptions().input_names({"image"}).output_names({"logits"}));
     if (layout.prints()) std::printf("Exported the prediction graph for deployment to %s\n", export_dir.c_str());
   } catch (const flow::Error& e) {

@@ -1,5 +1,5 @@
 #pragma once
-// The command line both quickstarts share: --epochs, --data and --out.
+// The command line both quickstarts share: --epochs, --data, --out and --device.
 #include <string>
 
 #include "cli/cli.h"
@@ -9,6 +9,7 @@ struct QuickstartOptions {
   int epochs = 5;
   std::string data = flow::data::FashionMNIST::kDefaultRoot;
   std::string out;  // the checkpoint file; each quickstart sets its default
+  std::string device = "cpu";  // where the model trains: cpu or cuda[:N]
 };
 
 inline void add_quickstart_options(CLI::App& app, QuickstartOptions& options) {
@@ -17,4 +18,6 @@ inline void add_quickstart_options(CLI::App& app, QuickstartOptions& options) {
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
   app.add_option("--out", options.out, "where to save the trained state (safetensors)")->capture_default_str();
+  app.add_option("--device", options.device, "where the model trains: cpu, or cuda[:N] (needs a CUDA build and GPU)")
+      ->capture_default_str();
 }

@@ -6,16 +6,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/flow-gpu-out}"
-mkdir -p "$out" /tmp/flow-gpu
-tar -C /tmp/flow-gpu -xJf .gpu/flow-gpu.tar.xz
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-libdirs=/tmp/flow-gpu/lib
-for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
-  found=$(find /usr/local/cuda/ /usr/local/cuda/lib64/ /opt /usr/lib -name "$lib" 2>/dev/null | head -n 1)
-  echo "$lib: ${found:-not found}"
-  [ -n "$found" ] && libdirs="$libdirs:$(dirname "$found")"
-done
-export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$out"
+source scripts/gpu_env.sh
 status=0
 for test in /tmp/flow-gpu/bin/*_tests; do
   name=$(basename "$test")

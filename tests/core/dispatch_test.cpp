@@ -6,6 +6,9 @@
 #include <thread>
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
 
 #include "common/test_util.h"
 #include "core/flow.h"
@@ -124,6 +127,33 @@ TEST(ThreadPool, ThreadLocalCapLimitsOnlyTheCallingThread) {
   EXPECT_EQ(chunks(), 4);  // other threads keep the process-wide count
   EXPECT_THROW_MSG(flow::set_thread_local_num_threads(-1), "expected 0 or more threads");
   flow::set_num_threads(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// The default thread count stays within a container's CPU quota (cgroup v2 cpu.max, v1
+// cpu.cfs_quota_us / cpu.cfs_period_us), rounded up to whole CPUs; no quota leaves it alone.
+TEST(Dispatch, CgroupCpuQuotaLimitsTheDefaultThreads) {
+  std::map<std::string, std::string> files;
+  const auto read = [&](const std::string& path) -> std::optional<std::string> {
+    auto found = files.find(path);
+    return found == files.end() ? std::nullopt : std::optional<std::string>(found->second);
+  };
+  const std::string v2 = "0::/jobs/train\n";
+  files["/sys/fs/cgroup/jobs/train/cpu.max"] = "200000 100000\n";
+  EXPECT_EQ(flow::cgroup_cpu_limit(v2, read), 2);
+  files["/sys/fs/cgroup/jobs/train/cpu.max"] = "150000 100000\n";
+  EXPECT_EQ(flow::cgroup_cpu_limit(v2, read), 2);
+  files["/sys/fs/cgroup/jobs/train/cpu.max"] = "max 100000\n";
+  EXPECT_EQ(flow::cgroup_cpu_limit(v2, read), std::nullopt);
+  // v1 in a container's own namespace (path "/"), the cpu controller mounted with cpuacct.
+  const std::string v1 = "12:pids:/\n4:memory:/x\n2:cpu,cpuacct:/\n0::/\n";
+  files["/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"] = "50000\n";
+  files["/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us"] = "100000\n";
+  EXPECT_EQ(flow::cgroup_cpu_limit(v1, read), 1);
+  files["/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"] = "-1\n";
+  EXPECT_EQ(flow::cgroup_cpu_limit(v1, read), std::nullopt);
+  EXPECT_EQ(flow::cgroup_cpu_limit("", read), std::nullopt);
+  EXPECT_EQ(flow::cgroup_cpu_limit("garbage without colons\n", read), std::nullopt);
+  EXPECT_GE(flow::get_num_threads(), 1);
 }
 
 TEST(Dispatch, InPlaceOpsWriteTheirInputsAndBumpVersions) {
