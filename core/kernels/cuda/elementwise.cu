@@ -234,21 +234,6 @@ struct CastFn {
   __device__ Out operator()(In x) const { return static_cast<Out>(x); }
 };
 
-// Calls f.template operator()<T>() for the C++ type of `type`.
-template <typename F>
-const char* dispatch(ScalarType type, F&& f) {
-  switch (type) {
-    case ScalarType::kFloat32: return f(float{});
-    case ScalarType::kFloat64: return f(double{});
-    case ScalarType::kInt64: return f(int64_t{});
-    case ScalarType::kInt32: return f(int32_t{});
-    case ScalarType::kUInt8: return f(uint8_t{});
-    case ScalarType::kInt8: return f(int8_t{});
-    case ScalarType::kBool: return f(bool{});
-  }
-  return "unsupported dtype";
-}
-
 template <typename T>
 __global__ void fill_kernel(T* data, int64_t numel, T value) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(blockDim.x) * gridDim.x) data[i] = value;
@@ -265,7 +250,7 @@ __global__ void arange_kernel(T* data, int64_t numel, double start, double step)
 
 const char* unary(UnaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand in) {
   if (numel == 0) return nullptr;
-  return dispatch(type, [&](auto tag) {
+  return dispatch_all(type, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       return "unsupported dtype bool";
@@ -277,7 +262,7 @@ const char* unary(UnaryOp op, ScalarType type, const Geometry& g, int64_t numel,
 
 const char* binary(BinaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a, Operand b) {
   if (numel == 0) return nullptr;
-  return dispatch(type, [&](auto tag) {
+  return dispatch_all(type, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       return "unsupported dtype bool";
@@ -289,7 +274,7 @@ const char* binary(BinaryOp op, ScalarType type, const Geometry& g, int64_t nume
 
 const char* where_select(ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand condition, Operand a, Operand b) {
   if (numel == 0) return nullptr;
-  return dispatch(type, [&](auto tag) {
+  return dispatch_all(type, [&](auto tag) {
     using T = decltype(tag);
     select<T><<<blocks_for(numel), kThreads>>>(g, numel, out, condition, a, b);
     return launch_status();
@@ -299,7 +284,7 @@ const char* where_select(ScalarType type, const Geometry& g, int64_t numel, Oper
 const char* binary_scalar(BinaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a,
                           double scalar) {
   if (numel == 0) return nullptr;
-  return dispatch(type, [&](auto tag) {
+  return dispatch_all(type, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       return "unsupported dtype bool";
@@ -311,7 +296,7 @@ const char* binary_scalar(BinaryOp op, ScalarType type, const Geometry& g, int64
 
 const char* compare(CompareOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a, Operand b) {
   if (numel == 0) return nullptr;
-  return dispatch(type, [&](auto tag) {
+  return dispatch_all(type, [&](auto tag) {
     using T = decltype(tag);
     return launch_map2<bool, T>(g, numel, out, a, b, CompareFn<T>{op});
   });
@@ -320,7 +305,7 @@ const char* compare(CompareOp op, ScalarType type, const Geometry& g, int64_t nu
 const char* compare_scalar(CompareOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a,
                            double scalar) {
   if (numel == 0) return nullptr;
-  return dispatch(type, [&](auto tag) {
+  return dispatch_all(type, [&](auto tag) {
     using T = decltype(tag);
     return launch_map1<bool, T>(g, numel, out, a, CompareScalarFn{op, scalar});
   });
@@ -328,9 +313,9 @@ const char* compare_scalar(CompareOp op, ScalarType type, const Geometry& g, int
 
 const char* cast(ScalarType from, ScalarType to, const Geometry& g, int64_t numel, Operand out, Operand in) {
   if (numel == 0) return nullptr;
-  return dispatch(from, [&](auto from_tag) {
+  return dispatch_all(from, [&](auto from_tag) {
     using In = decltype(from_tag);
-    return dispatch(to, [&](auto to_tag) {
+    return dispatch_all(to, [&](auto to_tag) {
       using Out = decltype(to_tag);
       return launch_map1<Out, In>(g, numel, out, in, CastFn<Out>{});
     });
@@ -339,7 +324,7 @@ const char* cast(ScalarType from, ScalarType to, const Geometry& g, int64_t nume
 
 const char* fill(ScalarType type, void* data, int64_t numel, double value) {
   if (numel == 0) return nullptr;
-  return dispatch(type, [&](auto tag) {
+  return dispatch_all(type, [&](auto tag) {
     using T = decltype(tag);
     fill_kernel<T><<<blocks_for(numel), kThreads>>>(static_cast<T*>(data), numel, static_cast<T>(value));
     return launch_status();
@@ -348,7 +333,7 @@ const char* fill(ScalarType type, void* data, int64_t numel, double value) {
 
 const char* arange(ScalarType type, void* data, int64_t numel, double start, double step) {
   if (numel == 0) return nullptr;
-  return dispatch(type, [&](auto tag) {
+  return dispatch_all(type, [&](auto tag) {
     using T = decltype(tag);
     arange_kernel<T><<<blocks_for(numel), kThreads>>>(static_cast<T*>(data), numel, start, step);
     return launch_status();

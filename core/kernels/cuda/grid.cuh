@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/kernels/cuda/launch.h"
+
 namespace flow::cuda {
 
 constexpr int kThreads = 256;
@@ -18,6 +20,30 @@ inline int blocks_for(int64_t numel) {
 inline const char* launch_status() {
   const cudaError_t status = cudaGetLastError();
   return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
+}
+
+// Calls f(T{}) for the C++ type T of `type` and returns its status.
+template <typename F>
+const char* dispatch_all(ScalarType type, F&& f) {
+  switch (type) {
+    case ScalarType::kFloat32: return f(float{});
+    case ScalarType::kFloat64: return f(double{});
+    case ScalarType::kInt64: return f(int64_t{});
+    case ScalarType::kInt32: return f(int32_t{});
+    case ScalarType::kUInt8: return f(uint8_t{});
+    case ScalarType::kInt8: return f(int8_t{});
+    case ScalarType::kBool: return f(bool{});
+  }
+  return "unsupported dtype";
+}
+
+template <typename F>
+const char* dispatch_floating(ScalarType type, F&& f) {
+  switch (type) {
+    case ScalarType::kFloat32: return f(float{});
+    case ScalarType::kFloat64: return f(double{});
+    default: return "unsupported dtype";
+  }
 }
 
 }  // namespace flow::cuda

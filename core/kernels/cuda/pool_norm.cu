@@ -11,15 +11,6 @@
 namespace flow::cuda {
 namespace {
 
-template <typename F>
-const char* dispatch_floating(ScalarType type, F&& f) {
-  switch (type) {
-    case ScalarType::kFloat32: return f(float{});
-    case ScalarType::kFloat64: return f(double{});
-    default: return "unsupported dtype";
-  }
-}
-
 __device__ inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

@@ -18,15 +18,6 @@ namespace {
 constexpr int kReduceThreads = 256;
 
 template <typename F>
-const char* dispatch_floating(ScalarType type, F&& f) {
-  switch (type) {
-    case ScalarType::kFloat32: return f(float{});
-    case ScalarType::kFloat64: return f(double{});
-    default: return "unsupported dtype";
-  }
-}
-
-template <typename F>
 const char* dispatch_numeric(ScalarType type, F&& f) {
   switch (type) {
     case ScalarType::kFloat32: return f(float{});
@@ -214,20 +205,6 @@ __global__ void sgd_kernel(int64_t numel, T* param, const T* grad, T* buffer, Sg
 template <typename F>
 const char* dispatch_index(bool index64, F&& f) {
   return index64 ? f(int64_t{}) : f(int32_t{});
-}
-
-template <typename F>
-const char* dispatch_all(ScalarType type, F&& f) {
-  switch (type) {
-    case ScalarType::kFloat32: return f(float{});
-    case ScalarType::kFloat64: return f(double{});
-    case ScalarType::kInt64: return f(int64_t{});
-    case ScalarType::kInt32: return f(int32_t{});
-    case ScalarType::kUInt8: return f(uint8_t{});
-    case ScalarType::kInt8: return f(int8_t{});
-    case ScalarType::kBool: return f(bool{});
-  }
-  return "unsupported dtype";
 }
 
 }  // namespace
