@@ -3,7 +3,6 @@
 // skips when no CUDA device is present.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <limits>
 
 #include "common/graphs.h"

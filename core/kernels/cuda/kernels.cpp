@@ -271,11 +271,10 @@ void linear_kernel(KernelContext& ctx) {
 
 const std::vector<DType> kFloating = floating_dtypes();
 const std::vector<DType> kNumeric = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8};
-const std::vector<DType> kAll = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8, kBool};
 
-FLOW_REGISTER_KERNEL("copy", DeviceType::kCUDA, kAll, copy_kernel);
-FLOW_REGISTER_KERNEL("full", DeviceType::kCUDA, kAll, full_kernel);
-FLOW_REGISTER_KERNEL("empty", DeviceType::kCUDA, kAll, [](KernelContext&) {});
+FLOW_REGISTER_KERNEL("copy", DeviceType::kCUDA, kCudaDtypes, copy_kernel);
+FLOW_REGISTER_KERNEL("full", DeviceType::kCUDA, kCudaDtypes, full_kernel);
+FLOW_REGISTER_KERNEL("empty", DeviceType::kCUDA, kCudaDtypes, [](KernelContext&) {});
 FLOW_REGISTER_KERNEL("arange", DeviceType::kCUDA, kNumeric, arange_kernel);
 FLOW_REGISTER_KERNEL("neg", DeviceType::kCUDA, kNumeric, unary_kernel(UnaryOp::kNeg, "neg"));
 FLOW_REGISTER_KERNEL("abs", DeviceType::kCUDA, kNumeric, unary_kernel(UnaryOp::kAbs, "abs"));
@@ -307,18 +306,18 @@ FLOW_REGISTER_KERNEL("rsub_scalar", DeviceType::kCUDA, kNumeric, scalar_kernel(B
 FLOW_REGISTER_KERNEL("rdiv_scalar", DeviceType::kCUDA, kFloating, scalar_kernel(BinaryOp::kRdiv, "rdiv_scalar"));
 FLOW_REGISTER_KERNEL("pow_scalar", DeviceType::kCUDA, kFloating, scalar_kernel(BinaryOp::kPow, "pow_scalar"));
 FLOW_REGISTER_KERNEL("rpow_scalar", DeviceType::kCUDA, kFloating, scalar_kernel(BinaryOp::kRpow, "rpow_scalar"));
-FLOW_REGISTER_KERNEL("eq", DeviceType::kCUDA, kAll, compare_kernel(CompareOp::kEq, "eq"));
-FLOW_REGISTER_KERNEL("ne", DeviceType::kCUDA, kAll, compare_kernel(CompareOp::kNe, "ne"));
-FLOW_REGISTER_KERNEL("lt", DeviceType::kCUDA, kAll, compare_kernel(CompareOp::kLt, "lt"));
-FLOW_REGISTER_KERNEL("le", DeviceType::kCUDA, kAll, compare_kernel(CompareOp::kLe, "le"));
-FLOW_REGISTER_KERNEL("gt", DeviceType::kCUDA, kAll, compare_kernel(CompareOp::kGt, "gt"));
-FLOW_REGISTER_KERNEL("ge", DeviceType::kCUDA, kAll, compare_kernel(CompareOp::kGe, "ge"));
-FLOW_REGISTER_KERNEL("eq_scalar", DeviceType::kCUDA, kAll, compare_scalar_kernel(CompareOp::kEq, "eq_scalar"));
-FLOW_REGISTER_KERNEL("ne_scalar", DeviceType::kCUDA, kAll, compare_scalar_kernel(CompareOp::kNe, "ne_scalar"));
-FLOW_REGISTER_KERNEL("lt_scalar", DeviceType::kCUDA, kAll, compare_scalar_kernel(CompareOp::kLt, "lt_scalar"));
-FLOW_REGISTER_KERNEL("le_scalar", DeviceType::kCUDA, kAll, compare_scalar_kernel(CompareOp::kLe, "le_scalar"));
-FLOW_REGISTER_KERNEL("gt_scalar", DeviceType::kCUDA, kAll, compare_scalar_kernel(CompareOp::kGt, "gt_scalar"));
-FLOW_REGISTER_KERNEL("ge_scalar", DeviceType::kCUDA, kAll, compare_scalar_kernel(CompareOp::kGe, "ge_scalar"));
+FLOW_REGISTER_KERNEL("eq", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kEq, "eq"));
+FLOW_REGISTER_KERNEL("ne", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kNe, "ne"));
+FLOW_REGISTER_KERNEL("lt", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kLt, "lt"));
+FLOW_REGISTER_KERNEL("le", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kLe, "le"));
+FLOW_REGISTER_KERNEL("gt", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kGt, "gt"));
+FLOW_REGISTER_KERNEL("ge", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kGe, "ge"));
+FLOW_REGISTER_KERNEL("eq_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kEq, "eq_scalar"));
+FLOW_REGISTER_KERNEL("ne_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kNe, "ne_scalar"));
+FLOW_REGISTER_KERNEL("lt_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kLt, "lt_scalar"));
+FLOW_REGISTER_KERNEL("le_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kLe, "le_scalar"));
+FLOW_REGISTER_KERNEL("gt_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kGt, "gt_scalar"));
+FLOW_REGISTER_KERNEL("ge_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kGe, "ge_scalar"));
 FLOW_REGISTER_KERNEL("matmul", DeviceType::kCUDA, kFloating, matmul_kernel);
 FLOW_REGISTER_KERNEL("linear", DeviceType::kCUDA, kFloating, linear_kernel);
 

@@ -79,12 +79,8 @@ void softmax_kernel(KernelContext& ctx) {
   check(softmax_middle(scalar_type(input.dtype(), op), log_output, view.outer, view.n, view.inner, input.data_ptr(), out.data_ptr()), op);
 }
 
-// Contiguous strides of `shape`, or one unit stride for a 0-d tensor (taken as 1-d of size 1).
-std::vector<int64_t> unit_strides(const Shape& shape) {
-  std::vector<int64_t> strides(static_cast<size_t>(std::max<int64_t>(shape.ndim(), 1)), 1);
-  for (int64_t d = shape.ndim() - 2; d >= 0; --d) strides[static_cast<size_t>(d)] = strides[static_cast<size_t>(d + 1)] * shape[d + 1];
-  return strides;
-}
+// Contiguous strides of `shape`; a 0-d tensor counts as 1-d of size 1.
+Strides unit_strides(const Shape& shape) { return shape.ndim() == 0 ? Strides{1} : contiguous_strides(shape); }
 
 IndexGeometry index_geometry(const Tensor& index, const Tensor& target, const Tensor& other, int64_t dim, const char* op) {
   IndexGeometry g;
@@ -93,7 +89,7 @@ IndexGeometry index_geometry(const Tensor& index, const Tensor& target, const Te
   g.ndim = static_cast<int>(ndim);
   g.dim = static_cast<int>(dim);
   g.dim_size = target.dim() == 0 ? 1 : target.size(dim);
-  const std::vector<int64_t> target_strides = unit_strides(target.shape()), other_strides = unit_strides(other.shape());
+  const Strides target_strides = unit_strides(target.shape()), other_strides = unit_strides(other.shape());
   for (int64_t d = 0; d < ndim; ++d) {
     g.index_sizes[d] = index.dim() == 0 ? 1 : index.size(d);
     g.target_strides[d] = target_strides[static_cast<size_t>(d)];
@@ -160,14 +156,13 @@ void sgd_update_kernel(KernelContext& ctx) {
 
 const std::vector<DType> kFloating = floating_dtypes();
 const std::vector<DType> kSummable = {kFloat32, kFloat64, kInt64, kInt32};
-const std::vector<DType> kAll = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8, kBool};
 
 FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCUDA, kSummable, sum_kernel);
 FLOW_REGISTER_KERNEL("argmax", DeviceType::kCUDA, kSummable, argmax_kernel);
 FLOW_REGISTER_KERNEL("softmax", DeviceType::kCUDA, kFloating, softmax_kernel<false>);
 FLOW_REGISTER_KERNEL("log_softmax", DeviceType::kCUDA, kFloating, softmax_kernel<true>);
-FLOW_REGISTER_KERNEL("gather", DeviceType::kCUDA, kAll, gather_kernel);
-FLOW_REGISTER_KERNEL("scatter", DeviceType::kCUDA, kAll, scatter_kernel);
+FLOW_REGISTER_KERNEL("gather", DeviceType::kCUDA, kCudaDtypes, gather_kernel);
+FLOW_REGISTER_KERNEL("scatter", DeviceType::kCUDA, kCudaDtypes, scatter_kernel);
 FLOW_REGISTER_KERNEL("sgd_update", DeviceType::kCUDA, kFloating, sgd_update_kernel);
 
 }  // namespace
