@@ -10,6 +10,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/functional.h"
 
 namespace flow::autograd {
@@ -17,11 +18,13 @@ namespace {
 
 thread_local int backward_depth = 0;
 
+// Gradients are computed in the dtypes the forward chose: autocast is off while they are.
 struct BackwardScope {
   BackwardScope() { ++backward_depth; }
   ~BackwardScope() { --backward_depth; }
   BackwardScope(const BackwardScope&) = delete;
   BackwardScope& operator=(const BackwardScope&) = delete;
+  autocast no_autocast{kBFloat16, false};
 };
 
 struct NodeOrder {

@@ -1,6 +1,7 @@
 #pragma once
 // Everything a user of the core needs: #include "core/flow.h".
 #include "core/allocator.h"
+#include "core/autocast.h"
 #include "core/functional.h"
 #include "core/interpreter.h"
 #include "core/serialization.h"

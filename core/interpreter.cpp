@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include "core/autocast.h"
 #include "core/comm/global.h"
 #include "core/ops/copy.h"
 #include "core/profiler.h"
@@ -47,6 +48,9 @@ std::vector<TensorMeta> check_and_infer(const OpDef& op, const TensorList& input
 }
 
 TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  if (is_autocast_enabled()) {
+    if (auto cast = autocast_inputs(op, inputs)) return current_interpreter().apply(op, *cast, attrs);
+  }
   return current_interpreter().apply(op, inputs, attrs);
 }
 

@@ -2,10 +2,12 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 
 #include "core/allocator.h"
+#include "core/kernels/cpu/reduced_float.h"
 
 namespace flow {
 namespace {
@@ -165,6 +167,12 @@ KernelRegistration::KernelRegistration(const std::string& op, DeviceType device,
                                        KernelFn fn) {
   OpDef& def = op_def(op);
   for (DType dtype : dtypes) def.kernels[{device, dtype}] = fn;
+  // 16-bit floats on the CPU compute in float32 unless the op registers kernels of its own for
+  // them (registered in any order: an explicit registration replaces this one).
+  const bool registers_float32 = std::find(dtypes.begin(), dtypes.end(), kFloat32) != dtypes.end();
+  if (device == DeviceType::kCPU && registers_float32) {
+    for (DType reduced : {kBFloat16, kFloat16}) def.kernels.try_emplace({device, reduced}, cpu::computed_in_float32(fn));
+  }
 }
 
 OpBuilder& OpBuilder::inputs(std::vector<std::string> names, bool variadic) {

@@ -1,5 +1,5 @@
 // The quickstart of the seed tutorial in C++: FashionMNIST, an MLP, SGD, 5 epochs, save.
-// Usage: quickstart_eager [--epochs N] [--data DIR] [--out FILE] [--device cuda]   (--help says more)
+// Usage: quickstart_eager [--epochs N] [--data DIR] [--out FILE] [--device cuda] [--amp]   (--help says more)
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -16,12 +16,16 @@
 namespace nn = flow::nn;
 
 void train(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropyLoss& loss_fn, flow::optim::Optimizer& optimizer,
-           flow::Device device) {
+           flow::Device device, bool amp) {
   const int64_t size = loader.dataset_size();
   model.train();
   int64_t batch_index = 0;
   for (const auto& batch : loader) {
-    flow::Tensor loss = loss_fn(model.forward(batch.data.to(device)), batch.target.to(device));
+    flow::Tensor loss;
+    {
+      const flow::autocast autocast(flow::kBFloat16, amp);
+      loss = loss_fn(model.forward(batch.data.to(device)), batch.target.to(device));
+    }
     optimizer.zero_grad();
     loss.backward();
     optimizer.step();
@@ -33,9 +37,10 @@ void train(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntrop
   }
 }
 
-void test(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropyLoss& loss_fn, flow::Device device) {
+void test(flow::data::DataLoader& loader, NeuralNetwork& model, nn::CrossEntropyLoss& loss_fn, flow::Device device, bool amp) {
   model.eval();
   flow::autograd::NoGradGuard no_grad;
+  const flow::autocast autocast(flow::kBFloat16, amp);
   double test_loss = 0;
   int64_t correct = 0;
   for (const auto& batch : loader) {
@@ -70,8 +75,8 @@ int main(int argc, char** argv) {
     flow::optim::SGD optimizer(model->parameters(), flow::optim::SGDOptions(1e-3));
     for (int t = 0; t < options.epochs; ++t) {
       std::printf("Epoch %d\n-------------------------------\n", t + 1);
-      train(train_dataloader, *model, loss_fn, optimizer, device);
-      test(test_dataloader, *model, loss_fn, device);
+      train(train_dataloader, *model, loss_fn, optimizer, device, options.amp);
+      test(test_dataloader, *model, loss_fn, device, options.amp);
     }
     std::printf("Done!\n");
     flow::save(model->state_dict(), options.out);

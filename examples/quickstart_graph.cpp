@@ -140,7 +140,9 @@ int main(int argc, char** argv) {
     auto optimizer = std::make_shared<flow::optim::SGD>(model->parameters(), flow::optim::SGDOptions(1e-3));
     GraphNeuralNetworkTrain train_graph(model, optimizer);
     if (parallel == "pp") train_graph.config().set_gradient_accumulation_steps(4);
+    train_graph.config().enable_amp(options.amp);
     GraphNeuralNetworkEval eval_graph(model);
+    eval_graph.config().enable_amp(options.amp);
     const int64_t size = train_dataloader.dataset_size();
     for (int t = 0; t < options.epochs; ++t) {
       if (layout.prints()) std::printf("Epoch %d\n-------------------------------\n", t + 1);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <tuple>
 
+#include "core/autocast.h"
 #include "core/autograd_meta.h"
 #include "core/comm/global.h"
 #include "core/comm/process_group.h"
@@ -205,6 +206,13 @@ GraphConfig& GraphConfig::set_pipeline_schedule(PipelineSchedule schedule) {
   return *this;
 }
 
+GraphConfig& GraphConfig::enable_amp(bool on, DType dtype) {
+  if (dtype != kBFloat16 && dtype != kFloat16) fail("graph.enable_amp", "dtype must be bfloat16 or float16, got ", dtype_name(dtype));
+  amp_enabled_ = on;
+  amp_dtype_ = dtype;
+  return *this;
+}
+
 GraphConfig& GraphConfig::add_pass(std::string name, graph::PassFn pass) {
   if (name.empty()) fail("graph.add_pass", "a pass needs a name (explain() and the Job dumps show it)");
   if (!pass) fail("graph.add_pass", "pass ", name, " is empty");
@@ -303,7 +311,10 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
       lazy_inputs.push_back(tracer.add_global_input(static_cast<int>(i), meta, *inputs[i].placement, inputs[i].sbp));
     }
     if (debug_level >= 1) *log_ << "(GRAPH:" << name_ << ") building graph\n";
-    const TensorList outputs = with_optimizers ? build_micro_batches(lazy_inputs, tracer.job(), micro_batch_starts) : build(lazy_inputs);
+    const TensorList outputs = [&] {
+      const autocast amp(config_.amp_dtype(), config_.amp_enabled());
+      return with_optimizers ? build_micro_batches(lazy_inputs, tracer.job(), micro_batch_starts) : build(lazy_inputs);
+    }();
     if (with_optimizers) {
       traced.trained_params.assign(optimizers_.size(), {});
       for (size_t i = 0; i < optimizers_.size(); ++i) {
@@ -645,6 +656,7 @@ void Graph::pretty_print(std::ostream& out) const {
   const std::string graph_name = name_.empty() ? type_name() : name_;
   out << "(GRAPH:" << graph_name << ":" << type_name() << "): (\n";
   out << "  (CONFIG:config:GraphConfig(training=" << (config_.training() ? "true" : "false") << ", cache_limit=" << config_.cache_limit()
+      << (config_.amp_enabled() ? std::string(", amp=") + dtype_name(config_.amp_dtype()) : std::string())
       << ", compiled_plans=" << plans_.size() << "))\n";
   if (current_) {
     const graph::InputSignature& inputs = current_->signature;

@@ -69,6 +69,14 @@ class GraphConfig {
   // (DCE, fusion) clean up after it. explain() reports it like the built-in passes. Plans
   // compiled after it is added run it.
   GraphConfig& add_pass(std::string name, graph::PassFn pass);
+  // Automatic mixed precision (OneFlow's config.enable_amp): build() is traced under
+  // flow::autocast(dtype) (core/autocast.h), so the Job casts parameters and activations for
+  // matrix products and convolutions to `dtype` and back to float32 where the policy needs it,
+  // the gradients of float32 parameters stay float32, and the optimizer updates float32 master
+  // weights. dtype is bfloat16 or float16. Set before the first call.
+  GraphConfig& enable_amp(bool on = true, DType dtype = kBFloat16);
+  bool amp_enabled() const { return amp_enabled_; }
+  DType amp_dtype() const { return amp_dtype_; }
   const std::vector<std::pair<std::string, graph::PassFn>>& user_passes() const { return user_passes_; }
 
  private:
@@ -78,6 +86,8 @@ class GraphConfig {
   int64_t zero_stage_ = 0;
   int64_t gradient_accumulation_steps_ = 1;
   PipelineSchedule pipeline_schedule_ = PipelineSchedule::kGPipe;
+  bool amp_enabled_ = false;
+  DType amp_dtype_ = kBFloat16;
   std::vector<std::pair<std::string, graph::PassFn>> user_passes_;
 };
 
