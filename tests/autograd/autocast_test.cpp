@@ -1,0 +1,75 @@
+// flow::autocast: which ops run in the autocast dtype, which in float32, and that gradients
+// reach float32 leaves in float32, computed without autocast.
+#include <gtest/gtest.h>
+
+#include "common/reference.h"
+#include "common/test_util.h"
+#include "core/flow.h"
+
+using flow::Tensor;
+
+TEST(Autocast, ProductsRunInTheAutocastDtypeAndRangeSensitiveOpsInFloat32) {
+  flow::manual_seed(1);
+  const Tensor x = flow::randn({4, 8}), w = flow::randn({3, 8}), b = flow::randn({3});
+  EXPECT_FALSE(flow::is_autocast_enabled());
+  {
+    const flow::autocast amp;
+    EXPECT_TRUE(flow::is_autocast_enabled());
+    EXPECT_EQ(flow::autocast_dtype(), flow::kBFloat16);
+    const Tensor y = flow::linear(x, w, b);
+    EXPECT_EQ(y.dtype(), flow::kBFloat16);
+    EXPECT_EQ(flow::matmul(x, w.t()).dtype(), flow::kBFloat16);
+    EXPECT_EQ(flow::relu(y).dtype(), flow::kBFloat16);  // neither list: the input's dtype
+    EXPECT_EQ(flow::softmax(y, 1).dtype(), flow::kFloat32);
+    EXPECT_EQ(flow::log_softmax(y, 1).dtype(), flow::kFloat32);
+    EXPECT_EQ(flow::exp(y).dtype(), flow::kFloat32);
+    EXPECT_EQ(flow::sum(y).dtype(), flow::kFloat32);
+    EXPECT_EQ((y + x.narrow(1, 0, 3)).dtype(), flow::kFloat32);  // promotion, as without autocast
+    // float64 is left alone, as in PyTorch.
+    EXPECT_EQ(flow::matmul(x.to(flow::kFloat64), w.to(flow::kFloat64).t()).dtype(), flow::kFloat64);
+    // The result is the float32 op on inputs rounded to bfloat16, rounded once more.
+    const Tensor expected =
+        flow::linear(x.to(flow::kBFloat16).to(flow::kFloat32), w.to(flow::kBFloat16).to(flow::kFloat32), b.to(flow::kBFloat16).to(flow::kFloat32));
+    EXPECT_EQ(y.to(flow::kFloat32).tolist<float>(), expected.to(flow::kBFloat16).to(flow::kFloat32).tolist<float>());
+    {
+      const flow::autocast off(flow::kBFloat16, false);
+      EXPECT_FALSE(flow::is_autocast_enabled());
+      EXPECT_EQ(flow::linear(x, w, b).dtype(), flow::kFloat32);
+    }
+    EXPECT_TRUE(flow::is_autocast_enabled());
+    const flow::autocast half(flow::kFloat16);
+    EXPECT_EQ(flow::linear(x, w, b).dtype(), flow::kFloat16);
+  }
+  EXPECT_FALSE(flow::is_autocast_enabled());
+  EXPECT_EQ(flow::linear(x, w, b).dtype(), flow::kFloat32);
+}
+
+TEST(Autocast, RejectsDtypesOtherThanSixteenBitFloats) {
+  EXPECT_THROW_MSG(flow::autocast(flow::kFloat32), "[autocast] dtype must be bfloat16 or float16, got float32");
+  EXPECT_FALSE(flow::is_autocast_enabled());
+}
+
+TEST(Autocast, Float32LeavesGetFloat32GradientsComputedWithoutAutocast) {
+  flow::manual_seed(2);
+  Tensor w = flow::randn({3, 8}).requires_grad_(), b = flow::randn({3}).requires_grad_();
+  const Tensor x = flow::randn({4, 8}), target = flow::randn({4, 3});
+  bool autocast_during_backward = true;
+  auto handle = w.register_post_accumulate_grad_hook([&](Tensor&) { autocast_during_backward = flow::is_autocast_enabled(); });
+  {
+    const flow::autocast amp;
+    Tensor loss = flow::sum((flow::linear(x, w, b) - target) * (flow::linear(x, w, b) - target));
+    EXPECT_EQ(loss.dtype(), flow::kFloat32);
+    loss.backward();  // inside the guard: backward still runs without it
+  }
+  EXPECT_FALSE(autocast_during_backward);
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().dtype(), flow::kFloat32);
+  EXPECT_EQ(b.grad().dtype(), flow::kFloat32);
+  // Close to the float32 gradient: bfloat16 keeps 8 bits of mantissa.
+  Tensor w32 = w.detach().requires_grad_(), b32 = b.detach().requires_grad_();
+  Tensor d = flow::linear(x, w32, b32) - target;
+  flow::sum(d * d).backward();
+  flow::testing::expect_close(w.grad(), w32.grad(), 5e-2, 5e-2);
+  flow::testing::expect_close(b.grad(), b32.grad(), 5e-2, 5e-2);
+  handle.remove();
+}
