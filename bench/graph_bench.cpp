@@ -1,6 +1,7 @@
 // Eager vs Graph: one training step (forward, cross-entropy, backward, SGD update) of four
 // models, each run eagerly and as a compiled nn::Graph on the same data. The cases are named
-// "<model>/<mode>/<threads>"; bench/torch_graph_bench.cpp is the libtorch twin ("<model>/torch/<threads>").
+// "<model>/<mode>/<threads>", mode eager, graph, or graph_amp (the Graph with
+// config().enable_amp(): bfloat16 products, float32 master weights); bench/torch_graph_bench.cpp is the libtorch twin ("<model>/torch/<threads>").
 //   mlp_b64:  the quickstart MLP (784-512-512-10) at batch 64
 //   mlp_b8:   the same MLP at batch 8, where per-op overhead dominates
 //   cnn_b64:  the LeNet-style CNN at batch 64
@@ -44,14 +45,17 @@ struct TrainGraph : nn::Graph {
   nn::CrossEntropyLoss loss_fn;
 };
 
-void train_steps(benchmark::State& state, ModulePtr (*make_model)(), int64_t batch, bool graph) {
+enum class Mode { kEager, kGraph, kGraphAmp };
+
+void train_steps(benchmark::State& state, ModulePtr (*make_model)(), int64_t batch, Mode mode) {
   flow::set_num_threads(static_cast<int>(state.range(0)));
   flow::manual_seed(0);
   ModulePtr model = make_model();
   const flow::Tensor x = flow::rand({batch, 1, 28, 28}), y = flow::randint(0, 10, {batch});
   auto optimizer = std::make_shared<flow::optim::SGD>(model->parameters(), flow::optim::SGDOptions(1e-3));
-  if (graph) {
+  if (mode != Mode::kEager) {
     TrainGraph train_graph(model, optimizer);
+    train_graph.config().enable_amp(mode == Mode::kGraphAmp);
     train_graph(x, y);  // traces and compiles, outside the timed loop
     state.counters["compile_ms"] = train_graph.compile_seconds() * 1e3;
     for (auto _ : state) benchmark::DoNotOptimize(train_graph(x, y));
@@ -75,10 +79,10 @@ void register_cases() {
   };
   for (const Model& model : {Model{"mlp_b64", bench::mlp, 64}, Model{"mlp_b8", bench::mlp, 8}, Model{"cnn_b64", bench::cnn, 64},
                              Model{"ln_b32", layer_norm_mlp, 32}}) {
-    for (const bool graph : {false, true}) {
-      const std::string name = std::string(model.name) + (graph ? "/graph" : "/eager");
-      bench::register_threaded(name, benchmark::kMillisecond,
-                               [model, graph](benchmark::State& state) { train_steps(state, model.make, model.batch, graph); });
+    for (const auto& [mode, mode_name] : {std::pair{Mode::kEager, "eager"}, std::pair{Mode::kGraph, "graph"},
+                                          std::pair{Mode::kGraphAmp, "graph_amp"}}) {
+      bench::register_threaded(std::string(model.name) + "/" + mode_name, benchmark::kMillisecond,
+                               [model, mode](benchmark::State& state) { train_steps(state, model.make, model.batch, mode); });
     }
   }
 }

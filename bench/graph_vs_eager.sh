@@ -2,7 +2,8 @@
 # Eager vs nn::Graph training steps (bench/graph_bench.cpp), repeated with Google Benchmark's random
 # interleaving so that drifting machine load touches both alike, reported as min / median / max
 # steps/s of each, and the Graph/eager ratio of the medians with its full spread (slowest Graph
-# repetition over fastest eager one, to fastest over slowest).
+# repetition over fastest eager one, to fastest over slowest); then the same for the Graph with bfloat16
+# AMP (config().enable_amp()) against the float32 Graph.
 # Usage: bench/graph_vs_eager.sh [--repetitions N] [Google Benchmark flags]   (after scripts/setup.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,12 +26,14 @@ for b in json.load(open(sys.argv[1]))["benchmarks"]:
         continue
     model, mode, threads = b["run_name"].split("/")[:3]
     runs.setdefault((model, threads), {}).setdefault(mode, []).append(b["steps/s"])
-print("| case | threads | eager steps/s min / median / max | Graph steps/s min / median / max | Graph/eager (medians) | spread |")
-print("|---|---|---|---|---|---|")
-for (model, threads), modes in runs.items():
-    eager, graph = modes.get("eager", []), modes.get("graph", [])
-    if not eager or not graph:
-        continue
-    fmt = lambda v: f"{min(v):.0f} / {statistics.median(v):.0f} / {max(v):.0f}"
-    print(f"| {model} | {threads} | {fmt(eager)} | {fmt(graph)} | {statistics.median(graph) / statistics.median(eager):.2f} | {min(graph) / max(eager):.2f}-{max(graph) / min(eager):.2f} |")
+fmt = lambda v: f"{min(v):.0f} / {statistics.median(v):.0f} / {max(v):.0f}"
+for base, other, label in (("eager", "graph", "Graph"), ("graph", "graph_amp", "Graph AMP")):
+    base_label = "eager" if base == "eager" else "Graph"
+    print(f"| case | threads | {base_label} steps/s min / median / max | {label} steps/s min / median / max | {label}/{base_label} (medians) | spread |")
+    print("|---|---|---|---|---|---|")
+    for (model, threads), modes in runs.items():
+        a, b = modes.get(base, []), modes.get(other, [])
+        if a and b:
+            print(f"| {model} | {threads} | {fmt(a)} | {fmt(b)} | {statistics.median(b) / statistics.median(a):.2f} | {min(b) / max(a):.2f}-{max(b) / min(a):.2f} |")
+    print()
 PY

@@ -59,8 +59,8 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
     }
   }
   for (const auto& meta : in) {
-    if (meta.dtype != in[0].dtype || !(meta.dtype == kFloat32 || meta.dtype == kFloat64)) {
-      fail("fused_elementwise", "operands must share one dtype, float32 or float64, got ", dtype_name(meta.dtype));
+    if (meta.dtype != in[0].dtype || !is_floating(meta.dtype)) {
+      fail("fused_elementwise", "operands must share one floating dtype, got ", dtype_name(meta.dtype));
     }
     if (!(meta.device == in[0].device)) fail("fused_elementwise", "operands must share one device");
     if (!operand_layout(meta.shape, shape)) fail("fused_elementwise", "operand ", meta.shape, " does not broadcast to ", shape);

@@ -186,7 +186,7 @@ TEST(FusedElementwise, RunsProgramsDirectlyAndRejectsBadOnes) {
   expect_error([&] { fused::fused_elementwise({a}, {{{"add", {0}, {}}}, {0}}, {2, 2}); }, "takes 2 arguments");
   expect_error([&] { fused::fused_elementwise({a}, {{{"relu", {fused::step_arg(3)}, {}}}, {0}}, {2, 2}); }, "undefined value");
   expect_error([&] { fused::fused_elementwise({a, flow::randn({3})}, {{{"add", {0, 1}, {}}}, {0}}, {2, 2}); }, "does not broadcast");
-  expect_error([&] { fused::fused_elementwise({flow::ones({2, 2}, flow::kInt64)}, {{{"relu", {0}, {}}}, {0}}, {2, 2}); }, "float32 or float64");
+  expect_error([&] { fused::fused_elementwise({flow::ones({2, 2}, flow::kInt64)}, {{{"relu", {0}, {}}}, {0}}, {2, 2}); }, "operands must share one floating dtype, got int64");
 }
 
 TEST(FusedElementwise, OperandLayoutsCoverTheFusableBroadcasts) {

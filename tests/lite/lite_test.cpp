@@ -11,6 +11,7 @@
 #include "common/graphs.h"
 #include "common/models.h"
 #include "common/test_util.h"
+#include "core/autocast.h"
 #include "core/serialization.h"
 #include "graph/export.h"
 #include "oneflow_lite/c_api.h"
@@ -98,6 +99,35 @@ TEST_F(LiteTest, ResnetStyleNetMatchesGraph) {
   auto model = export_and_compare(net, {4, 1, 28, 28}, dir());
   const Tensor x = flow::randn({1, 1, 28, 28});
   expect_close(model->run({x}).at(0), net->forward(x));
+}
+
+TEST_F(LiteTest, MixedPrecisionGraphExportsBFloat16WeightsAndRunsThem) {
+  flow::manual_seed(4);
+  auto net = test_models::cnn();
+  test_models::warm_up_batch_norm(*net, {16, 1, 28, 28});
+  EvalGraph graph(net);
+  graph.config().enable_amp();
+  const Tensor x = flow::randn({4, 1, 28, 28});
+  Tensor eager;
+  {
+    flow::autograd::NoGradGuard no_grad;
+    const flow::autocast amp;
+    net->eval();
+    eager = net->forward(x);
+  }
+  const Tensor expected = graph(x).at(0);
+  EXPECT_EQ(expected.dtype(), flow::kBFloat16);  // the last linear runs in bfloat16
+  expect_close(expected.to(flow::kFloat32), eager.to(flow::kFloat32), 2e-2);
+  flow::save(graph, dir());
+  // The casts of the frozen weights were folded at export: the products' weights are bfloat16.
+  const flow::StateDict weights = flow::load((fs::path(dir()) / "weights.safetensors").string());
+  int bfloat16_weights = 0;
+  for (const auto& [name, t] : weights) bfloat16_weights += t.dtype() == flow::kBFloat16 ? 1 : 0;
+  EXPECT_GE(bfloat16_weights, 4) << "conv and linear weights";
+  auto model = flow::lite::Model::load(dir());
+  const Tensor lite = model->run({x}).at(0);
+  EXPECT_EQ(lite.dtype(), flow::kBFloat16);
+  expect_close(lite.to(flow::kFloat32), expected.to(flow::kFloat32), 1e-2);
 }
 
 TEST_F(LiteTest, WeightsAreFrozenAtExport) {

@@ -29,7 +29,7 @@ KernelFn computed_in_float32(KernelFn float32_kernel) {
       }
       Tensor wide;
       for (size_t i = 0; i < ctx.inputs.size() && !wide.defined(); ++i) {
-        if (ctx.inputs[i].defined() && ctx.inputs[i].impl() == out.impl()) wide = inputs[i];
+        if (is_reduced_float(ctx.inputs[i]) && ctx.inputs[i].data_ptr() == out.data_ptr()) wide = inputs[i];
       }
       outputs.push_back(wide.defined() ? wide : make_tensor(out.shape(), kFloat32, out.device()));
     }
