@@ -13,6 +13,7 @@
 #include "common/gradcheck.h"
 #include "common/graphs.h"
 #include "common/test_util.h"
+#include "core/autocast.h"
 #include "core/functional.h"
 #include "graph/graph.h"
 #include "models/gpt2.h"
@@ -186,6 +187,37 @@ TEST(GPT2, GraphTrainingStepsMatchEager) {
   for (size_t i = 0; i < eager_parameters.size(); ++i) {
     EXPECT_TRUE(flow::allclose(graph_parameters[i].second, eager_parameters[i].second, 1e-4, 1e-6)) << eager_parameters[i].first;
   }
+}
+
+// bfloat16 autocast through embeddings, attention, layer norm and GELU: the AMP Graph computes
+// what eager autocast computes, the parameters stay float32, and training still lowers the loss.
+TEST(GPT2, MixedPrecisionGraphTrainingMatchesEagerAutocast) {
+  const models::GPT2Config config = tiny_config().dropout(0.0);
+  auto eager_model = std::make_shared<models::GPT2LMHeadModel>(config);
+  auto graph_model = std::make_shared<models::GPT2LMHeadModel>(config);
+  graph_model->load_state_dict(eager_model->state_dict());
+  const auto options = flow::optim::AdamOptions(1e-2);
+  flow::optim::AdamW eager_opt(eager_model->parameters(), options);
+  LanguageModelTrainGraph graph(graph_model, std::make_shared<flow::optim::AdamW>(graph_model->parameters(), options));
+  graph.config().enable_amp();
+  const Tensor ids = token_ids({4, 10}, 30);
+  std::vector<double> losses;
+  for (int k = 0; k < 8; ++k) {
+    eager_opt.zero_grad();
+    Tensor eager_loss;
+    {
+      const flow::autocast amp;
+      eager_loss = eager_model->loss(ids, ids);
+    }
+    EXPECT_EQ(eager_loss.dtype(), flow::kFloat32);
+    eager_loss.backward();
+    eager_opt.step();
+    const Tensor graph_loss = graph(ids, ids).at(0);
+    EXPECT_NEAR(graph_loss.item<double>(), eager_loss.item<double>(), 2e-2 * std::abs(eager_loss.item<double>())) << "step " << k;
+    losses.push_back(graph_loss.item<double>());
+  }
+  EXPECT_LT(losses.back(), 0.8 * losses.front());
+  for (const auto& [name, p] : graph_model->named_parameters()) EXPECT_EQ(p.dtype(), flow::kFloat32) << name;
 }
 
 // Attention (through both projections, the heads and the causal mask) and a whole block, in
