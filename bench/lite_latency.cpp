@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   const double median = n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
   std::printf("median_ms=%.6f min_ms=%.6f max_ms=%.6f iters=%zu\n", median, samples.front(), samples.back(), n);
   if (!output.empty()) {
-    const flow::Tensor y = out.at(0).contiguous();
+    const flow::Tensor y = out.at(0).to(flow::kFloat32).contiguous();  // a bfloat16 export's too
     std::ofstream file(output, std::ios::binary);
     file.write(reinterpret_cast<const char*>(y.data_ptr<float>()), static_cast<std::streamsize>(y.numel() * sizeof(float)));
   }

@@ -13,11 +13,13 @@
 # below 1, lite is faster) as the median of the per-round ratios with their min-max. ORT's times
 # include the Node binding's per-call cost (promise, tensor wrapping); the relu row shows each
 # runtime's floor. The outputs of lite and ORT are compared (max abs difference) for every case.
+# Rows "<model>_bf16" (unless ORT_BENCH_BF16=0) run lite on the bfloat16 AMP export of the model,
+# timed right after the float32 one, against the same ORT float32 run.
 #
 # Usage: bash bench/ort_bench.sh
 # env: ORT_BENCH_ROUNDS (5), ORT_BENCH_MIN_TIME (seconds timed per run, 0.5), ORT_BENCH_MODELS
 #      ("relu mlp cnn resnet"), ORT_BENCH_BATCHES ("1 64"), ORT_BENCH_THREADS ("1 2"),
-#      FLOW_BUILD_DIR (build).
+#      ORT_BENCH_BF16 (1), FLOW_BUILD_DIR (build).
 #
 # onnxruntime-node is installed with --ignore-scripts: its postinstall (script/install.js) only
 # fetches the CUDA/TensorRT execution-provider binaries from NuGet; the CPU library and the N-API
@@ -81,6 +83,11 @@ for round in $(seq 1 "$rounds"); do
         ort=$(node bench/ort/ort_bench.js "$work/$model.onnx" "$work/input_b$batch.bin" "${common[@]}" \
               --output "$work/out/ort_$tag.bin" | field median_ms)
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$batch" "$threads" "$round" "$lite" "$ort" >> "$results"
+        if [ "${ORT_BENCH_BF16:-1}" != 0 ] && [ -d "$work/${model}_bf16" ]; then
+          lite_bf16=$("$build/bench/lite_latency" "$work/${model}_bf16" "$work/input_b$batch.bin" "${common[@]}" \
+                      --output "$work/out/lite_${model}_bf16_b${batch}_t${threads}.bin" | field median_ms)
+          printf '%s\t%s\t%s\t%s\t%s\t%s\n' "${model}_bf16" "$batch" "$threads" "$round" "$lite_bf16" "$ort" >> "$results"
+        fi
       done
     done
   done
@@ -103,7 +110,8 @@ for (model, batch, threads), runs in cases.items():
     ort = statistics.median(r[1] for r in runs)
     ratios = [r[0] / r[1] for r in runs]
     tag = f'{model}_b{batch}_t{threads}'
-    a, b = floats(os.path.join(out_dir, f'lite_{tag}.bin')), floats(os.path.join(out_dir, f'ort_{tag}.bin'))
+    ort_tag = f'{model.removesuffix("_bf16")}_b{batch}_t{threads}'
+    a, b = floats(os.path.join(out_dir, f'lite_{tag}.bin')), floats(os.path.join(out_dir, f'ort_{ort_tag}.bin'))
     diff = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) else float('nan')
     print(f'| {model} | {batch} | {threads} | {lite:.3f} | {ort:.3f} | '
           f'{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {diff:.1e} |')

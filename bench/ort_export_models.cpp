@@ -4,7 +4,9 @@
 // with a dynamic batch. Models: "relu" (one ReLU: the per-call floor of each runtime), "mlp" (the
 // quickstart MLP of bench/bench_models.h), "cnn" (the LeNet-style CNN of bench/bench_models.h),
 // "resnet" (the ResNet-style net of tests/common/models.h: residual blocks, batch norm folded into
-// the convs, global average pooling). Also writes the inputs both runtimes read:
+// the convs, global average pooling). The models with products are also exported with bfloat16
+// AMP (config().enable_amp(): bfloat16 weights, products in bfloat16) as <out>/<model>_bf16/ for
+// oneflow_lite (ONNX Runtime's CPU provider runs them in float32). Also writes the inputs both runtimes read:
 // <out>/input_b<batch>.bin, raw float32 (batch, 1, 28, 28), uniform [0, 1), seed 0.
 // Usage: ort_export_models <out> [--batches 1,64]
 #include <cstdio>
@@ -56,6 +58,14 @@ int main(int argc, char** argv) {
     const std::string onnx = (std::filesystem::path(out) / (std::string(name) + ".onnx")).string();
     flow::onnx::export_model(graph, onnx, options);
     std::printf("%s %s\n", dir.c_str(), onnx.c_str());
+    if (std::string(name) == "relu") continue;
+    flow::manual_seed(0);
+    bench::PredictGraph amp_graph(make());
+    amp_graph.config().enable_amp();
+    amp_graph(flow::rand({2, 1, 28, 28}));
+    const std::filesystem::path amp_dir = std::filesystem::path(out) / (std::string(name) + "_bf16");
+    flow::save(amp_graph, amp_dir.string(), options);
+    std::printf("%s\n", amp_dir.c_str());
   }
   for (const int64_t batch : batches) {
     flow::manual_seed(0);

@@ -45,7 +45,7 @@ TEST(Autocast, ProductsRunInTheAutocastDtypeAndRangeSensitiveOpsInFloat32) {
 }
 
 TEST(Autocast, RejectsDtypesOtherThanSixteenBitFloats) {
-  EXPECT_THROW_MSG(flow::autocast(flow::kFloat32), "[autocast] dtype must be bfloat16 or float16, got float32");
+  EXPECT_THROW_MSG(const flow::autocast bad(flow::kFloat32), "[autocast] dtype must be bfloat16 or float16, got float32");
   EXPECT_FALSE(flow::is_autocast_enabled());
 }
 
