@@ -3,8 +3,6 @@
 // ("any") and reorders around them. Primitives are cached per (shape, parameters), since
 // creating one JIT-compiles code. float64 stays on im2col + GEMM (conv.cpp): oneDNN has no f64.
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/op.h"
@@ -40,26 +38,25 @@ struct ConvPrimitives {
 };
 
 ConvPrimitives& primitives(const ConvKey& key) {
-  static std::mutex mutex;
-  static std::map<std::pair<ConvKey, int>, std::unique_ptr<ConvPrimitives>> cache;  // by key and threads
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = slot_for_threads(cache, key);
-  if (slot) return *slot;
-  const auto algorithm = dnnl::algorithm::convolution_direct;
-  const memory::desc bias_md = key.bias ? any({key.dst[1]}) : memory::desc();
-  dnnl::convolution_forward::desc forward(dnnl::prop_kind::forward_training, algorithm, any(key.src), any(key.weights), bias_md,
-                                          any(key.dst), key.strides, key.dilates, key.padding, key.padding);
-  auto forward_pd = dnnl::convolution_forward::primitive_desc(forward, engine());
-  dnnl::convolution_backward_data::desc data(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides, key.dilates,
-                                             key.padding, key.padding);
-  auto data_pd = dnnl::convolution_backward_data::primitive_desc(data, engine(), forward_pd);
-  dnnl::convolution_backward_weights::desc weights(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides, key.dilates,
-                                                   key.padding, key.padding);
-  auto weights_pd = dnnl::convolution_backward_weights::primitive_desc(weights, engine(), forward_pd);
-  slot = std::make_unique<ConvPrimitives>(ConvPrimitives{forward_pd, data_pd, weights_pd, dnnl::convolution_forward(forward_pd),
-                                                         dnnl::convolution_backward_data(data_pd),
-                                                         dnnl::convolution_backward_weights(weights_pd)});
-  return *slot;
+  return cached_primitives<ConvPrimitives>(key, [](const ConvKey& key) {
+    const auto algorithm = dnnl::algorithm::convolution_direct;
+    const memory::desc bias_md = key.bias ? any({key.dst[1]}) : memory::desc();
+    dnnl::convolution_forward::desc forward(dnnl::prop_kind::forward_training, algorithm, any(key.src), any(key.weights), bias_md,
+                                            any(key.dst), key.strides, key.dilates, key.padding, key.padding);
+    auto forward_pd = dnnl::convolution_forward::primitive_desc(forward, engine());
+    dnnl::convolution_backward_data::desc data(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides, key.dilates,
+                                               key.padding, key.padding);
+    auto data_pd = dnnl::convolution_backward_data::primitive_desc(data, engine(), forward_pd);
+    dnnl::convolution_backward_weights::desc weights(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides,
+                                                     key.dilates, key.padding, key.padding);
+    auto weights_pd = dnnl::convolution_backward_weights::primitive_desc(weights, engine(), forward_pd);
+    return ConvPrimitives{forward_pd,
+                          data_pd,
+                          weights_pd,
+                          dnnl::convolution_forward(forward_pd),
+                          dnnl::convolution_backward_data(data_pd),
+                          dnnl::convolution_backward_weights(weights_pd)};
+  });
 }
 
 // Only the batch may be empty (conv2d's inference refuses the rest); oneDNN wants none empty.

@@ -7,6 +7,7 @@
 #include <dnnl.hpp>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "core/thread_pool.h"
@@ -56,6 +57,19 @@ template <typename Key, typename Value>
 std::unique_ptr<Value>& slot_for_threads(std::map<std::pair<Key, int>, std::unique_ptr<Value>>& cache, const Key& key) {
   sync_openmp_threads();
   return cache[{key, current_num_threads()}];
+}
+
+// The primitives of `key` for the calling thread's thread count, made by make(key) on first use:
+// creating a primitive JIT-compiles code, so each is made once. One cache per call site (the
+// lambda's type), shared by all threads under its mutex.
+template <typename Value, typename Key, typename Make>
+Value& cached_primitives(const Key& key, Make make) {
+  static std::mutex mutex;
+  static std::map<std::pair<Key, int>, std::unique_ptr<Value>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Value>& slot = slot_for_threads(cache, key);
+  if (!slot) slot = std::make_unique<Value>(make(key));
+  return *slot;
 }
 
 // oneDNN runs on the calling thread's OpenMP team: match it to flow's thread count there.

@@ -4,9 +4,7 @@
 // where flow's op carries rstd = 1 / sqrt(var + eps), so the float32 kernels convert per row.
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <memory>
-#include <mutex>
 
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/op.h"
@@ -110,19 +108,15 @@ struct Primitives {
 };
 
 Primitives& primitives(const Key& key) {
-  static std::mutex mutex;
-  static std::map<std::pair<Key, int>, std::unique_ptr<Primitives>> cache;  // by key and threads
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = slot_for_threads(cache, key);
-  if (slot) return *slot;
-  const normalization_flags affine = normalization_flags::use_scale | normalization_flags::use_shift;
-  const memory::desc data = plain({key.rows, key.features});
-  dnnl::layer_normalization_forward::desc forward(dnnl::prop_kind::forward_training, data, key.eps, affine);
-  const dnnl::layer_normalization_forward::primitive_desc forward_pd(forward, engine());
-  dnnl::layer_normalization_backward::desc backward(dnnl::prop_kind::backward, data, data, key.eps, affine);
-  const dnnl::layer_normalization_backward::primitive_desc backward_pd(backward, engine(), forward_pd);
-  slot = std::make_unique<Primitives>(Primitives{dnnl::layer_normalization_forward(forward_pd), dnnl::layer_normalization_backward(backward_pd)});
-  return *slot;
+  return cached_primitives<Primitives>(key, [](const Key& key) {
+    const normalization_flags affine = normalization_flags::use_scale | normalization_flags::use_shift;
+    const memory::desc data = plain({key.rows, key.features});
+    dnnl::layer_normalization_forward::desc forward(dnnl::prop_kind::forward_training, data, key.eps, affine);
+    const dnnl::layer_normalization_forward::primitive_desc forward_pd(forward, engine());
+    dnnl::layer_normalization_backward::desc backward(dnnl::prop_kind::backward, data, data, key.eps, affine);
+    const dnnl::layer_normalization_backward::primitive_desc backward_pd(backward, engine(), forward_pd);
+    return Primitives{dnnl::layer_normalization_forward(forward_pd), dnnl::layer_normalization_backward(backward_pd)};
+  });
 }
 
 // A (features) vector: the given tensor's data, or `fill` where the op has no such input.

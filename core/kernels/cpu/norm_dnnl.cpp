@@ -4,8 +4,6 @@
 // configuration serves both. oneDNN works with the biased variance where flow's ops carry
 // invstd, so the kernels convert between the two per channel.
 #include <cmath>
-#include <map>
-#include <mutex>
 
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/norm_layout.h"
@@ -33,27 +31,24 @@ struct NormPrimitives {
 };
 
 NormPrimitives& primitives(const NormKey& key) {
-  static std::mutex mutex;
-  static std::map<std::pair<NormKey, int>, std::unique_ptr<NormPrimitives>> cache;  // by key and threads
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = slot_for_threads(cache, key);
-  if (slot) return *slot;
-  const normalization_flags affine = normalization_flags::use_scale | normalization_flags::use_shift;
-  const memory::desc data = plain(key.dims);
-  slot = std::make_unique<NormPrimitives>();
-  if (key.training) {
-    dnnl::batch_normalization_forward::desc forward(dnnl::prop_kind::forward_training, data, key.eps, affine);
-    slot->forward = dnnl::batch_normalization_forward::primitive_desc(forward, engine());
-    dnnl::batch_normalization_backward::desc backward(dnnl::prop_kind::backward, data, data, key.eps, affine);
-    slot->backward = dnnl::batch_normalization_backward::primitive_desc(backward, engine(), slot->forward);
-    slot->backward_primitive = dnnl::batch_normalization_backward(slot->backward);
-  } else {
-    dnnl::batch_normalization_forward::desc forward(dnnl::prop_kind::forward_inference, data, key.eps,
-                                                    affine | normalization_flags::use_global_stats);
-    slot->forward = dnnl::batch_normalization_forward::primitive_desc(forward, engine());
-  }
-  slot->forward_primitive = dnnl::batch_normalization_forward(slot->forward);
-  return *slot;
+  return cached_primitives<NormPrimitives>(key, [](const NormKey& key) {
+    const normalization_flags affine = normalization_flags::use_scale | normalization_flags::use_shift;
+    const memory::desc data = plain(key.dims);
+    NormPrimitives p;
+    if (key.training) {
+      dnnl::batch_normalization_forward::desc forward(dnnl::prop_kind::forward_training, data, key.eps, affine);
+      p.forward = dnnl::batch_normalization_forward::primitive_desc(forward, engine());
+      dnnl::batch_normalization_backward::desc backward(dnnl::prop_kind::backward, data, data, key.eps, affine);
+      p.backward = dnnl::batch_normalization_backward::primitive_desc(backward, engine(), p.forward);
+      p.backward_primitive = dnnl::batch_normalization_backward(p.backward);
+    } else {
+      dnnl::batch_normalization_forward::desc forward(dnnl::prop_kind::forward_inference, data, key.eps,
+                                                      affine | normalization_flags::use_global_stats);
+      p.forward = dnnl::batch_normalization_forward::primitive_desc(forward, engine());
+    }
+    p.forward_primitive = dnnl::batch_normalization_forward(p.forward);
+    return p;
+  });
 }
 
 NormKey make_key(const NormLayout& l, double eps, bool training) { return {{l.n, l.c, l.s, 1}, static_cast<float>(eps), training}; }

@@ -11,8 +11,6 @@
 #include <glog/logging.h>
 
 #include <cmath>
-#include <map>
-#include <mutex>
 
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/pool_loop.h"
@@ -57,20 +55,13 @@ PoolPrimitives make_primitives(const PoolKey& key, const memory::desc& src, cons
 // pooling there with the JIT kernel and reordering back. The kernels bind their buffers through
 // reorders whenever a primitive's layout is not plain.
 PoolPrimitives& primitives(const PoolKey& key) {
-  static std::mutex mutex;
-  static std::map<std::pair<PoolKey, int>, std::unique_ptr<PoolPrimitives>> cache;  // by key and threads
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = slot_for_threads(cache, key);
-  if (slot) return *slot;
-  PoolPrimitives plain_layout = make_primitives(key, plain(key.src), plain(key.dst));
-  const std::string implementation = plain_layout.forward.impl_info_str();
-  if (implementation.rfind("jit", 0) == 0 || key.src.size() != 4) {
-    slot = std::make_unique<PoolPrimitives>(std::move(plain_layout));
-  } else {
+  return cached_primitives<PoolPrimitives>(key, [](const PoolKey& key) {
+    PoolPrimitives plain_layout = make_primitives(key, plain(key.src), plain(key.dst));
+    const std::string implementation = plain_layout.forward.impl_info_str();
+    if (implementation.rfind("jit", 0) == 0 || key.src.size() != 4) return plain_layout;
     const memory::desc blocked(key.src, memory::data_type::f32, memory::format_tag::aBcd8b);
-    slot = std::make_unique<PoolPrimitives>(make_primitives(key, blocked, any(key.dst)));
-  }
-  return *slot;
+    return make_primitives(key, blocked, any(key.dst));
+  });
 }
 
 // The workspace (u8 or s32 window offsets) in the plain layout of the output.
