@@ -87,6 +87,31 @@ TEST(Matmul, SingleRowOrColumnInEveryLayout) {
   }
 }
 
+// A few rows at several threads are split by output columns over the threads: every operand
+// layout, column counts that do not divide evenly, linear's bias accumulated by each chunk.
+TEST(Matmul, FewRowsSplitByColumnsInEveryLayout) {
+  flow::manual_seed(10);
+  const int previous = flow::get_num_threads();
+  flow::set_num_threads(3);
+  for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
+    const double tol = dtype == flow::kFloat32 ? 1e-4 : 1e-12;
+    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{2, 9, 200}, {8, 33, 97}, {32, 5, 64}}) {
+      for (bool a_transposed : {false, true}) {
+        for (bool b_transposed : {false, true}) {
+          SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + (a_transposed ? " a^T" : "") +
+                       (b_transposed ? " b^T" : ""));
+          Tensor a = a_transposed ? flow::randn({k, m}, dtype).t() : flow::randn({m, k}, dtype);
+          Tensor b = b_transposed ? flow::randn({n, k}, dtype).t() : flow::randn({k, n}, dtype);
+          expect_close(flow::matmul(a, b), reference_matmul(a.contiguous(), b.contiguous()), tol, 1e-4);
+        }
+      }
+      Tensor x = flow::randn({m, k}, dtype), w = flow::randn({n, k}, dtype), bias = flow::randn({n}, dtype);
+      expect_close(flow::linear(x, w, bias), reference_matmul(x, w.t().contiguous()) + bias, tol, 1e-4);
+    }
+  }
+  flow::set_num_threads(previous);
+}
+
 TEST(Matmul, LinearWithAndWithoutBias) {
   flow::manual_seed(8);
   Tensor x = flow::randn({2, 3, 6}), w = flow::randn({4, 6}), b = flow::randn({4});
