@@ -4,9 +4,12 @@
 // layouts the convolutions choose (nChw8c with AVX2), and their results stay in those layouts from
 // one such op to the next. A value crosses to flow's plain NCHW only where another op or a model
 // output reads it. Convolution weights are reordered once, when the program for a batch size is
-// built, and a ReLU that alone reads a convolution's result becomes the convolution's post-op.
+// built, and a ReLU that alone reads a convolution's result runs in place right after it (flow's
+// loop, which keeps NaN; oneDNN's ReLU post-op would turn NaN into 0).
 // ONNX Runtime's NCHWc transformer does the same for its CPU provider; without it every conv and
-// pool reorders its input, output and weights on each call.
+// pool reorders its input, output and weights on each call. Linears of a few rows (2-16, with the
+// fusion pass's ReLU) run the same way as oneDNN matmuls on weights packed once, their results
+// plain row-major.
 #include <cstdint>
 #include <memory>
 #include <vector>

@@ -202,3 +202,37 @@ TEST_F(BlockedLayoutTest, ConcurrentRunsAndTheirArenas) {
 }
 
 }  // namespace
+
+// Linears of 2-16 rows run as oneDNN matmuls on weights packed at load (ReLU as post-op), one row
+// and more than 16 rows on the linear kernels; all agree with the plain load and eager, and a
+// NaN input reaches the output as it does there.
+TEST_F(BlockedLayoutTest, FewRowLinearsRunPackedAndMatchThePlainKernels) {
+  flow::manual_seed(7);
+  auto mlp = test_models::mlp();
+  export_net(mlp, {8, 1, 28, 28});
+  EXPECT_EQ(blocked_->blocked_steps(8), 3);
+  EXPECT_EQ(blocked_->blocked_steps(2), 3);
+  EXPECT_EQ(blocked_->blocked_steps(1), 0);
+  EXPECT_EQ(blocked_->blocked_steps(17), 0);
+  for (int64_t batch : {1, 2, 5, 16, 17}) expect_same(mlp, flow::randn({batch, 1, 28, 28}));
+  Tensor x = flow::randn({4, 1, 28, 28}).contiguous();
+  x.data_ptr<float>()[784 + 3] = std::numeric_limits<float>::quiet_NaN();  // sample 1
+  expect_same(mlp, x);
+  EXPECT_TRUE(std::isnan(blocked_->run({x}).at(0).tolist<double>()[10]));
+}
+
+// A NaN pixel reaches the output through convolutions with their ReLU, residual adds with theirs
+// and pooling, as on the plain kernels and in eager.
+TEST_F(BlockedLayoutTest, NanThroughConvolutionAndReluAsOnThePlainKernels) {
+  flow::manual_seed(8);
+  for (auto net : {test_models::cnn(), test_models::resnet()}) {
+    test_models::warm_up_batch_norm(*net, {8, 1, 28, 28});
+    export_net(net, {2, 1, 28, 28});
+    Tensor x = flow::randn({2, 1, 28, 28}).contiguous();
+    x.data_ptr<float>()[784 + 14 * 28 + 14] = std::numeric_limits<float>::quiet_NaN();  // sample 1, centre
+    expect_same(net, x);
+    const auto out = blocked_->run({x}).at(0).tolist<double>();
+    EXPECT_TRUE(std::isnan(out[10])) << "sample 1's logits";
+    EXPECT_FALSE(std::isnan(out[0])) << "sample 0's logits";
+  }
+}

@@ -69,7 +69,7 @@ TEST_F(LiteTest, MlpMatchesGraphAndRunsAnyBatch) {
   EXPECT_EQ(model->inputs()[0].shape, (std::vector<int64_t>{-1, 1, 28, 28}));
   EXPECT_EQ(model->outputs()[0].name, "logits");
   EXPECT_EQ(model->outputs()[0].shape, (std::vector<int64_t>{-1, 10}));
-  EXPECT_GT(model->planned_bytes(8), 0);
+  EXPECT_GT(model->planned_bytes(17), 0);  // below 17 rows the linears' values live in the layout pass's arena
   net->eval();
   for (int64_t batch : {1, 3, 17}) {
     const Tensor x = flow::randn({batch, 1, 28, 28});
