@@ -181,6 +181,20 @@ Operand make_operand(int value, const memory::desc& layout, bool blocked, const 
   return operand;
 }
 
+// The constant weights (input 1) reordered once from `weight_plain` into the primitive's layout,
+// and the bias (input 2, when `bias_desc` is set) used as exported.
+void bind_parameters(Kernel& kernel, const memory::desc& weight_plain, const memory::desc& weight_wanted, const memory::desc& bias_desc,
+                     const std::vector<int>& in, const std::vector<const Tensor*>& constant_of) {
+  dnnl::stream stream(engine());
+  kernel.weight_values = *constant_of[in[1]];
+  kernel.weights = bind_memory(weight_plain, kernel.weight_values.data_ptr(), weight_wanted, stream, true).inner;
+  stream.wait();
+  if (!bias_desc.is_zero()) {
+    kernel.bias_values = *constant_of[in[2]];
+    kernel.bias = memory(bias_desc, engine(), kernel.bias_values.data_ptr());
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
@@ -249,14 +263,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->kind = Kind::kConv;
         kernel->primitive.emplace(dnnl::convolution_forward(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
-        dnnl::stream stream(engine());
-        kernel->weight_values = *constant_of[in[1]];
-        kernel->weights = bind_memory(weight_dims, kernel->weight_values.data_ptr(), pd.weights_desc(), stream, true).inner;
-        stream.wait();
-        if (has_bias) {
-          kernel->bias_values = *constant_of[in[2]];
-          kernel->bias = memory(pd.bias_desc(), engine(), kernel->bias_values.data_ptr());
-        }
+        bind_parameters(*kernel, plain(weight_dims), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
         kernel->out_layout = pd.dst_desc();
         kernel->relu_after = relu;
         if (relu) fused_relu_step[next[0]] = true;
@@ -272,14 +279,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->relu_after = *relu;
         kernel->primitive.emplace(dnnl::matmul(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
-        dnnl::stream stream(engine());
-        kernel->weight_values = *constant_of[in[1]];
-        kernel->weights = bind_memory(weight_plain, kernel->weight_values.data_ptr(), pd.weights_desc(), stream, true).inner;
-        stream.wait();
-        if (has_bias) {
-          kernel->bias_values = *constant_of[in[2]];
-          kernel->bias = memory(pd.bias_desc(), engine(), kernel->bias_values.data_ptr());
-        }
+        bind_parameters(*kernel, weight_plain, pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
         kernel->out_layout = pd.dst_desc();
       } else if (name == "max_pool2d_inference") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;

@@ -65,21 +65,28 @@ TEST(Matmul, VectorsAndTransposedOperands) {
   expect_close(flow::bmm(lhs, expanded), reference_matmul(lhs, expanded.contiguous()), 1e-5, 1e-5);
 }
 
+namespace {
+// (m x k) @ (k x n) against the reference with either operand stored transposed.
+void expect_matmul_in_every_layout(int64_t m, int64_t k, int64_t n, flow::DType dtype, double tol) {
+  for (bool a_transposed : {false, true}) {
+    for (bool b_transposed : {false, true}) {
+      SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + (a_transposed ? " a^T" : "") +
+                   (b_transposed ? " b^T" : ""));
+      Tensor a = a_transposed ? flow::randn({k, m}, dtype).t() : flow::randn({m, k}, dtype);
+      Tensor b = b_transposed ? flow::randn({n, k}, dtype).t() : flow::randn({k, n}, dtype);
+      expect_close(flow::matmul(a, b), reference_matmul(a.contiguous(), b.contiguous()), tol, 1e-4);
+    }
+  }
+}
+}  // namespace
+
 // One row or one column goes through GEMV rather than GEMM: every operand layout.
 TEST(Matmul, SingleRowOrColumnInEveryLayout) {
   flow::manual_seed(9);
   for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
     const double tol = dtype == flow::kFloat32 ? 1e-4 : 1e-12;
     for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 7, 5}, {6, 7, 1}, {1, 7, 1}, {1, 1, 4}}) {
-      for (bool a_transposed : {false, true}) {
-        for (bool b_transposed : {false, true}) {
-          SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + (a_transposed ? " a^T" : "") +
-                       (b_transposed ? " b^T" : ""));
-          Tensor a = a_transposed ? flow::randn({k, m}, dtype).t() : flow::randn({m, k}, dtype);
-          Tensor b = b_transposed ? flow::randn({n, k}, dtype).t() : flow::randn({k, n}, dtype);
-          expect_close(flow::matmul(a, b), reference_matmul(a.contiguous(), b.contiguous()), tol, 1e-4);
-        }
-      }
+      expect_matmul_in_every_layout(m, k, n, dtype, tol);
     }
     Tensor x = flow::randn({1, 6}, dtype), w = flow::randn({4, 6}, dtype), bias = flow::randn({4}, dtype);
     expect_close(flow::linear(x, w, bias), reference_matmul(x, w.t().contiguous()) + bias, tol, 1e-4);
@@ -96,15 +103,7 @@ TEST(Matmul, FewRowsSplitByColumnsInEveryLayout) {
   for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
     const double tol = dtype == flow::kFloat32 ? 1e-4 : 1e-12;
     for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{2, 9, 200}, {8, 33, 97}, {32, 5, 64}}) {
-      for (bool a_transposed : {false, true}) {
-        for (bool b_transposed : {false, true}) {
-          SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + (a_transposed ? " a^T" : "") +
-                       (b_transposed ? " b^T" : ""));
-          Tensor a = a_transposed ? flow::randn({k, m}, dtype).t() : flow::randn({m, k}, dtype);
-          Tensor b = b_transposed ? flow::randn({n, k}, dtype).t() : flow::randn({k, n}, dtype);
-          expect_close(flow::matmul(a, b), reference_matmul(a.contiguous(), b.contiguous()), tol, 1e-4);
-        }
-      }
+      expect_matmul_in_every_layout(m, k, n, dtype, tol);
       Tensor x = flow::randn({m, k}, dtype), w = flow::randn({n, k}, dtype), bias = flow::randn({n}, dtype);
       expect_close(flow::linear(x, w, bias), reference_matmul(x, w.t().contiguous()) + bias, tol, 1e-4);
     }
