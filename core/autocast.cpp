@@ -30,7 +30,7 @@ bool is_castable(const Tensor& t) { return t.defined() && is_floating(t.dtype())
 }  // namespace
 
 autocast::autocast(DType dtype, bool enabled) : previous_enabled_(t_enabled), previous_dtype_(t_dtype) {
-  if (dtype != kBFloat16 && dtype != kFloat16) fail("autocast", "dtype must be bfloat16 or float16, got ", dtype_name(dtype));
+  check_autocast_dtype("autocast", dtype);
   t_enabled = enabled;
   if (enabled) t_dtype = dtype;
 }
@@ -38,6 +38,10 @@ autocast::autocast(DType dtype, bool enabled) : previous_enabled_(t_enabled), pr
 autocast::~autocast() {
   t_enabled = previous_enabled_;
   t_dtype = previous_dtype_;
+}
+
+void check_autocast_dtype(const char* op, DType dtype) {
+  if (!is_reduced_floating(dtype)) fail(op, "dtype must be bfloat16 or float16, got ", dtype_name(dtype));
 }
 
 bool is_autocast_enabled() { return t_enabled; }

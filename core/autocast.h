@@ -26,6 +26,9 @@ class autocast {
   DType previous_dtype_;
 };
 
+// Throws flow::Error "[op] dtype must be bfloat16 or float16, got ..." for any other autocast dtype.
+void check_autocast_dtype(const char* op, DType dtype);
+
 bool is_autocast_enabled();
 DType autocast_dtype();  // the innermost active guard's dtype (bfloat16 when none is active)
 

@@ -49,9 +49,9 @@ DType dtype_from_name(const std::string& name) {
   fail("dtype", "unknown dtype name '", name, "'");
 }
 
-bool is_floating(DType dtype) {
-  return dtype == kFloat16 || dtype == kBFloat16 || dtype == kFloat32 || dtype == kFloat64;
-}
+bool is_floating(DType dtype) { return is_reduced_floating(dtype) || dtype == kFloat32 || dtype == kFloat64; }
+
+bool is_reduced_floating(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16; }
 
 bool is_integral(DType dtype, bool include_bool) {
   return dtype == kUInt8 || dtype == kInt8 || dtype == kInt16 || dtype == kInt32 || dtype == kInt64 ||

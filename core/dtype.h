@@ -36,6 +36,8 @@ std::string dtype_name(DType dtype);
 // Inverse of dtype_name; throws flow::Error for an unknown name.
 DType dtype_from_name(const std::string& name);
 bool is_floating(DType dtype);
+// float16 or bfloat16: stored in 16 bits, computed in float32 on the CPU.
+bool is_reduced_floating(DType dtype);
 bool is_integral(DType dtype, bool include_bool = false);
 // Type promotion as in PyTorch: bool < integers < floating, wider wins; uint8 with int8 gives int32.
 DType promote_types(DType a, DType b);

@@ -207,7 +207,7 @@ GraphConfig& GraphConfig::set_pipeline_schedule(PipelineSchedule schedule) {
 }
 
 GraphConfig& GraphConfig::enable_amp(bool on, DType dtype) {
-  if (dtype != kBFloat16 && dtype != kFloat16) fail("graph.enable_amp", "dtype must be bfloat16 or float16, got ", dtype_name(dtype));
+  check_autocast_dtype("graph.enable_amp", dtype);
   amp_enabled_ = on;
   amp_dtype_ = dtype;
   return *this;

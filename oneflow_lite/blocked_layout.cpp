@@ -51,9 +51,9 @@ struct Kernel {
   // Too little work to be worth a fork-join: created and run on the calling thread alone.
   bool single_thread = false;
   // Convolution, matmul, residual add: the ReLU that alone reads the result (or the fused add's),
-  // applied in place by flow's own
-  // loop right after the primitive. Not a oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT
-  // code) turns NaN into 0, where flow's relu, like PyTorch's, keeps it.
+  // applied in place by flow's own loop right after the primitive. Not a oneDNN post-op: oneDNN
+  // 2.6's ReLU (max(x, 0) in its JIT code) turns NaN into 0, where flow's relu, like PyTorch's,
+  // keeps it.
   bool relu_after = false;
 };
 

@@ -5,7 +5,7 @@
 namespace flow::cpu {
 namespace {
 
-bool is_reduced_float(const Tensor& t) { return t.defined() && (t.dtype() == kBFloat16 || t.dtype() == kFloat16); }
+bool is_reduced_float(const Tensor& t) { return t.defined() && is_reduced_floating(t.dtype()); }
 
 Tensor widened(const Tensor& t) {
   Tensor wide = make_tensor(t.shape(), kFloat32, t.device());
