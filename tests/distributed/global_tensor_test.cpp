@@ -202,7 +202,9 @@ TEST_F(GlobalTensor, MovesBetweenPlacementsWithGradients) {
   // Creation on a placement without this rank gives a global tensor with no piece here.
   const Tensor elsewhere = zeros({2, 2}, TensorOptions().placement(last).sbp(sbp::broadcast()));
   EXPECT_EQ(elsewhere.placement(), last);
-  if (rank != world - 1) EXPECT_EQ(elsewhere.to_local().numel(), 0);
+  if (rank != world - 1) {
+    EXPECT_EQ(elsewhere.to_local().numel(), 0);
+  }
 }
 
 TEST_F(GlobalTensor, HybridOnTwoByTwoPlacementEqualsOneProcess) {

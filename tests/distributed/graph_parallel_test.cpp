@@ -456,7 +456,9 @@ TEST_F(GraphParallel, ZeroShardsOptimizerStateAndTrainsLikeDataParallel) {
   EXPECT_EQ(plain_bytes, whole);
   EXPECT_EQ(zero1_bytes, rows);
   EXPECT_EQ(zero2_bytes, rows);
-  if (world == 2) EXPECT_LE(zero1_bytes, plain_bytes / 2 + 32 * 4 + 4);  // halved, up to the odd 5-row tensors
+  if (world == 2) {
+    EXPECT_LE(zero1_bytes, plain_bytes / 2 + 32 * 4 + 4);  // halved, up to the odd 5-row tensors
+  }
   // Six parameters; the loss all-reduces its sum and count. Without ZeRO and at stage 1 the
   // gradients are all-reduced in one bucket, stage 2 reduce-scatters them in one; stages 1 and 2
   // all-gather the updated rows in one.
