@@ -50,10 +50,10 @@ struct Kernel {
   int block = 0;
   // Too little work to be worth a fork-join: created and run on the calling thread alone.
   bool single_thread = false;
-  // Convolution, matmul, residual add: the ReLU that alone reads the result (or the fused add's),
-  // applied in place by flow's own loop right after the primitive. Not a oneDNN post-op: oneDNN
-  // 2.6's ReLU (max(x, 0) in its JIT code) turns NaN into 0, where flow's relu, like PyTorch's,
-  // keeps it.
+  // Convolution, matmul, residual add, max pooling: the ReLU that alone reads the result (or the
+  // fused add's, or the one moved from before the pooling), applied in place by flow's own loop
+  // right after the primitive. Not a oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT
+  // code) turns NaN into 0, where flow's relu, like PyTorch's, keeps it.
   bool relu_after = false;
 };
 
@@ -209,8 +209,10 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
   std::vector<const Tensor*> constant_of(num_values, nullptr);
   for (const auto& [id, weight] : constants) constant_of[id] = &weight;
   std::vector<std::vector<size_t>> readers(num_values);
+  std::vector<int> producer(num_values, -1);
   for (size_t s = 0; s < steps.size(); ++s) {
     for (int id : *steps[s].inputs) readers[id].push_back(s);
+    for (int id : *steps[s].outputs) producer[id] = static_cast<int>(s);
   }
   std::vector<bool> is_model_output(num_values, false);
   for (int id : model_outputs) is_model_output[id] = true;
@@ -220,6 +222,19 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
   std::vector<bool> fused_relu_step(steps.size(), false);
   auto operand = [&](int value, const memory::desc& wanted) {
     return make_operand(value, blocked[value] ? layouts[value] : plain(dims_of(metas[value].shape)), blocked[value], wanted, impl->scratch_bytes);
+  };
+  // Takes the ReLU a convolution applies after itself (relu_after) away from it when that ReLU's
+  // result is `value` and a max pooling alone reads it. The maximum of a window of ReLU outputs is
+  // the ReLU of its maximum, NaN (propagated by both) and -inf (0 either way) included, so the
+  // pooling applies it to its own, smaller result instead: one pass over the convolution's output
+  // fewer.
+  auto take_relu_before_pooling = [&](int value) {
+    const int relu_step = producer[value];
+    if (relu_step < 0 || !fused_relu_step[relu_step] || readers[value].size() != 1 || is_model_output[value]) return false;
+    Kernel* conv = impl->kernels[producer[steps[relu_step].inputs->front()]].get();
+    if (!conv || !conv->relu_after) return false;
+    conv->relu_after = false;
+    return true;
   };
 
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -290,6 +305,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->pool = cpu::blocked_pool_geometry(in_metas[0].shape, out_meta.shape, *step.attrs, block);
         kernel->operands.push_back(operand(in[0], layouts[in[0]]));
         kernel->out_layout = channel_blocked(dims_of(out_meta.shape), block);
+        kernel->relu_after = take_relu_before_pooling(in[0]);
       } else if (name == "avg_pool2d") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
         const Attrs& attrs = *step.attrs;
@@ -462,14 +478,14 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
           args.emplace(DNNL_ARG_SRC, sources[0]);
       }
       kernel.primitive->execute(stream, args);
-      if (kernel.relu_after) {
-        stream.wait();
-        // Every element of the layout: padding channels of a blocked one hold zeros, kept zero.
-        float* data = static_cast<float*>(out.get_data_handle());
-        parallel_for(0, static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(float)), kElementwiseGrain, [data](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i) data[i] = cpu::math::relu(data[i]);
-        });
-      }
+    }
+    if (kernel.relu_after) {
+      stream.wait();
+      // Every element of the layout: padding channels of a blocked one hold zeros, kept zero.
+      float* data = static_cast<float*>(out.get_data_handle());
+      parallel_for(0, static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(float)), kElementwiseGrain, [data](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) data[i] = cpu::math::relu(data[i]);
+      });
     }
   }
   if (kernel.plain_needed) {

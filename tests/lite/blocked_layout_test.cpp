@@ -110,6 +110,30 @@ TEST_F(BlockedLayoutTest, MaxPoolingKeepsNanAndMinusInfinity) {
   expect_same(net, flow::randn({2, 1, 4, 4}));  // and the fast path on the next call
 }
 
+// The same with a ReLU between the convolution and the pooling, which the layout pass applies to
+// the pooled result instead (the ReLU of a window's maximum is the maximum of its ReLUs): NaN
+// stays NaN, and a window of -inf gives 0 as ReLU then pooling does.
+struct CopyReluMaxPool : CopyThenMaxPool {
+  Tensor forward(const Tensor& x) override { return flow::max_pool2d(flow::relu(flow::conv2d(x, weight)), {2, 2}); }
+};
+
+TEST_F(BlockedLayoutTest, ReluBeforeMaxPoolingKeepsNanAndGivesZeroForMinusInfinity) {
+  auto net = std::make_shared<CopyReluMaxPool>();
+  export_net(net, {1, 1, 4, 4});
+  EXPECT_EQ(blocked_->blocked_steps(1), 3);
+  Tensor x = flow::randn({2, 1, 4, 4}).contiguous();
+  float* data = x.data_ptr<float>();
+  data[5] = std::numeric_limits<float>::quiet_NaN();  // sample 0, window (0, 0)
+  for (int i : {16 + 2, 16 + 3, 16 + 6, 16 + 7}) data[i] = -std::numeric_limits<float>::infinity();  // sample 1, window (0, 1)
+  for (int i : {16 + 8, 16 + 9, 16 + 12, 16 + 13}) data[i] = -1.0f - static_cast<float>(i);  // sample 1, window (1, 0)
+  expect_same(net, x);
+  const auto out = blocked_->run({x}).at(0).tolist<double>();
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_EQ(out[4 + 1], 0.0);
+  EXPECT_EQ(out[4 + 2], 0.0);
+  for (double v : out) EXPECT_TRUE(std::isnan(v) || v >= 0.0);
+}
+
 // conv -> relu read by both max and average pooling, their sum, and the conv's own result read by
 // a reduction (no blocked form): values cross to plain NCHW only where needed.
 struct Branches : nn::Module {
