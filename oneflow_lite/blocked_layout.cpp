@@ -33,6 +33,8 @@ struct Operand {
 struct Kernel {
   Kind kind = Kind::kAlias;
   std::optional<dnnl::primitive> primitive;
+  // Convolution: what the primitive was made from, to remake it with a sum post-op (sum_into).
+  std::optional<dnnl::convolution_forward::desc> conv_desc;
   std::vector<Operand> operands;
   // Convolution and matmul: the weights reordered once (unless already in the primitive's layout)
   // and the bias as exported; the tensors keep the buffers those may point into alive.
@@ -55,6 +57,9 @@ struct Kernel {
   // right after the primitive. Not a oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT
   // code) turns NaN into 0, where flow's relu, like PyTorch's, keeps it.
   bool relu_after = false;
+  // Convolution: the value whose buffer the result is added onto and written to (a residual add
+  // folded into the convolution as oneDNN's sum post-op); -1 for none.
+  int sum_into = -1;
 };
 
 // Below these, splitting a step over threads costs more than it saves (and under machine load a
@@ -77,12 +82,15 @@ bool is_cpu_float_4d(const TensorMeta& meta) {
   return meta.dtype == kFloat32 && meta.device.type == DeviceType::kCPU && meta.shape.size() == 4 && meta.shape.numel() > 0;
 }
 
-// Whether a fused_elementwise program is relu(a + b) or a + b over two operands of its shape.
-std::optional<bool> residual_add_with_relu(const Attrs& attrs, const std::vector<TensorMeta>& in, const TensorMeta& out) {
-  if (in.size() != 2 || attrs.has("destinations")) return std::nullopt;
+// Whether a step is a residual add: an add, or a fused_elementwise program a + b or relu(a + b),
+// of two operands of the result's shape. Returns whether a ReLU follows the sum.
+std::optional<bool> residual_add(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in, const TensorMeta& out) {
+  if ((name != "add" && name != "fused_elementwise") || in.size() != 2) return std::nullopt;
   for (const TensorMeta& meta : in) {
     if (!is_cpu_float_4d(meta) || !(meta.shape == out.shape)) return std::nullopt;
   }
+  if (name == "add") return false;
+  if (attrs.has("destinations")) return std::nullopt;
   const fused::Program program = fused::decode(attrs.get<std::string>("program"));
   const auto& steps = program.steps;
   if (steps.empty() || steps.size() > 2 || steps[0].op != "add" || steps[0].args != std::vector<int>{0, 1} || !steps[0].attrs.values().empty()) {
@@ -236,6 +244,45 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     conv->relu_after = false;
     return true;
   };
+  // A residual add of a convolution's result read by nothing else and of another value that is
+  // ready before that convolution, in its output layout and read by nothing after it: the
+  // convolution adds its result onto the other value's buffer (oneDNN's sum post-op; then the
+  // add's ReLU, if any, as relu_after) and the add is that buffer: one pass over memory fewer.
+  // Returns the convolution's result, or -1 when neither operand qualifies.
+  auto sum_into_convolution = [&](size_t s, const std::vector<int>& in, bool relu) {
+    for (int k : {0, 1}) {
+      const int result = in[k], other = in[1 - k];
+      const int conv_step = producer[result];
+      Kernel* conv = conv_step < 0 ? nullptr : impl->kernels[conv_step].get();
+      if (!conv || conv->kind != Kind::kConv || conv->relu_after || readers[result].size() != 1 || is_model_output[result]) continue;
+      if (!blocked[other] || is_model_output[other] || !(layouts[other] == conv->out_layout) || producer[other] >= conv_step) continue;
+      const std::vector<size_t>& other_readers = readers[other];
+      if (std::any_of(other_readers.begin(), other_readers.end(), [&](size_t r) { return r != s && static_cast<int>(r) >= conv_step; })) {
+        continue;
+      }
+      // Remade with the thread count it was made with.
+      std::optional<ThreadCapScope> cap;
+      if (conv->single_thread) cap.emplace(1);
+      dnnl::post_ops sum;
+      sum.append_sum(1.f);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(sum);
+      try {
+        dnnl::convolution_forward::primitive_desc pd(*conv->conv_desc, attr, engine());
+        if (!(pd.src_desc() == conv->operands[0].wanted) || !(pd.weights_desc() == conv->weights.get_desc()) || !(pd.dst_desc() == conv->out_layout)) {
+          continue;
+        }
+        conv->primitive.emplace(dnnl::convolution_forward(pd));
+      } catch (const dnnl::error& e) {
+        VLOG(1) << "oneflow_lite: a residual add stays a separate step: oneDNN refuses the convolution with a sum post-op (" << e.what() << ")";
+        continue;
+      }
+      conv->sum_into = other;
+      conv->relu_after = relu;
+      return result;
+    }
+    return -1;
+  };
 
   for (size_t s = 0; s < steps.size(); ++s) {
     const LayoutStep& step = steps[s];
@@ -276,6 +323,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
                                              {padding[0], padding[1]});
         dnnl::convolution_forward::primitive_desc pd(desc, engine());
         kernel->kind = Kind::kConv;
+        kernel->conv_desc.emplace(desc);
         kernel->primitive.emplace(dnnl::convolution_forward(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
         bind_parameters(*kernel, plain(weight_dims), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
@@ -325,20 +373,27 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->primitive.emplace(dnnl::eltwise_forward(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
         kernel->out_layout = pd.dst_desc();
-      } else if (name == "fused_elementwise") {
-        const std::optional<bool> relu = residual_add_with_relu(*step.attrs, in_metas, out_meta);
-        if (!relu || !(blocked[in[0]] || blocked[in[1]])) continue;
-        // The sum reads and writes the layout of a blocked operand; the other is reordered to it.
-        const int first = blocked[in[0]] ? in[0] : in[1], second = first == in[0] ? in[1] : in[0];
-        const memory::desc& layout = layouts[first];
-        dnnl::binary::desc desc(dnnl::algorithm::binary_add, layout, layout, layout);
-        dnnl::binary::primitive_desc pd(desc, engine());
-        kernel->kind = Kind::kAdd;
-        kernel->relu_after = *relu;
-        kernel->primitive.emplace(dnnl::binary(pd));
-        kernel->operands.push_back(operand(first, pd.src0_desc()));
-        kernel->operands.push_back(operand(second, pd.src1_desc()));
-        kernel->out_layout = pd.dst_desc();
+      } else if (const std::optional<bool> relu = residual_add(name, *step.attrs, in_metas, out_meta)) {
+        if (!blocked[in[0]] && !blocked[in[1]]) continue;
+        cap.reset();
+        const int summed = sum_into_convolution(s, in, *relu);
+        if (kernel->single_thread) cap.emplace(1);
+        if (summed >= 0) {
+          kernel->kind = Kind::kAlias;
+          kernel->out_layout = layouts[summed];
+        } else {
+          // The sum reads and writes the layout of a blocked operand; the other is reordered to it.
+          const int first = blocked[in[0]] ? in[0] : in[1], second = first == in[0] ? in[1] : in[0];
+          const memory::desc& layout = layouts[first];
+          dnnl::binary::desc desc(dnnl::algorithm::binary_add, layout, layout, layout);
+          dnnl::binary::primitive_desc pd(desc, engine());
+          kernel->kind = Kind::kAdd;
+          kernel->relu_after = *relu;
+          kernel->primitive.emplace(dnnl::binary(pd));
+          kernel->operands.push_back(operand(first, pd.src0_desc()));
+          kernel->operands.push_back(operand(second, pd.src1_desc()));
+          kernel->out_layout = pd.dst_desc();
+        }
       } else {
         continue;
       }
@@ -383,7 +438,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
       impl->slot_of[out] = impl->slot_of[steps[s].inputs->front()];
     } else {
       int slot;
-      if (free_slots.empty()) {
+      if (kernel->sum_into >= 0) {
+        slot = impl->slot_of[kernel->sum_into];
+      } else if (free_slots.empty()) {
         slot = static_cast<int>(impl->slot_bytes.size());
         impl->slot_bytes.push_back(0);
       } else {

@@ -158,6 +158,36 @@ TEST_F(BlockedLayoutTest, ValuesReadByBlockedAndPlainOps) {
   for (int64_t batch : {1, 2, 7}) expect_same(net, flow::randn({batch, 3, 10, 10}));
 }
 
+// Residual adds (with and without a ReLU) the layout pass folds into a convolution (which then adds
+// its result onto the other operand's buffer) and ones it must not fold: where the convolution
+// reads that operand itself, and where a later step still reads it. Whichever it picks, the
+// results are those of the plain kernels and of eager.
+struct ResidualAdds : nn::Module {
+  ResidualAdds() {
+    for (int i = 0; i < 5; ++i) weights.push_back(register_parameter("w" + std::to_string(i), flow::randn({8, i == 0 ? 3 : 8, 3, 3}) * 0.2, false));
+    bias = register_parameter("bias", flow::randn({8}), false);
+  }
+  Tensor conv(int i, const Tensor& x) const { return flow::conv2d(x, weights[i], i == 4 ? bias : Tensor(), {1, 1}, {1, 1}); }
+  Tensor forward(const Tensor& x) override {
+    const Tensor a = flow::relu(conv(0, x));
+    const Tensor b = conv(1, a) + a;              // conv 1 reads a: not folded
+    const Tensor d = conv(2, b);
+    const Tensor e = flow::relu(conv(3, d) + b);  // b's other reader (conv 2) ran before conv 3: folded
+    const Tensor g = conv(4, e) + d;              // d is read again below: not folded
+    return (flow::avg_pool2d(g, {2, 2}, {2, 2}, {0, 0}) + flow::max_pool2d(d, {2, 2})).flatten(1);
+  }
+  std::vector<Tensor> weights;
+  Tensor bias;
+};
+
+TEST_F(BlockedLayoutTest, ResidualAddsFoldIntoConvolutionsOnlyWhereSafe) {
+  flow::manual_seed(5);
+  auto net = std::make_shared<ResidualAdds>();
+  export_net(net, {2, 3, 8, 8});
+  EXPECT_GE(blocked_->blocked_steps(2), 10);
+  for (int64_t batch : {1, 2, 9}) expect_same(net, flow::randn({batch, 3, 8, 8}));
+}
+
 // Grouped and strided convolutions with padding, a 3x3 max pooling with padding and stride 2
 // (windows cut by the edges), then an average pooling: what the blocked steps compute besides the
 // exported nets' shapes.
