@@ -95,14 +95,22 @@ struct CopyThenMaxPool : nn::Module {
   Tensor weight;
 };
 
+// Two 4x4 images: a NaN in sample 0's 2x2 window (0, 0), -inf filling sample 1's window (0, 1),
+// negative values filling its window (1, 0).
+Tensor nan_and_minus_infinity_windows() {
+  Tensor x = flow::randn({2, 1, 4, 4}).contiguous();
+  float* data = x.data_ptr<float>();
+  data[5] = std::numeric_limits<float>::quiet_NaN();
+  for (int i : {16 + 2, 16 + 3, 16 + 6, 16 + 7}) data[i] = -std::numeric_limits<float>::infinity();
+  for (int i : {16 + 8, 16 + 9, 16 + 12, 16 + 13}) data[i] = -1.0f - static_cast<float>(i);
+  return x;
+}
+
 TEST_F(BlockedLayoutTest, MaxPoolingKeepsNanAndMinusInfinity) {
   auto net = std::make_shared<CopyThenMaxPool>();
   export_net(net, {1, 1, 4, 4});
   EXPECT_EQ(blocked_->blocked_steps(1), 2);
-  Tensor x = flow::randn({2, 1, 4, 4}).contiguous();
-  float* data = x.data_ptr<float>();
-  data[5] = std::numeric_limits<float>::quiet_NaN();  // sample 0, window (0, 0)
-  for (int i : {16 + 2, 16 + 3, 16 + 6, 16 + 7}) data[i] = -std::numeric_limits<float>::infinity();  // sample 1, window (0, 1)
+  const Tensor x = nan_and_minus_infinity_windows();
   expect_same(net, x);
   const auto out = blocked_->run({x}).at(0).tolist<double>();
   EXPECT_TRUE(std::isnan(out[0]));
@@ -121,11 +129,7 @@ TEST_F(BlockedLayoutTest, ReluBeforeMaxPoolingKeepsNanAndGivesZeroForMinusInfini
   auto net = std::make_shared<CopyReluMaxPool>();
   export_net(net, {1, 1, 4, 4});
   EXPECT_EQ(blocked_->blocked_steps(1), 3);
-  Tensor x = flow::randn({2, 1, 4, 4}).contiguous();
-  float* data = x.data_ptr<float>();
-  data[5] = std::numeric_limits<float>::quiet_NaN();  // sample 0, window (0, 0)
-  for (int i : {16 + 2, 16 + 3, 16 + 6, 16 + 7}) data[i] = -std::numeric_limits<float>::infinity();  // sample 1, window (0, 1)
-  for (int i : {16 + 8, 16 + 9, 16 + 12, 16 + 13}) data[i] = -1.0f - static_cast<float>(i);  // sample 1, window (1, 0)
+  const Tensor x = nan_and_minus_infinity_windows();
   expect_same(net, x);
   const auto out = blocked_->run({x}).at(0).tolist<double>();
   EXPECT_TRUE(std::isnan(out[0]));
