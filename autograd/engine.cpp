@@ -17,6 +17,7 @@ namespace flow::autograd {
 namespace {
 
 thread_local int backward_depth = 0;
+thread_local Tensor loss_scale;
 
 // Gradients are computed in the dtypes the forward chose: autocast is off while they are.
 struct BackwardScope {
@@ -117,7 +118,7 @@ void run_backward(const TensorList& roots, const TensorList& root_grads, bool re
   }
 }
 
-TensorList root_gradients(const TensorList& outputs, const TensorList& grad_outputs, const char* op) {
+TensorList root_gradients(const TensorList& outputs, const TensorList& grad_outputs, const char* op, const Tensor& seed_scale = Tensor()) {
   if (!grad_outputs.empty() && grad_outputs.size() != outputs.size()) {
     fail(op, "got ", grad_outputs.size(), " gradients for ", outputs.size(), " outputs");
   }
@@ -138,7 +139,7 @@ TensorList root_gradients(const TensorList& outputs, const TensorList& grad_outp
         fail(op, "grad can be implicitly created only for scalar outputs; output ", i, " has shape ", output.shape(),
              ", pass a gradient of that shape");
       }
-      grads.push_back(ones_like(output));
+      grads.push_back(seed_scale.defined() ? ones_like(output) * seed_scale.to(output.dtype()) : ones_like(output));
     }
   }
   return grads;
@@ -147,9 +148,16 @@ TensorList root_gradients(const TensorList& outputs, const TensorList& grad_outp
 }  // namespace
 
 void backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph, bool create_graph) {
-  const TensorList grads = root_gradients(outputs, grad_outputs, "backward");
+  const TensorList grads = root_gradients(outputs, grad_outputs, "backward", loss_scale);
   run_backward(outputs, grads, retain_graph || create_graph, create_graph, nullptr);
 }
+
+LossScaleGuard::LossScaleGuard(Tensor scale) : previous_(std::move(loss_scale)) {
+  CHECK(scale.defined() && scale.numel() == 1) << "a loss scale is one element";
+  loss_scale = std::move(scale);
+}
+
+LossScaleGuard::~LossScaleGuard() { loss_scale = std::move(previous_); }
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
                 bool retain_graph, bool create_graph, bool allow_unused) {

@@ -16,6 +16,20 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bo
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
                 bool retain_graph = false, bool create_graph = false, bool allow_unused = false);
 
+// While alive, backward() on this thread seeds each output it is given no gradient for with
+// `scale` (one element, cast to the output's dtype) instead of one: nn::Graph's grad scaler scales
+// the loss of the loss.backward() its build() calls this way. grad() is not affected.
+class LossScaleGuard {
+ public:
+  explicit LossScaleGuard(Tensor scale);
+  ~LossScaleGuard();
+  LossScaleGuard(const LossScaleGuard&) = delete;
+  LossScaleGuard& operator=(const LossScaleGuard&) = delete;
+
+ private:
+  Tensor previous_;
+};
+
 // Whether this thread is inside backward() or grad(): the ops it dispatches now are gradient
 // computations (a Graph's tracer tells them from the forward ops this way).
 bool is_running_backward();

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <tuple>
 
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "core/autocast.h"
 #include "core/autograd_meta.h"
 #include "core/comm/global.h"
@@ -27,6 +30,8 @@ std::atomic<int> g_graph_count{0};
 TensorMeta meta_of_tensor(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
 
 std::string optimizer_prefix(size_t index) { return "_optimizer." + std::to_string(index) + "."; }
+// The grad scaler's variables and state_dict entries.
+const std::string kGradScalerPrefix = "_grad_scaler.";
 
 // Modules in a train/eval mode, parents first: train() also sets the children, so applying them
 // in order gives every module its own mode.
@@ -80,6 +85,21 @@ int64_t stage_of_this_rank(const std::vector<Placement>& stages) {
     stage = static_cast<int64_t>(s);
   }
   return stage;
+}
+
+// Divides the gradients of params by the loss scale (they become the quotients) and returns
+// whether any quotient holds an inf or NaN (a bool 0-d tensor), or nothing without gradients.
+Tensor unscale_gradients(const TensorList& params, const Tensor& scale) {
+  autograd::NoGradGuard no_grad;
+  const Tensor inverse = 1.0 / scale;
+  Tensor zero_or_nan;  // the sum of every quotient times 0: NaN exactly when one is not finite
+  for (Tensor p : params) {
+    const Tensor grad = p.grad() * inverse.to(p.grad().dtype());
+    p.set_grad(grad);
+    const Tensor term = (grad.to(kFloat32) * 0.0).sum();
+    zero_or_nan = zero_or_nan.defined() ? zero_or_nan + term : term;
+  }
+  return zero_or_nan.defined() ? ne(zero_or_nan, 0.0) : Tensor();
 }
 
 }  // namespace
@@ -173,6 +193,42 @@ void Graph::add_optimizer(std::shared_ptr<optim::Optimizer> optimizer, std::shar
   optimizers_.push_back(std::move(optimizer));
   schedulers_.push_back(std::move(scheduler));
   config_.training_ = true;
+}
+
+void Graph::set_grad_scaler(std::shared_ptr<amp::GradScaler> scaler) {
+  if (is_compiled()) fail("graph", "set_grad_scaler after the graph was compiled");
+  if (!scaler) fail("graph", "set_grad_scaler got a null GradScaler");
+  // The growth tracker is a float32 variable: counts up to 2^24 are exact.
+  if (scaler->options().growth_interval_ > (int64_t{1} << 24)) {
+    fail("graph", "set_grad_scaler: growth_interval ", scaler->options().growth_interval_, " is above the 2^24 a graph counts to");
+  }
+  grad_scaler_ = std::move(scaler);
+}
+
+void Graph::make_loss_scale_variables() {
+  if (optimizers_.empty()) fail("graph", name_, ": set_grad_scaler needs add_optimizer: the scaler scales a training graph's loss");
+  for (const auto& optimizer : optimizers_) {
+    for (const auto& group : optimizer->param_groups()) {
+      for (const auto& p : group.params) {
+        if (p.is_global()) fail("graph", name_, ": set_grad_scaler does not support global parameters yet");
+      }
+    }
+  }
+  if (loss_scale_.defined()) return;
+  const TensorOptions options = TensorOptions(kFloat32).device(optimizers_.front()->param_groups().front().params.front().device());
+  loss_scale_ = scalar_tensor(grad_scaler_->get_scale(), options);
+  growth_tracker_ = scalar_tensor(static_cast<double>(grad_scaler_->growth_tracker()), options);
+}
+
+void Graph::update_loss_scale(const Tensor& found_inf) {
+  autograd::NoGradGuard no_grad;
+  const amp::GradScalerOptions& options = grad_scaler_->options();
+  const Tensor counted = growth_tracker_ + 1.0;
+  const Tensor grow = ge(counted, static_cast<double>(options.growth_interval_));
+  const Tensor scale = where(found_inf, loss_scale_ * options.backoff_factor_, where(grow, loss_scale_ * options.growth_factor_, loss_scale_));
+  const Tensor tracker = where(logical_or(found_inf, grow), Scalar(0.0), counted);
+  loss_scale_.copy_(scale);
+  growth_tracker_.copy_(tracker);
 }
 
 void Graph::train(bool on) {
@@ -273,6 +329,12 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
     }
     for (auto& [key, b] : module->named_buffers()) variable_names[b.impl()] = prefix + "." + key;
   }
+  const bool scaling = with_optimizers && grad_scaler_ && grad_scaler_->is_enabled();
+  if (scaling) {
+    make_loss_scale_variables();
+    variable_names[loss_scale_.impl()] = kGradScalerPrefix + "scale";
+    variable_names[growth_tracker_.impl()] = kGradScalerPrefix + "growth_tracker";
+  }
   if (with_optimizers) {
     for (size_t i = 0; i < optimizers_.size(); ++i) {
       for (auto& group : optimizers_[i]->param_groups()) {
@@ -313,9 +375,12 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
     if (debug_level >= 1) *log_ << "(GRAPH:" << name_ << ") building graph\n";
     const TensorList outputs = [&] {
       const autocast amp(config_.amp_dtype(), config_.amp_enabled());
+      std::optional<autograd::LossScaleGuard> loss_scale;
+      if (scaling) loss_scale.emplace(loss_scale_);
       return with_optimizers ? build_micro_batches(lazy_inputs, tracer.job(), micro_batch_starts) : build(lazy_inputs);
     }();
     if (with_optimizers) {
+      Tensor any_non_finite;  // whether any optimizer's unscaled gradients hold an inf or NaN
       traced.trained_params.assign(optimizers_.size(), {});
       for (size_t i = 0; i < optimizers_.size(); ++i) {
         for (auto& group : optimizers_[i]->param_groups()) {
@@ -332,13 +397,16 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
           for (Tensor p : params) p.set_grad(p.grad() * (1.0 / static_cast<double>(config_.gradient_accumulation_steps())));
         }
         reduce_gradients_in_buckets(params, config_.zero_stage());
+        const Tensor skip = scaling ? unscale_gradients(params, loss_scale_) : Tensor();
+        if (skip.defined()) any_non_finite = any_non_finite.defined() ? logical_or(any_non_finite, skip) : skip;
         optimizers_[i]->trace_step(params, [&](size_t k, const std::string& scalar) {
           const Tensor& p = params[k];
           const Tensor fed = tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, p.dtype(), p.device());
           if (!p.is_global()) return fed;
           return distributed::make_global({Shape{}, p.dtype(), p.device()}, p.placement(), broadcast_sbp(p.placement()), fed);
-        }, config_.zero_stage());
+        }, config_.zero_stage(), skip);
       }
+      if (any_non_finite.defined()) update_loss_scale(any_non_finite);
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
       tracer.add_output(static_cast<int>(i), outputs[i]);
@@ -573,6 +641,7 @@ std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const 
     }
   }
   train_step_ += config_.training() ? steps : 0;
+  if (loss_scale_.defined()) grad_scaler_->set_progress(loss_scale_.item<float>(), static_cast<int64_t>(growth_tracker_.item<float>()));
   return outputs;
 }
 
@@ -599,6 +668,10 @@ StateDict Graph::state_dict() const {
     for (const auto& [key, value] : state.metadata()) out.metadata()[optimizer_prefix(i) + key] = value;
     if (schedulers_[i]) out.metadata()[optimizer_prefix(i) + "lr_scheduler.last_epoch"] = std::to_string(schedulers_[i]->last_epoch());
   }
+  if (grad_scaler_ && grad_scaler_->is_enabled()) {
+    const StateDict scaler_state = grad_scaler_->state_dict();
+    for (const auto& [key, value] : scaler_state.metadata()) out.metadata()[kGradScalerPrefix + key] = value;
+  }
   out.metadata()["train_step"] = std::to_string(train_step_);
   return out;
 }
@@ -623,6 +696,23 @@ void Graph::load_state_dict(const StateDict& state, bool strict) {
     optimizers_[i]->load_state_dict(sub);
     auto epoch = sub.metadata().find("lr_scheduler.last_epoch");
     if (schedulers_[i] && epoch != sub.metadata().end()) schedulers_[i]->set_last_epoch(std::stoll(epoch->second));
+  }
+  if (grad_scaler_ && grad_scaler_->is_enabled()) {
+    StateDict scaler_state;
+    for (const auto& [key, value] : state.metadata()) {
+      if (key.rfind(kGradScalerPrefix, 0) == 0) scaler_state.metadata()[key.substr(kGradScalerPrefix.size())] = value;
+    }
+    if (!scaler_state.metadata().empty()) {
+      grad_scaler_->load_state_dict(scaler_state);
+      if (loss_scale_.defined()) {
+        // The Job's variables, written in place.
+        autograd::NoGradGuard no_grad;
+        loss_scale_.copy_(scalar_tensor(grad_scaler_->get_scale(), TensorOptions(kFloat32).device(loss_scale_.device())));
+        growth_tracker_.copy_(scalar_tensor(static_cast<double>(grad_scaler_->growth_tracker()), TensorOptions(kFloat32).device(loss_scale_.device())));
+      }
+    } else if (strict) {
+      fail("graph", name_, ".load_state_dict: the state has no grad scaler state (_grad_scaler.*) and the graph has a grad scaler");
+    }
   }
   auto step = state.metadata().find("train_step");
   if (step != state.metadata().end()) train_step_ = std::stoll(step->second);

@@ -21,6 +21,7 @@
 #include "graph/plan.h"
 #include "graph/signature.h"
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 
@@ -122,6 +123,17 @@ class Graph {
   // Trains in the graph: build() calls loss.backward(), and every parameter that receives a
   // gradient is updated by the optimizer's update ops (the scheduler steps after every call).
   void add_optimizer(std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<optim::LRScheduler> scheduler = nullptr);
+  // Dynamic loss scaling inside the Job, as OneFlow's nn.Graph.set_grad_scaler: build()'s
+  // loss.backward() starts from the scale instead of one, every optimizer's gradients are divided
+  // by it, an optimizer whose gradients then hold an inf or NaN leaves its parameters and state as
+  // they were, and the scale backs off after such a call and grows after growth_interval clean
+  // calls in a row (amp::GradScaler's rules; the scale and growth tracker are float32 Job
+  // variables). After each call the scaler holds the Job's scale and growth tracker (get_scale()),
+  // and state_dict() keeps them. As in OneFlow's Graph, a skipped call still advances the
+  // optimizers' step counts and schedulers (an eager GradScaler, as PyTorch's, does not advance the
+  // step count of a skipped optimizer.step()). Before the first call; the graph needs an
+  // optimizer and local parameters (not global ones yet). A disabled scaler changes nothing.
+  void set_grad_scaler(std::shared_ptr<amp::GradScaler> scaler);
 
   // Train/eval mode of the registered modules; fixed once the graph is compiled (every plan
   // traces in it, whatever eager code sets later).
@@ -194,6 +206,10 @@ class Graph {
   // Every registered module and submodule with its train/eval mode, parents first.
   std::vector<std::pair<Module*, bool>> module_modes() const;
   std::map<std::string, Tensor> next_feeds(const CompiledPlan& plan);
+  // The grad scaler's variables (loss_scale_, growth_tracker_), made once from its state.
+  void make_loss_scale_variables();
+  // Traces the scale's backoff (found_inf) or growth and the growth tracker's count.
+  void update_loss_scale(const Tensor& found_inf);
   std::vector<TensorList> execute(CompiledPlan& plan, int64_t steps, const std::function<TensorList(int64_t)>& next_inputs);
   void print_module(std::ostream& out, const std::string& name, const Module& module, int indent) const;
 
@@ -204,6 +220,9 @@ class Graph {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> modules_;
   std::vector<std::shared_ptr<optim::Optimizer>> optimizers_;
   std::vector<std::shared_ptr<optim::LRScheduler>> schedulers_;
+  std::shared_ptr<amp::GradScaler> grad_scaler_;
+  // The grad scaler's scale and growth tracker as the Job's variables (made by the first trace).
+  Tensor loss_scale_, growth_tracker_;
   std::vector<std::unique_ptr<CompiledPlan>> plans_;  // in compile order
   CompiledPlan* current_ = nullptr;                   // the plan the latest call ran
   std::vector<std::pair<Module*, bool>> traced_modes_;  // the modes every plan traces in

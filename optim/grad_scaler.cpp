@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cmath>
 
+#include <glog/logging.h>
+
 #include "core/autograd_meta.h"
 #include "core/functional.h"
 
@@ -91,6 +93,12 @@ void GradScaler::update() {
     growth_tracker_ = 0;
   }
   per_optimizer_.clear();
+}
+
+void GradScaler::set_progress(double scale, int64_t growth_tracker) {
+  CHECK(scale > 0 && growth_tracker >= 0) << "scale " << scale << ", growth tracker " << growth_tracker;
+  scale_ = scale;
+  growth_tracker_ = growth_tracker;
 }
 
 StateDict GradScaler::state_dict() const {

@@ -41,6 +41,11 @@ class GradScaler {
   // growth after growth_interval clean ones.
   void update();
 
+  // The scale and growth tracker as a Graph's Job left them after its last call: nn::Graph's grad
+  // scaler unscales, checks, skips and updates the scale inside its Job, as step() and update() do.
+  void set_progress(double scale, int64_t growth_tracker);
+  const GradScalerOptions& options() const { return options_; }
+
   double get_scale() const { return options_.enabled_ ? scale_ : 1.0; }
   bool is_enabled() const { return options_.enabled_; }
   int64_t growth_tracker() const { return growth_tracker_; }

@@ -19,7 +19,16 @@ std::string exact(double value) {
   return buffer;
 }
 
-void assign(Tensor& target, const Tensor& value) { target.copy_(value); }
+// Set while trace_step traces updates that a step's skip condition masks.
+thread_local const Tensor* t_skip_if = nullptr;
+
+void assign(Tensor& target, const Tensor& value) {
+  if (t_skip_if == nullptr) {
+    target.copy_(value);
+    return;
+  }
+  target.copy_(where(*t_skip_if, target, value.to(target.dtype())));
+}
 }  // namespace
 
 Optimizer::Optimizer(const TensorList& params, std::map<std::string, double> defaults, std::string name)
@@ -132,8 +141,14 @@ void Optimizer::shard_state(const TensorList& params) {
   }
 }
 
-void Optimizer::trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed, int64_t zero_stage) {
+void Optimizer::trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed, int64_t zero_stage,
+                           const Tensor& skip_if) {
   autograd::NoGradGuard no_grad;
+  if (skip_if.defined()) CHECK(skip_if.dtype() == kBool && skip_if.numel() == 1) << "skip_if is one bool";
+  struct SkipScope {
+    explicit SkipScope(const Tensor& skip) { t_skip_if = skip.defined() ? &skip : nullptr; }
+    ~SkipScope() { t_skip_if = nullptr; }
+  } skip_scope(skip_if);
   std::map<std::pair<std::string, DType>, std::vector<std::pair<Tensor, Tensor>>> updated_shards;  // (param, its updated rows)
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor p = params[i];

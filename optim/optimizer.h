@@ -65,7 +65,10 @@ class Optimizer {
   // updated rows of all such parameters are then all-gathered in one bucket per placement and
   // dtype; the Graph reduces their gradients first (stage 1 all-reduces them, stage 2
   // reduce-scatters them to the rows, each in buckets).
-  void trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed, int64_t zero_stage = 0);
+  // With skip_if (a bool one-element tensor) every parameter and state tensor keeps its value when
+  // it is true: nn::Graph's grad scaler skips steps whose gradients hold an inf or NaN this way.
+  void trace_step(const TensorList& params, const std::function<Tensor(size_t, const std::string&)>& fed, int64_t zero_stage = 0,
+                  const Tensor& skip_if = Tensor());
   // A data-parallel parameter: global, broadcast over a 1-D placement of several ranks, with at
   // least one row per rank.
   static bool zero_shardable(const Tensor& param);

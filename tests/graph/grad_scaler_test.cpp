@@ -1,0 +1,194 @@
+// nn::Graph::set_grad_scaler: dynamic loss scaling inside the Job against eager training with
+// amp::GradScaler: the same scales, the same skipped steps, the same parameters; its state in the
+// graph's state_dict; its errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "common/test_util.h"
+#include "core/flow.h"
+#include "graph_helpers.h"
+
+namespace optim = flow::optim;
+using flow::Tensor;
+using graph_test::batch;
+using graph_test::copy_params;
+using graph_test::expect_same_parameters;
+using graph_test::make_mlp;
+using graph_test::TrainGraph;
+
+namespace {
+
+const flow::Shape kShape{16, 1, 28, 28};
+
+// Step k's batch; an inf pixel in the steps listed in `poisoned` (its loss and gradients are NaN).
+std::pair<Tensor, Tensor> maybe_poisoned(int64_t k, const std::vector<int64_t>& poisoned) {
+  auto [x, y] = batch(k, kShape);
+  if (std::find(poisoned.begin(), poisoned.end(), k) != poisoned.end()) {
+    x = x.contiguous();
+    x.data_ptr<float>()[3] = std::numeric_limits<float>::infinity();
+  }
+  return {x, y};
+}
+
+// SGD with momentum and no dampening: its update does not depend on the step count, which a
+// skipped step advances in a Graph (as in OneFlow) and not in eager (as in PyTorch).
+std::shared_ptr<optim::SGD> sgd(flow::nn::Module& net) {
+  return std::make_shared<optim::SGD>(net.parameters(), optim::SGDOptions(0.05).momentum(0.9));
+}
+
+// Trains an eager copy with amp::GradScaler and the graph's net in a Graph with another scaler
+// of the same options, step by step, and compares scales and parameters after every step.
+// The inputs are multiplied by input_gain. Returns how many steps eager skipped.
+int expect_graph_follows_eager(const flow::amp::GradScalerOptions& options, int steps, const std::vector<int64_t>& poisoned,
+                               double input_gain = 1) {
+  auto eager_net = make_mlp();
+  auto graph_net = make_mlp();
+  copy_params(*eager_net, *graph_net);
+  auto eager_opt = sgd(*eager_net);
+  flow::amp::GradScaler eager_scaler(options);
+  TrainGraph graph(graph_net, sgd(*graph_net));
+  auto graph_scaler = std::make_shared<flow::amp::GradScaler>(options);
+  graph.set_grad_scaler(graph_scaler);
+  flow::nn::CrossEntropyLoss loss_fn;
+  int skipped = 0;
+  for (int64_t k = 0; k < steps; ++k) {
+    auto [x, y] = maybe_poisoned(k, poisoned);
+    x = x * input_gain;
+    std::map<std::string, Tensor> before;
+    for (const auto& [name, p] : graph_net->named_parameters()) before[name] = p.clone();
+    eager_opt->zero_grad();
+    eager_scaler.scale(loss_fn(eager_net->forward(x), y)).backward();
+    const bool stepped = eager_scaler.step(*eager_opt);
+    eager_scaler.update();
+    graph(x, y);
+    EXPECT_EQ(graph_scaler->get_scale(), eager_scaler.get_scale()) << "step " << k;
+    EXPECT_EQ(graph_scaler->growth_tracker(), eager_scaler.growth_tracker()) << "step " << k;
+    expect_same_parameters(*graph_net, *eager_net, 1e-5);
+    if (!stepped) {
+      ++skipped;
+      for (const auto& [name, p] : graph_net->named_parameters()) EXPECT_TRUE(flow::allclose(p, before.at(name), 0.0, 0.0)) << name << " at step " << k;
+    }
+  }
+  return skipped;
+}
+
+}  // namespace
+
+TEST(GraphGradScaler, SkipsStepsWithNonFiniteGradientsAndGrowsTheScaleAsEagerDoes) {
+  // Growth after 3 clean steps; steps 4 and 9 have NaN gradients.
+  EXPECT_EQ(expect_graph_follows_eager(flow::amp::GradScalerOptions().init_scale(1024).growth_interval(3), 12, {4, 9}), 2);
+}
+
+TEST(GraphGradScaler, AnOverflowingScaleBacksOffAsEagerDoes) {
+  // 2^127 times the gradients of a loss on large inputs overflows float32: the first steps are
+  // skipped until the scale has backed off enough, in the Job as in eager.
+  const auto options = flow::amp::GradScalerOptions().init_scale(std::ldexp(1.0, 127)).backoff_factor(1.0 / 1024);
+  EXPECT_GE(expect_graph_follows_eager(options, 6, {}, 1e4), 1);
+}
+
+// What the scaler is for: float16 autocast. The Graph with enable_amp(float16) and a scaler
+// against eager autocast with amp::GradScaler.
+TEST(GraphGradScaler, Float16MixedPrecisionTrainsAsEagerAutocastWithAScaler) {
+  const auto options = flow::amp::GradScalerOptions().init_scale(std::ldexp(1.0, 20)).growth_interval(4);
+  auto eager_net = make_mlp();
+  auto graph_net = make_mlp();
+  copy_params(*eager_net, *graph_net);
+  auto eager_opt = sgd(*eager_net);
+  flow::amp::GradScaler eager_scaler(options);
+  TrainGraph graph(graph_net, sgd(*graph_net));
+  graph.config().enable_amp(true, flow::kFloat16);
+  auto graph_scaler = std::make_shared<flow::amp::GradScaler>(options);
+  graph.set_grad_scaler(graph_scaler);
+  flow::nn::CrossEntropyLoss loss_fn;
+  for (int64_t k = 0; k < 10; ++k) {
+    auto [x, y] = batch(k, kShape);
+    Tensor loss;
+    {
+      const flow::autocast amp(flow::kFloat16);
+      loss = loss_fn(eager_net->forward(x), y);
+    }
+    eager_opt->zero_grad();
+    eager_scaler.scale(loss).backward();
+    eager_scaler.step(*eager_opt);
+    eager_scaler.update();
+    const Tensor graph_loss = graph(x, y).at(0);
+    EXPECT_LE(graph_test::max_relative_difference(graph_loss, loss), 1e-2) << k;
+    EXPECT_EQ(graph_scaler->get_scale(), eager_scaler.get_scale()) << k;
+  }
+  expect_same_parameters(*graph_net, *eager_net, 1e-2);
+}
+
+TEST(GraphGradScaler, StateDictResumesTheScale) {
+  const auto options = flow::amp::GradScalerOptions().init_scale(256).growth_interval(2);
+  auto net = make_mlp();
+  TrainGraph graph(net, sgd(*net));
+  auto scaler = std::make_shared<flow::amp::GradScaler>(options);
+  graph.set_grad_scaler(scaler);
+  // Step 1 backs off to 128; steps 2-3 and 4-5 grow it to 256, then 512.
+  for (int64_t k = 0; k < 6; ++k) {
+    auto [x, y] = maybe_poisoned(k, {1});
+    graph(x, y);
+  }
+  const double scale = scaler->get_scale();
+  EXPECT_EQ(scale, 512.0);
+  const flow::StateDict state = graph.state_dict();
+  EXPECT_EQ(state.metadata().at("_grad_scaler.growth_tracker"), std::to_string(scaler->growth_tracker()));
+
+  // A new graph (compiled before loading: the Job's variables are written in place) resumes it.
+  auto resumed_net = make_mlp();
+  TrainGraph resumed(resumed_net, sgd(*resumed_net));
+  auto resumed_scaler = std::make_shared<flow::amp::GradScaler>(options);
+  resumed.set_grad_scaler(resumed_scaler);
+  auto [x0, y0] = batch(100, kShape);
+  resumed(x0, y0);
+  resumed.load_state_dict(state);
+  EXPECT_EQ(resumed_scaler->get_scale(), scale);
+  for (int64_t k = 6; k < 9; ++k) {
+    auto [x, y] = batch(k, kShape);
+    graph(x, y);
+    resumed(x, y);
+    EXPECT_EQ(resumed_scaler->get_scale(), scaler->get_scale()) << k;
+  }
+  expect_same_parameters(*resumed_net, *net, 1e-6);
+
+  // A state without the scaler's entries is refused by a strict load.
+  auto plain_net = make_mlp();
+  TrainGraph plain(plain_net, sgd(*plain_net));
+  EXPECT_THROW_MSG(resumed.load_state_dict(plain.state_dict()), "has no grad scaler state");
+}
+
+TEST(GraphGradScaler, ADisabledScalerChangesNothing) {
+  auto net = make_mlp();
+  auto plain_net = make_mlp();
+  copy_params(*net, *plain_net);
+  TrainGraph graph(net, sgd(*net));
+  auto scaler = std::make_shared<flow::amp::GradScaler>(flow::amp::GradScalerOptions().enabled(false));
+  graph.set_grad_scaler(scaler);
+  TrainGraph plain(plain_net, sgd(*plain_net));
+  for (int64_t k = 0; k < 3; ++k) {
+    auto [x, y] = batch(k, kShape);
+    graph(x, y);
+    plain(x, y);
+  }
+  expect_same_parameters(*net, *plain_net, 0.0);
+  EXPECT_EQ(graph.job().nodes_size(), plain.job().nodes_size());
+  EXPECT_EQ(scaler->get_scale(), 1.0);
+}
+
+TEST(GraphGradScaler, Errors) {
+  auto net = make_mlp();
+  TrainGraph graph(net, sgd(*net));
+  EXPECT_THROW_MSG(graph.set_grad_scaler(nullptr), "[graph] set_grad_scaler got a null GradScaler");
+  EXPECT_THROW_MSG(graph.set_grad_scaler(std::make_shared<flow::amp::GradScaler>(flow::amp::GradScalerOptions().growth_interval(int64_t{1} << 25))),
+                   "is above the 2^24 a graph counts to");
+  auto [x, y] = batch(0, kShape);
+  graph(x, y);
+  EXPECT_THROW_MSG(graph.set_grad_scaler(std::make_shared<flow::amp::GradScaler>()), "[graph] set_grad_scaler after the graph was compiled");
+
+  graph_test::EvalGraph inference(make_mlp());
+  inference.set_grad_scaler(std::make_shared<flow::amp::GradScaler>());
+  EXPECT_THROW_MSG(inference(x), "set_grad_scaler needs add_optimizer");
+}
