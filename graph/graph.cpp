@@ -87,19 +87,20 @@ int64_t stage_of_this_rank(const std::vector<Placement>& stages) {
   return stage;
 }
 
-// Divides the gradients of params by the loss scale (they become the quotients) and returns
-// whether any quotient holds an inf or NaN (a bool 0-d tensor), or nothing without gradients.
+// Divides the gradients of params by the loss scale (they become the quotients) and returns the
+// sum of every quotient times 0 (a float32 0-d tensor): NaN exactly when a quotient is not
+// finite, else 0. Nothing without gradients.
 Tensor unscale_gradients(const TensorList& params, const Tensor& scale) {
   autograd::NoGradGuard no_grad;
   const Tensor inverse = 1.0 / scale;
-  Tensor zero_or_nan;  // the sum of every quotient times 0: NaN exactly when one is not finite
+  Tensor zero_or_nan;
   for (Tensor p : params) {
     const Tensor grad = p.grad() * inverse.to(p.grad().dtype());
     p.set_grad(grad);
     const Tensor term = (grad.to(kFloat32) * 0.0).sum();
     zero_or_nan = zero_or_nan.defined() ? zero_or_nan + term : term;
   }
-  return zero_or_nan.defined() ? ne(zero_or_nan, 0.0) : Tensor();
+  return zero_or_nan;
 }
 
 }  // namespace
@@ -226,7 +227,7 @@ void Graph::update_loss_scale(const Tensor& found_inf) {
   const Tensor counted = growth_tracker_ + 1.0;
   const Tensor grow = ge(counted, static_cast<double>(options.growth_interval_));
   const Tensor scale = where(found_inf, loss_scale_ * options.backoff_factor_, where(grow, loss_scale_ * options.growth_factor_, loss_scale_));
-  const Tensor tracker = where(logical_or(found_inf, grow), Scalar(0.0), counted);
+  const Tensor tracker = where(found_inf, Scalar(0.0), where(grow, Scalar(0.0), counted));
   loss_scale_.copy_(scale);
   growth_tracker_.copy_(tracker);
 }
@@ -380,7 +381,7 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
       return with_optimizers ? build_micro_batches(lazy_inputs, tracer.job(), micro_batch_starts) : build(lazy_inputs);
     }();
     if (with_optimizers) {
-      Tensor any_non_finite;  // whether any optimizer's unscaled gradients hold an inf or NaN
+      Tensor all_zero_or_nan;  // NaN when any optimizer's unscaled gradients hold an inf or NaN
       traced.trained_params.assign(optimizers_.size(), {});
       for (size_t i = 0; i < optimizers_.size(); ++i) {
         for (auto& group : optimizers_[i]->param_groups()) {
@@ -397,8 +398,12 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
           for (Tensor p : params) p.set_grad(p.grad() * (1.0 / static_cast<double>(config_.gradient_accumulation_steps())));
         }
         reduce_gradients_in_buckets(params, config_.zero_stage());
-        const Tensor skip = scaling ? unscale_gradients(params, loss_scale_) : Tensor();
-        if (skip.defined()) any_non_finite = any_non_finite.defined() ? logical_or(any_non_finite, skip) : skip;
+        const Tensor zero_or_nan = scaling ? unscale_gradients(params, loss_scale_) : Tensor();
+        Tensor skip;
+        if (zero_or_nan.defined()) {
+          skip = ne(zero_or_nan, 0.0);
+          all_zero_or_nan = all_zero_or_nan.defined() ? all_zero_or_nan + zero_or_nan : zero_or_nan;
+        }
         optimizers_[i]->trace_step(params, [&](size_t k, const std::string& scalar) {
           const Tensor& p = params[k];
           const Tensor fed = tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, p.dtype(), p.device());
@@ -406,7 +411,7 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
           return distributed::make_global({Shape{}, p.dtype(), p.device()}, p.placement(), broadcast_sbp(p.placement()), fed);
         }, config_.zero_stage(), skip);
       }
-      if (any_non_finite.defined()) update_loss_scale(any_non_finite);
+      if (all_zero_or_nan.defined()) update_loss_scale(ne(all_zero_or_nan, 0.0));
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
       tracer.add_output(static_cast<int>(i), outputs[i]);
