@@ -159,3 +159,30 @@ TEST(CudaTraining, EagerAndGraphTrainingStepsMatchCpu) {
   const Tensor x = flow::randn({16, 1, 6, 6});
   EXPECT_EQ(cuda_model->forward(x.to(kCuda)).argmax(1).cpu().tolist<int64_t>(), cpu_model->forward(x).argmax(1).tolist<int64_t>());
 }
+
+// Graph::set_grad_scaler on CUDA: the scale's variables live on the device, and the scaled,
+// checked and (on step 1, an inf input) skipped updates give the CPU Graph's scales and parameters.
+TEST(CudaTraining, GraphGradScalerMatchesCpu) {
+  REQUIRE_CUDA();
+  auto cpu_model = make_mlp(), cuda_model = make_mlp();
+  cuda_model->to(kCuda);
+  const auto options = flow::optim::SGDOptions(0.1).momentum(0.9);
+  test_graphs::TrainGraph cpu_graph(cpu_model, std::make_shared<flow::optim::SGD>(cpu_model->parameters(), options));
+  test_graphs::TrainGraph cuda_graph(cuda_model, std::make_shared<flow::optim::SGD>(cuda_model->parameters(), options));
+  const auto scaler_options = flow::amp::GradScalerOptions().init_scale(4096).growth_interval(2);
+  auto cpu_scaler = std::make_shared<flow::amp::GradScaler>(scaler_options);
+  auto cuda_scaler = std::make_shared<flow::amp::GradScaler>(scaler_options);
+  cpu_graph.set_grad_scaler(cpu_scaler);
+  cuda_graph.set_grad_scaler(cuda_scaler);
+  flow::manual_seed(27);
+  for (int step = 0; step < 5; ++step) {
+    Tensor x = flow::randn({16, 1, 6, 6}).contiguous();
+    if (step == 1) x.data_ptr<float>()[0] = std::numeric_limits<float>::infinity();
+    const Tensor y = flow::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 4, 3, 2, 1, 0, 0});
+    cpu_graph({x, y});
+    cuda_graph({x.to(kCuda), y.to(kCuda)});
+    EXPECT_EQ(cuda_scaler->get_scale(), cpu_scaler->get_scale()) << step;
+  }
+  EXPECT_EQ(cpu_scaler->get_scale(), 4096.0);  // backoff at step 1, growth after steps 2-3
+  expect_same_parameters(*cuda_model, *cpu_model, 1e-4);
+}
