@@ -145,6 +145,35 @@ TEST(GraphGradScaler, StateDictResumesTheScale) {
   EXPECT_THROW_MSG(resumed.load_state_dict(plain.state_dict()), "has no grad scaler state");
 }
 
+// With gradient accumulation every micro-batch's backward starts from the scale; the summed,
+// averaged and unscaled gradients are those of the graph without a scaler (a power-of-two scale
+// divides out exactly), and an inf in one micro-batch skips the whole step.
+TEST(GraphGradScaler, GradientAccumulationUnscalesTheAccumulatedGradients) {
+  auto net = make_mlp();
+  auto plain_net = make_mlp();
+  copy_params(*net, *plain_net);
+  TrainGraph graph(net, sgd(*net));
+  graph.config().set_gradient_accumulation_steps(2);
+  auto scaler = std::make_shared<flow::amp::GradScaler>(flow::amp::GradScalerOptions().init_scale(512));
+  graph.set_grad_scaler(scaler);
+  TrainGraph plain(plain_net, sgd(*plain_net));
+  plain.config().set_gradient_accumulation_steps(2);
+  for (int64_t k = 0; k < 3; ++k) {
+    auto [x, y] = batch(k, kShape);
+    graph(x, y);
+    plain(x, y);
+  }
+  expect_same_parameters(*net, *plain_net, 1e-6);
+  std::map<std::string, Tensor> before;
+  for (const auto& [name, p] : net->named_parameters()) before[name] = p.clone();
+  auto [x, y] = batch(3, kShape);
+  x = x.contiguous();
+  x.data_ptr<float>()[kShape.numel() - 1] = std::numeric_limits<float>::infinity();  // the second micro-batch's
+  graph(x, y);
+  for (const auto& [name, p] : net->named_parameters()) EXPECT_TRUE(flow::allclose(p, before.at(name), 0.0, 0.0)) << name;
+  EXPECT_EQ(scaler->get_scale(), 256.0);
+}
+
 TEST(GraphGradScaler, ADisabledScalerChangesNothing) {
   auto net = make_mlp();
   auto plain_net = make_mlp();
