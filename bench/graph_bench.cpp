@@ -1,7 +1,9 @@
 // Eager vs Graph: one training step (forward, cross-entropy, backward, SGD update) of four
 // models, each run eagerly and as a compiled nn::Graph on the same data. The cases are named
-// "<model>/<mode>/<threads>", mode eager, graph, or graph_amp (the Graph with
-// config().enable_amp(): bfloat16 products, float32 master weights); bench/torch_graph_bench.cpp is the libtorch twin ("<model>/torch/<threads>").
+// "<model>/<mode>/<threads>", mode eager, graph, graph_amp (the Graph with
+// config().enable_amp(): bfloat16 products, float32 master weights) or graph_scaler (the float32
+// Graph with set_grad_scaler: what the loss scaling's checks and masked updates cost);
+// bench/torch_graph_bench.cpp is the libtorch twin ("<model>/torch/<threads>").
 //   mlp_b64:  the quickstart MLP (784-512-512-10) at batch 64
 //   mlp_b8:   the same MLP at batch 8, where per-op overhead dominates
 //   cnn_b64:  the LeNet-style CNN at batch 64
@@ -45,7 +47,7 @@ struct TrainGraph : nn::Graph {
   nn::CrossEntropyLoss loss_fn;
 };
 
-enum class Mode { kEager, kGraph, kGraphAmp };
+enum class Mode { kEager, kGraph, kGraphAmp, kGraphScaler };
 
 void train_steps(benchmark::State& state, ModulePtr (*make_model)(), int64_t batch, Mode mode) {
   flow::set_num_threads(static_cast<int>(state.range(0)));
@@ -56,6 +58,7 @@ void train_steps(benchmark::State& state, ModulePtr (*make_model)(), int64_t bat
   if (mode != Mode::kEager) {
     TrainGraph train_graph(model, optimizer);
     train_graph.config().enable_amp(mode == Mode::kGraphAmp);
+    if (mode == Mode::kGraphScaler) train_graph.set_grad_scaler(std::make_shared<flow::amp::GradScaler>());
     train_graph(x, y);  // traces and compiles, outside the timed loop
     state.counters["compile_ms"] = train_graph.compile_seconds() * 1e3;
     for (auto _ : state) benchmark::DoNotOptimize(train_graph(x, y));
@@ -80,7 +83,7 @@ void register_cases() {
   for (const Model& model : {Model{"mlp_b64", bench::mlp, 64}, Model{"mlp_b8", bench::mlp, 8}, Model{"cnn_b64", bench::cnn, 64},
                              Model{"ln_b32", layer_norm_mlp, 32}}) {
     for (const auto& [mode, mode_name] : {std::pair{Mode::kEager, "eager"}, std::pair{Mode::kGraph, "graph"},
-                                          std::pair{Mode::kGraphAmp, "graph_amp"}}) {
+                                          std::pair{Mode::kGraphAmp, "graph_amp"}, std::pair{Mode::kGraphScaler, "graph_scaler"}}) {
       bench::register_threaded(std::string(model.name) + "/" + mode_name, benchmark::kMillisecond,
                                [model, mode](benchmark::State& state) { train_steps(state, model.make, model.batch, mode); });
     }

@@ -3,7 +3,8 @@
 # interleaving so that drifting machine load touches both alike, reported as min / median / max
 # steps/s of each, and the Graph/eager ratio of the medians with its full spread (slowest Graph
 # repetition over fastest eager one, to fastest over slowest); then the same for the Graph with bfloat16
-# AMP (config().enable_amp()) against the float32 Graph.
+# AMP (config().enable_amp()) and for the Graph with a grad scaler (set_grad_scaler), each against
+# the float32 Graph.
 # Usage: bench/graph_vs_eager.sh [--repetitions N] [Google Benchmark flags]   (after scripts/setup.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ for b in json.load(open(sys.argv[1]))["benchmarks"]:
     model, mode, threads = b["run_name"].split("/")[:3]
     runs.setdefault((model, threads), {}).setdefault(mode, []).append(b["steps/s"])
 fmt = lambda v: f"{min(v):.0f} / {statistics.median(v):.0f} / {max(v):.0f}"
-for base, other, label in (("eager", "graph", "Graph"), ("graph", "graph_amp", "Graph AMP")):
+for base, other, label in (("eager", "graph", "Graph"), ("graph", "graph_amp", "Graph AMP"), ("graph", "graph_scaler", "Graph + GradScaler")):
     base_label = "eager" if base == "eager" else "Graph"
     print(f"| case | threads | {base_label} steps/s min / median / max | {label} steps/s min / median / max | {label}/{base_label} (medians) | spread |")
     print("|---|---|---|---|---|---|")
