@@ -106,6 +106,25 @@ TEST(GraphGradScaler, Float16MixedPrecisionTrainsAsEagerAutocastWithAScaler) {
   expect_graph_follows_eager(options, 10, {}, 1, flow::kFloat16);
 }
 
+// A second input signature compiles a second plan; both read and write the same scale variables.
+TEST(GraphGradScaler, PlansOfEveryInputSignatureShareTheScale) {
+  auto net = make_mlp();
+  TrainGraph graph(net, sgd(*net));
+  auto scaler = std::make_shared<flow::amp::GradScaler>(flow::amp::GradScalerOptions().init_scale(64).growth_interval(2));
+  graph.set_grad_scaler(scaler);
+  const std::vector<double> expected{64, 32, 32, 64, 64};  // step 1 (batch 8) backs off, steps 2-3 grow
+  for (int64_t k = 0; k < 5; ++k) {
+    auto [x, y] = batch(k, k % 2 == 1 ? flow::Shape{8, 1, 28, 28} : kShape);
+    if (k == 1) {
+      x = x.contiguous();
+      x.data_ptr<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+    }
+    graph(x, y);
+    EXPECT_EQ(scaler->get_scale(), expected[k]) << k;
+  }
+  EXPECT_EQ(graph.num_compiled_plans(), 2);
+}
+
 TEST(GraphGradScaler, StateDictResumesTheScale) {
   const auto options = flow::amp::GradScalerOptions().init_scale(256).growth_interval(2);
   auto net = make_mlp();
