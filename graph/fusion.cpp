@@ -2,6 +2,8 @@
 // optimizer update arithmetic, normalisation arithmetic, their gradients) become one
 // fused_elementwise node each; a chain reading a linear's result that nothing else reads takes
 // the linear in as a matmul epilogue (fused_linear).
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <set>
 
@@ -37,10 +39,12 @@ bool fusable(const proto::Node& node, const JobIndex& index, const std::set<std:
   if (written.count(value_name(node.name(), 0))) return false;
   const TensorMeta out = meta_of(node.outputs(0));
   if (!has_kernel("fused_elementwise", out)) return false;
-  for (const auto& input : node.inputs()) {
-    const auto [producer, output] = parse_value_name(input);
+  for (int i = 0; i < node.inputs_size(); ++i) {
+    const auto [producer, output] = parse_value_name(node.inputs(i));
     const TensorMeta in = meta_of(index.node(producer).outputs(output));
-    if (in.dtype != out.dtype || !fused::operand_layout(in.shape, out.shape)) return false;
+    // where's condition is the one bool operand the kernel reads (as 0 or 1).
+    const bool condition = node.op() == "where" && i == 0 && in.dtype == kBool;
+    if ((in.dtype != out.dtype && !condition) || !fused::operand_layout(in.shape, out.shape)) return false;
   }
   return true;
 }
@@ -91,6 +95,23 @@ proto::Node fuse(const proto::Job& job, const JobIndex& index, const Group& grou
       renamed[assign ? value_name(assign->name(), 0) : value] = value_name(fused_node.name(), static_cast<int>(program.outputs.size()));
       program.outputs.push_back(step_of[value]);
       *fused_node.add_outputs() = assign ? assign->outputs(0) : node.outputs(0);
+    }
+  }
+  // The first operand must be floating (kernels are found by the dtype of a node's first input):
+  // a bool one (a where's condition) trades places with the first floating one.
+  const auto is_bool = [&](int input) {
+    const auto [producer, output] = parse_value_name(fused_node.inputs(input));
+    return meta_of(index.node(producer).outputs(output)).dtype == kBool;
+  };
+  if (!linear && is_bool(leading)) {
+    int floating = 1;
+    while (leading + floating < fused_node.inputs_size() && is_bool(leading + floating)) ++floating;
+    CHECK(leading + floating < fused_node.inputs_size()) << "a fused group without a floating operand";
+    const std::string first = fused_node.inputs(leading);
+    fused_node.set_inputs(leading, fused_node.inputs(leading + floating));
+    fused_node.set_inputs(leading + floating, first);
+    for (fused::Step& step : program.steps) {
+      for (int& arg : step.args) arg = arg == 0 ? floating : arg == floating ? 0 : arg;
     }
   }
   Attrs attrs;

@@ -18,7 +18,7 @@ const std::map<std::string, int>& fusable_arity() {
       {"silu", 1},       {"gelu", 1},       {"clamp", 1},       {"add_scalar", 1},  {"sub_scalar", 1},  {"rsub_scalar", 1},
       {"mul_scalar", 1}, {"div_scalar", 1}, {"rdiv_scalar", 1}, {"pow_scalar", 1},  {"rpow_scalar", 1}, {"add", 2},
       {"sub", 2},        {"mul", 2},        {"div", 2},         {"pow", 2},         {"maximum", 2},     {"minimum", 2},
-      {"relu_grad", 2},  {"gelu_grad", 2}};
+      {"relu_grad", 2},  {"gelu_grad", 2},  {"where", 3}};
   return arity;
 }
 
@@ -52,15 +52,19 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
   }
   const std::vector<TensorMeta> in(all_inputs.begin() + destinations, all_inputs.end());
   if (in.empty()) fail("fused_elementwise", "expected at least one operand");
+  // The program's dtype: its first operand's, which kernels are found by. Bool operands (where's
+  // conditions) read as 0 or 1.
+  if (in[0].dtype == kBool) fail("fused_elementwise", "the first operand must be floating, got bool");
+  const DType dtype = in[0].dtype;
   const Shape shape(attrs.get<std::vector<int64_t>>("shape"));
   for (int64_t d = 0; d < destinations; ++d) {
-    if (!(all_inputs[d].shape == shape) || all_inputs[d].dtype != in[0].dtype) {
+    if (!(all_inputs[d].shape == shape) || all_inputs[d].dtype != dtype) {
       fail("fused_elementwise", "destination ", all_inputs[d].shape, " does not match the output ", shape);
     }
   }
   for (const auto& meta : in) {
-    if (meta.dtype != in[0].dtype || !is_floating(meta.dtype)) {
-      fail("fused_elementwise", "operands must share one floating dtype, got ", dtype_name(meta.dtype));
+    if (meta.dtype != kBool && (meta.dtype != dtype || !is_floating(meta.dtype))) {
+      fail("fused_elementwise", "operands must share one floating dtype (or be bool), got ", dtype_name(meta.dtype));
     }
     if (!(meta.device == in[0].device)) fail("fused_elementwise", "operands must share one device");
     if (!operand_layout(meta.shape, shape)) fail("fused_elementwise", "operand ", meta.shape, " does not broadcast to ", shape);
@@ -79,7 +83,7 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
       args.push_back(arg >= 0 ? in[arg] : step_metas[-arg - 1]);
     }
     const std::vector<TensorMeta> result = checked_infer(find_op(step.op), args, step.attrs);
-    if (!operand_layout(result[0].shape, shape) || result[0].dtype != in[0].dtype) {
+    if (!operand_layout(result[0].shape, shape) || result[0].dtype != dtype) {
       fail("fused_elementwise", "step ", s, " (", step.op, ") gives ", dtype_name(result[0].dtype), " ", result[0].shape,
            ", not a value of the program's dtype and shape ", shape);
     }
@@ -92,7 +96,7 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
   std::vector<TensorMeta> out;
   for (int step : program.outputs) {
     if (step < 0 || step >= static_cast<int>(program.steps.size())) fail("fused_elementwise", "output step ", step, " does not exist");
-    out.push_back({shape, in[0].dtype, in[0].device});
+    out.push_back({shape, dtype, in[0].device});
   }
   return out;
 }

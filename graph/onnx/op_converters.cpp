@@ -134,7 +134,8 @@ std::string elementwise(GraphBuilder& b, const std::string& op, const Attrs& att
   static const std::map<std::string, std::string> direct{
       {"neg", "Neg"},     {"abs", "Abs"}, {"sign", "Sign"}, {"exp", "Exp"},         {"log", "Log"},         {"sqrt", "Sqrt"},
       {"sin", "Sin"},     {"cos", "Cos"}, {"tanh", "Tanh"}, {"sigmoid", "Sigmoid"}, {"relu", "Relu"},       {"add", "Add"},
-      {"sub", "Sub"},     {"mul", "Mul"}, {"div", "Div"},   {"pow", "Pow"},         {"maximum", "Max"},     {"minimum", "Min"}};
+      {"sub", "Sub"},     {"mul", "Mul"}, {"div", "Div"},   {"pow", "Pow"},         {"maximum", "Max"},     {"minimum", "Min"},
+      {"where", "Where"}};
   if (auto found = direct.find(op); found != direct.end()) return b.add(found->second, args);
   const std::string& x = args.at(0);
   auto scalar = [&](const char* name) { return b.add_scalar(attrs.get<Scalar>(name).to_double(), dtype); };

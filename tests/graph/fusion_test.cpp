@@ -186,7 +186,35 @@ TEST(FusedElementwise, RunsProgramsDirectlyAndRejectsBadOnes) {
   expect_error([&] { fused::fused_elementwise({a}, {{{"add", {0}, {}}}, {0}}, {2, 2}); }, "takes 2 arguments");
   expect_error([&] { fused::fused_elementwise({a}, {{{"relu", {fused::step_arg(3)}, {}}}, {0}}, {2, 2}); }, "undefined value");
   expect_error([&] { fused::fused_elementwise({a, flow::randn({3})}, {{{"add", {0, 1}, {}}}, {0}}, {2, 2}); }, "does not broadcast");
-  expect_error([&] { fused::fused_elementwise({flow::ones({2, 2}, flow::kInt64)}, {{{"relu", {0}, {}}}, {0}}, {2, 2}); }, "operands must share one floating dtype, got int64");
+  expect_error([&] { fused::fused_elementwise({flow::ones({2, 2}, flow::kInt64)}, {{{"relu", {0}, {}}}, {0}}, {2, 2}); }, "operands must share one floating dtype (or be bool), got int64");
+}
+
+// where's bool condition is an operand the kernel reads as 0 or 1, full-size or broadcast; the
+// first operand (whose dtype is the program's) must be floating.
+TEST(FusedElementwise, WhereReadsBoolConditions) {
+  const Tensor a = flow::tensor(std::vector<float>{1, -2, 3, -4}).reshape({2, 2}), b = flow::tensor(std::vector<float>{10, 20});
+  const Tensor mask = flow::tensor(std::vector<bool>{true, false, false, true}).reshape({2, 2});
+  const fused::Program select{{{"where", {1, 0, 2}, {}}, {"relu", {fused::step_arg(0)}, {}}}, {1}};
+  EXPECT_EQ(fused::fused_elementwise({a, mask, b}, select, {2, 2}).at(0).tolist<float>(), (std::vector<float>{1, 20, 10, 0}));
+  const Tensor skip = flow::full({}, true, flow::TensorOptions(flow::kBool));
+  const fused::Program keep_old{{{"sub", {0, 1}, {}}, {"where", {2, 0, fused::step_arg(0)}, {}}}, {1}};
+  EXPECT_EQ(fused::fused_elementwise({a, b, skip}, keep_old, {2, 2}).at(0).tolist<float>(), a.tolist<float>());
+  EXPECT_EQ(fused::fused_elementwise({a, b, flow::logical_not(skip)}, keep_old, {2, 2}).at(0).tolist<float>(), (a - b).tolist<float>());
+  EXPECT_THROW_MSG(fused::fused_elementwise({mask, a, b}, {{{"where", {0, 1, 2}, {}}}, {0}}, {2, 2}), "the first operand must be floating, got bool");
+}
+
+// A where whose condition comes first in its chain joins the chain, as eager computes it.
+TEST(ElementwiseFusion, WhereJoinsChains) {
+  flow::manual_seed(5);
+  const Tensor x = flow::randn({4, 6}), y = flow::randn({4, 6});
+  auto chain = [](const TensorList& in) {
+    const Tensor mask = flow::gt(in[1], 0.0);
+    return TensorList{flow::relu(flow::where(mask, in[0] * 2.0, in[1] - 1.0)) + 0.5};
+  };
+  FunctionGraph graph(chain);
+  expect_identical(graph({x, y}).at(0), chain({x, y}).at(0));
+  EXPECT_EQ(count_op(graph.job(), "fused_elementwise"), 1);
+  EXPECT_EQ(count_op(graph.job(), "where"), 0);
 }
 
 TEST(FusedElementwise, OperandLayoutsCoverTheFusableBroadcasts) {

@@ -193,6 +193,18 @@ TEST(GraphGradScaler, GradientAccumulationUnscalesTheAccumulatedGradients) {
   EXPECT_EQ(scaler->get_scale(), 256.0);
 }
 
+// The masked updates (where(found_inf, old, new)) and the scale's own update fuse into in-place
+// element-wise nodes: no separate where or assign passes over the parameters.
+TEST(GraphGradScaler, MaskedUpdatesFuseInPlace) {
+  auto net = make_mlp();
+  TrainGraph graph(net, sgd(*net));
+  graph.set_grad_scaler(std::make_shared<flow::amp::GradScaler>());
+  auto [x, y] = batch(0, kShape);
+  graph(x, y);
+  EXPECT_EQ(graph_test::count_op(graph.job(), "assign"), 0);
+  EXPECT_GE(graph_test::count_op(graph.job(), "fused_elementwise_inplace"), 12);  // 6 parameters, 6 momentum buffers
+}
+
 TEST(GraphGradScaler, ADisabledScalerChangesNothing) {
   auto net = make_mlp();
   auto plain_net = make_mlp();

@@ -20,7 +20,7 @@ constexpr int64_t kTile = 512;
 enum class Code {
   kNeg, kAbs, kSign, kExp, kLog, kSqrt, kRsqrt, kSin, kCos, kTanh, kSigmoid, kRelu, kSilu, kGelu, kClamp,
   kAddScalar, kSubScalar, kRsubScalar, kMulScalar, kDivScalar, kRdivScalar, kPowScalar, kRpowScalar,
-  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum, kReluGrad, kGeluGrad,
+  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum, kReluGrad, kGeluGrad, kWhere,
 };
 
 Code code_of(const std::string& op) {
@@ -40,7 +40,8 @@ Code code_of(const std::string& op) {
       {"sub", Code::kSub},           {"mul", Code::kMul},
       {"div", Code::kDiv},           {"pow", Code::kPow},
       {"maximum", Code::kMaximum},   {"minimum", Code::kMinimum},
-      {"relu_grad", Code::kReluGrad}, {"gelu_grad", Code::kGeluGrad}};
+      {"relu_grad", Code::kReluGrad}, {"gelu_grad", Code::kGeluGrad},
+      {"where", Code::kWhere}};
   auto it = codes.find(op);
   if (it == codes.end()) fail("fused_elementwise", "no CPU code for op '", op, "'");
   return it->second;
@@ -121,9 +122,12 @@ void map2(const T* a, const T* b, T* out, int64_t n, F f) {
 }
 
 template <typename T>
-void run_step(const CompiledStep<T>& step, const T* a, const T* b, T* out, int64_t n) {
+void run_step(const CompiledStep<T>& step, const T* a, const T* b, const T* c, T* out, int64_t n) {
   const T s = step.scalar;
   switch (step.code) {
+    case Code::kWhere:  // a is the condition, read as 0 or 1; out may be any of the three
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i] != T(0) ? b[i] : c[i];
+      return;
     case Code::kNeg: return map1(a, out, n, [](T x) { return math::neg(x); });
     case Code::kAbs: return map1(a, out, n, [](T x) { return math::abs(x); });
     case Code::kSign: return map1(a, out, n, [](T x) { return math::sign(x); });
@@ -195,10 +199,20 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
   std::vector<T*> step_output(num_steps, nullptr);  // the op's output buffer for output steps
   for (size_t o = 0; o < program.outputs.size(); ++o) step_output[program.outputs[o]] = static_cast<T*>(ctx.outputs[o].data_ptr());
   std::vector<const T*> operand_data;
+  std::vector<std::vector<T>> widened;  // bool operands as 0 and 1 of T
   std::vector<fused::OperandLayout> layouts;
   std::vector<bool> copy_tile;  // operands read through a tile copy: broadcast ones, and outputs read before being written
+  widened.reserve(ctx.inputs.size());
   for (size_t k = first_operand; k < ctx.inputs.size(); ++k) {
-    const T* data = static_cast<const T*>(ctx.inputs[k].data_ptr());
+    const T* data = nullptr;
+    if (ctx.inputs[k].dtype() == kBool) {
+      const Tensor& condition = ctx.inputs[k];
+      const bool* flags = static_cast<const bool*>(condition.data_ptr());
+      widened.emplace_back(flags, flags + condition.numel());
+      data = widened.back().data();
+    } else {
+      data = static_cast<const T*>(ctx.inputs[k].data_ptr());
+    }
     operand_data.push_back(data);
     layouts.push_back(*fused::operand_layout(ctx.inputs[k].shape(), shape));
     // An operand that is also an output buffer must be copied if a step after the one writing it
@@ -236,7 +250,7 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
           return ref >= 0 ? operand_tile[ref] : step_tile[-ref - 1];
         };
         step_tile[j] = step_output[j] ? step_output[j] + start : scratch.data() + (num_operands + j) * kTile;
-        run_step(step, arg(0), step.args.size() > 1 ? arg(1) : nullptr, step_tile[j], n);
+        run_step(step, arg(0), step.args.size() > 1 ? arg(1) : nullptr, step.args.size() > 2 ? arg(2) : nullptr, step_tile[j], n);
       }
     }
   });
@@ -245,7 +259,7 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
 void fused_kernel(KernelContext& ctx) {
   const std::shared_ptr<const fused::Program> program = cached_program(ctx.attrs.get<std::string>("program"));
   const size_t destinations = ctx.attrs.has("destinations") ? static_cast<size_t>(ctx.attrs.get<int64_t>("destinations")) : 0;
-  FLOW_DISPATCH_FLOATING(ctx.inputs[0].dtype(), "fused_elementwise", [&]<typename T>() {
+  FLOW_DISPATCH_FLOATING(ctx.outputs[0].dtype(), "fused_elementwise", [&]<typename T>() {
     if constexpr (std::is_floating_point_v<T>) run_program<T>(ctx, *program, destinations);
     else fail("fused_elementwise", "float32 or float64 only");
   });
