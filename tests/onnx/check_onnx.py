@@ -101,7 +101,7 @@ OPS = {
     "Sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "Relu": lambda x: np.maximum(x, 0).astype(x.dtype),
     "Erf": lambda x: np.vectorize(math.erf)(x).astype(x.dtype), "Clip": clip, "Identity": lambda x: x,
     "Reshape": reshape, "Transpose": lambda x, perm=None: np.transpose(x, perm), "Expand": lambda x, s: x * np.ones(s.tolist(), x.dtype),
-    "Softmax": softmax, "LogSoftmax": lambda x, axis=-1: np.log(softmax(x, axis)),
+    "Where": np.where, "Softmax": softmax, "LogSoftmax": lambda x, axis=-1: np.log(softmax(x, axis)),
     "Cast": lambda x, to: x.astype(onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[to]),
     "ReduceSum": lambda x, axes=None, keepdims=1: np.sum(
         x, axis=None if axes is None else tuple(int(a) for a in axes), keepdims=bool(keepdims)).astype(x.dtype),

@@ -208,6 +208,19 @@ TEST_F(OnnxExportTest, FusedElementwiseChainsExpandToOnnxOps) {
   python_check(path("fused.onnx"), x, expected);
 }
 
+// A where fused into an element-wise chain, its bool condition a folded constant: ONNX Where.
+TEST_F(OnnxExportTest, FusedWhereIsOnnxWhere) {
+  FunctionGraph graph([](const Tensor& x) {
+    const Tensor upper = flow::gt(flow::arange(7), 3);
+    return flow::relu(flow::where(upper, x * 2.0, x - 1.0)) + 0.5;
+  });
+  const Tensor x = flow::randn({5, 7});
+  const Tensor expected = graph(x).at(0);
+  flow::onnx::export_model(graph, path("where.onnx"));
+  EXPECT_EQ(count_nodes(read_model(path("where.onnx")), "Where"), 1);
+  python_check(path("where.onnx"), x, expected);
+}
+
 TEST_F(OnnxExportTest, BatchBakedIntoTheGraphGivesStaticDims) {
   FunctionGraph graph([](const Tensor& x) { return flow::relu(x.reshape({-1})); });
   const Tensor x = flow::randn({3, 4});
