@@ -93,14 +93,14 @@ int64_t stage_of_this_rank(const std::vector<Placement>& stages) {
 Tensor unscale_gradients(const TensorList& params, const Tensor& scale) {
   autograd::NoGradGuard no_grad;
   const Tensor inverse = 1.0 / scale;
-  Tensor zero_or_nan;
+  Tensor sum;
   for (Tensor p : params) {
     const Tensor grad = p.grad() * inverse.to(p.grad().dtype());
     p.set_grad(grad);
-    const Tensor term = (grad.to(kFloat32) * 0.0).sum();
-    zero_or_nan = zero_or_nan.defined() ? zero_or_nan + term : term;
+    const Tensor term = amp::zero_or_nan(grad);
+    sum = sum.defined() ? sum + term : term;
   }
-  return zero_or_nan;
+  return sum;
 }
 
 }  // namespace
@@ -216,9 +216,12 @@ void Graph::make_loss_scale_variables() {
     }
   }
   if (loss_scale_.defined()) return;
-  const TensorOptions options = TensorOptions(kFloat32).device(optimizers_.front()->param_groups().front().params.front().device());
-  loss_scale_ = scalar_tensor(grad_scaler_->get_scale(), options);
-  growth_tracker_ = scalar_tensor(static_cast<double>(grad_scaler_->growth_tracker()), options);
+  std::tie(loss_scale_, growth_tracker_) = loss_scale_values(optimizers_.front()->param_groups().front().params.front().device());
+}
+
+std::pair<Tensor, Tensor> Graph::loss_scale_values(const Device& device) const {
+  const TensorOptions options = TensorOptions(kFloat32).device(device);
+  return {scalar_tensor(grad_scaler_->get_scale(), options), scalar_tensor(static_cast<double>(grad_scaler_->growth_tracker()), options)};
 }
 
 void Graph::update_loss_scale(const Tensor& found_inf) {
@@ -712,8 +715,9 @@ void Graph::load_state_dict(const StateDict& state, bool strict) {
       if (loss_scale_.defined()) {
         // The Job's variables, written in place.
         autograd::NoGradGuard no_grad;
-        loss_scale_.copy_(scalar_tensor(grad_scaler_->get_scale(), TensorOptions(kFloat32).device(loss_scale_.device())));
-        growth_tracker_.copy_(scalar_tensor(static_cast<double>(grad_scaler_->growth_tracker()), TensorOptions(kFloat32).device(loss_scale_.device())));
+        const auto [scale, tracker] = loss_scale_values(loss_scale_.device());
+        loss_scale_.copy_(scale);
+        growth_tracker_.copy_(tracker);
       }
     } else if (strict) {
       fail("graph", name_, ".load_state_dict: the state has no grad scaler state (_grad_scaler.*) and the graph has a grad scaler");

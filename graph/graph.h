@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/explain.h"
@@ -208,6 +209,8 @@ class Graph {
   std::map<std::string, Tensor> next_feeds(const CompiledPlan& plan);
   // The grad scaler's variables (loss_scale_, growth_tracker_), made once from its state.
   void make_loss_scale_variables();
+  // The grad scaler's scale and growth tracker as float32 0-d tensors on `device`.
+  std::pair<Tensor, Tensor> loss_scale_values(const Device& device) const;
   // Traces the scale's backoff (found_inf) or growth and the growth tracker's count.
   void update_loss_scale(const Tensor& found_inf);
   std::vector<TensorList> execute(CompiledPlan& plan, int64_t steps, const std::function<TensorList(int64_t)>& next_inputs);

@@ -28,10 +28,10 @@ double read_double(const StateDict& state, const std::string& key) {
   return value;
 }
 
-// Whether t holds an inf or NaN: t * 0 is 0 everywhere else, so its sum is exactly 0 unless one is.
-bool has_non_finite(const Tensor& t) { return (t.to(kFloat32) * 0.0).sum().item<float>() != 0.0f; }
-
 }  // namespace
+
+// t * 0 is 0 everywhere but where t is inf or NaN, so its sum is exactly 0 unless one is.
+Tensor zero_or_nan(const Tensor& t) { return (t.to(kFloat32) * 0.0).sum(); }
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale_) {
   if (!(options_.init_scale_ > 0) || !std::isfinite(options_.init_scale_)) {
@@ -60,7 +60,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       if (!p.grad().defined()) continue;
       Tensor grad = p.grad();
       grad.copy_(grad * inverse);
-      if (!state.found_inf && has_non_finite(grad)) state.found_inf = true;
+      if (!state.found_inf && zero_or_nan(grad).item<float>() != 0.0f) state.found_inf = true;
     }
   }
   state.unscaled = true;

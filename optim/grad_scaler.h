@@ -26,6 +26,10 @@ struct GradScalerOptions {
   bool enabled_ = true;
 };
 
+// The sum of t * 0 in float32: 0, or NaN when t holds an inf or NaN. The check behind step()'s
+// skip, and traced the same way by nn::Graph's grad scaler.
+Tensor zero_or_nan(const Tensor& t);
+
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});

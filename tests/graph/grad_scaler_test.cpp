@@ -24,14 +24,30 @@ namespace {
 
 const flow::Shape kShape{16, 1, 28, 28};
 
-// Step k's batch; an inf pixel in the steps listed in `poisoned` (its loss and gradients are NaN).
-std::pair<Tensor, Tensor> maybe_poisoned(int64_t k, const std::vector<int64_t>& poisoned) {
+// x with element `index` set to `value` (inf by default): that sample's loss and gradients are NaN.
+Tensor poisoned(Tensor x, int64_t index, float value = std::numeric_limits<float>::infinity()) {
+  x = x.contiguous();
+  x.data_ptr<float>()[index] = value;
+  return x;
+}
+
+// Step k's batch; an inf pixel in the steps listed in `poisoned_steps`.
+std::pair<Tensor, Tensor> maybe_poisoned(int64_t k, const std::vector<int64_t>& poisoned_steps) {
   auto [x, y] = batch(k, kShape);
-  if (std::find(poisoned.begin(), poisoned.end(), k) != poisoned.end()) {
-    x = x.contiguous();
-    x.data_ptr<float>()[3] = std::numeric_limits<float>::infinity();
-  }
+  if (std::find(poisoned_steps.begin(), poisoned_steps.end(), k) != poisoned_steps.end()) x = poisoned(x, 3);
   return {x, y};
+}
+
+// Copies of the module's parameters, by name.
+std::map<std::string, Tensor> parameter_values(flow::nn::Module& net) {
+  std::map<std::string, Tensor> values;
+  for (const auto& [name, p] : net.named_parameters()) values[name] = p.clone();
+  return values;
+}
+
+// Every parameter still holds exactly the value in `before`.
+void expect_unchanged(flow::nn::Module& net, const std::map<std::string, Tensor>& before, const std::string& where) {
+  for (const auto& [name, p] : net.named_parameters()) EXPECT_TRUE(flow::allclose(p, before.at(name), 0.0, 0.0)) << name << where;
 }
 
 // SGD with momentum and no dampening: its update does not depend on the step count, which a
@@ -62,8 +78,7 @@ int expect_graph_follows_eager(const flow::amp::GradScalerOptions& options, int 
   for (int64_t k = 0; k < steps; ++k) {
     auto [x, y] = maybe_poisoned(k, poisoned);
     x = x * input_gain;
-    std::map<std::string, Tensor> before;
-    for (const auto& [name, p] : graph_net->named_parameters()) before[name] = p.clone();
+    const std::map<std::string, Tensor> before = parameter_values(*graph_net);
     Tensor loss;
     {
       const flow::autocast autocast(amp.value_or(flow::kBFloat16), amp.has_value());
@@ -79,7 +94,7 @@ int expect_graph_follows_eager(const flow::amp::GradScalerOptions& options, int 
     expect_same_parameters(*graph_net, *eager_net, tolerance);
     if (!stepped) {
       ++skipped;
-      for (const auto& [name, p] : graph_net->named_parameters()) EXPECT_TRUE(flow::allclose(p, before.at(name), 0.0, 0.0)) << name << " at step " << k;
+      expect_unchanged(*graph_net, before, " at step " + std::to_string(k));
     }
   }
   return skipped;
@@ -114,12 +129,8 @@ TEST(GraphGradScaler, PlansOfEveryInputSignatureShareTheScale) {
   graph.set_grad_scaler(scaler);
   const std::vector<double> expected{64, 32, 32, 64, 64};  // step 1 (batch 8) backs off, steps 2-3 grow
   for (int64_t k = 0; k < 5; ++k) {
-    auto [x, y] = batch(k, k % 2 == 1 ? flow::Shape{8, 1, 28, 28} : kShape);
-    if (k == 1) {
-      x = x.contiguous();
-      x.data_ptr<float>()[0] = std::numeric_limits<float>::quiet_NaN();
-    }
-    graph(x, y);
+    const auto [x, y] = batch(k, k % 2 == 1 ? flow::Shape{8, 1, 28, 28} : kShape);
+    graph(k == 1 ? poisoned(x, 0, std::numeric_limits<float>::quiet_NaN()) : x, y);
     EXPECT_EQ(scaler->get_scale(), expected[k]) << k;
   }
   EXPECT_EQ(graph.num_compiled_plans(), 2);
@@ -183,13 +194,10 @@ TEST(GraphGradScaler, GradientAccumulationUnscalesTheAccumulatedGradients) {
     plain(x, y);
   }
   expect_same_parameters(*net, *plain_net, 1e-6);
-  std::map<std::string, Tensor> before;
-  for (const auto& [name, p] : net->named_parameters()) before[name] = p.clone();
-  auto [x, y] = batch(3, kShape);
-  x = x.contiguous();
-  x.data_ptr<float>()[kShape.numel() - 1] = std::numeric_limits<float>::infinity();  // the second micro-batch's
-  graph(x, y);
-  for (const auto& [name, p] : net->named_parameters()) EXPECT_TRUE(flow::allclose(p, before.at(name), 0.0, 0.0)) << name;
+  const std::map<std::string, Tensor> before = parameter_values(*net);
+  const auto [x, y] = batch(3, kShape);
+  graph(poisoned(x, kShape.numel() - 1), y);  // the second micro-batch's last pixel
+  expect_unchanged(*net, before, "");
   EXPECT_EQ(scaler->get_scale(), 256.0);
 }
 

@@ -199,10 +199,9 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
   std::vector<T*> step_output(num_steps, nullptr);  // the op's output buffer for output steps
   for (size_t o = 0; o < program.outputs.size(); ++o) step_output[program.outputs[o]] = static_cast<T*>(ctx.outputs[o].data_ptr());
   std::vector<const T*> operand_data;
-  std::vector<std::vector<T>> widened;  // bool operands as 0 and 1 of T
+  std::vector<std::vector<T>> widened;  // bool operands as 0 and 1 of T (moving a vector keeps its buffer)
   std::vector<fused::OperandLayout> layouts;
   std::vector<bool> copy_tile;  // operands read through a tile copy: broadcast ones, and outputs read before being written
-  widened.reserve(ctx.inputs.size());
   for (size_t k = first_operand; k < ctx.inputs.size(); ++k) {
     const T* data = nullptr;
     if (ctx.inputs[k].dtype() == kBool) {
