@@ -18,11 +18,28 @@ inline int bench_threads() {
   return env ? std::atoi(env) : 2;
 }
 
-// A case run at 1 and 2 threads (state.range(0)), timed by the wall clock: the shape of the
-// training and inference cases, whose flow and libtorch twins scripts/compare_bench.py pairs.
+// The thread counts of the threaded cases: FLOW_BENCH_THREAD_COUNTS ("1,4,16"), default 1 and 2 (this
+// machine's core count); other counts matter on many-core machines.
+inline std::vector<int64_t> bench_thread_counts() {
+  std::vector<int64_t> counts;
+  if (const char* env = std::getenv("FLOW_BENCH_THREAD_COUNTS")) {
+    for (const char* p = env; *p;) {
+      char* end = nullptr;
+      const long count = std::strtol(p, &end, 10);
+      if (end == p) break;
+      if (count > 0) counts.push_back(count);
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
+  return counts.empty() ? std::vector<int64_t>{1, 2} : counts;
+}
+
+// A case run at each of bench_thread_counts() (state.range(0)), timed by the wall clock: the shape of
+// the training and inference cases, whose flow and libtorch twins scripts/compare_bench.py pairs.
 template <typename Fn>
 void register_threaded(const std::string& name, benchmark::TimeUnit unit, Fn&& fn) {
-  benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))->Arg(1)->Arg(2)->Unit(unit)->UseRealTime();
+  auto* bench = benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))->Unit(unit)->UseRealTime();
+  for (const int64_t threads : bench_thread_counts()) bench->Arg(threads);
 }
 
 inline void matmul_counters(benchmark::State& state, int64_t m, int64_t k, int64_t n) {

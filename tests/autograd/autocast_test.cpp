@@ -27,10 +27,11 @@ TEST(Autocast, ProductsRunInTheAutocastDtypeAndRangeSensitiveOpsInFloat32) {
     EXPECT_EQ((y + x.narrow(1, 0, 3)).dtype(), flow::kFloat32);  // promotion, as without autocast
     // float64 is left alone, as in PyTorch.
     EXPECT_EQ(flow::matmul(x.to(flow::kFloat64), w.to(flow::kFloat64).t()).dtype(), flow::kFloat64);
-    // The result is the float32 op on inputs rounded to bfloat16, rounded once more.
+    // The result is the float32 op on inputs rounded to bfloat16, rounded once more (up to the
+    // summation order).
     const Tensor expected =
         flow::linear(x.to(flow::kBFloat16).to(flow::kFloat32), w.to(flow::kBFloat16).to(flow::kFloat32), b.to(flow::kBFloat16).to(flow::kFloat32));
-    EXPECT_EQ(y.to(flow::kFloat32).tolist<float>(), expected.to(flow::kBFloat16).to(flow::kFloat32).tolist<float>());
+    flow::testing::expect_bfloat16_product(y, expected);
     {
       const flow::autocast off(flow::kBFloat16, false);
       EXPECT_FALSE(flow::is_autocast_enabled());
@@ -72,4 +73,28 @@ TEST(Autocast, Float32LeavesGetFloat32GradientsComputedWithoutAutocast) {
   flow::testing::expect_close(w.grad(), w32.grad(), 5e-2, 5e-2);
   flow::testing::expect_close(b.grad(), b32.grad(), 5e-2, 5e-2);
   handle.remove();
+}
+
+// A convolution with bias, stride, padding and groups under autocast: forward and both gradients
+// run in bfloat16 (oneDNN's kernels where the CPU multiplies bfloat16) and match float32 on the
+// rounded values.
+TEST(Autocast, ConvolutionAndItsGradientsMatchFloat32OnRoundedValues) {
+  flow::manual_seed(6);
+  const auto rounded = [](const Tensor& t) { return t.to(flow::kBFloat16).to(flow::kFloat32); };
+  Tensor x = flow::randn({2, 4, 9, 7}).requires_grad_(), w = flow::randn({6, 2, 3, 3}).requires_grad_();
+  const Tensor b = flow::randn({6}), g = flow::randn({2, 6, 5, 4});
+  Tensor y;
+  {
+    const flow::autocast amp;
+    y = flow::conv2d(x, w, b, {2, 2}, {1, 1}, {1, 1}, 2);
+    EXPECT_EQ(y.dtype(), flow::kBFloat16);
+  }
+  flow::sum(y * g).backward();  // y's gradient is g rounded to bfloat16
+  Tensor xr = rounded(x.detach()).requires_grad_(), wr = rounded(w.detach()).requires_grad_();
+  const Tensor expected = flow::conv2d(xr, wr, rounded(b), {2, 2}, {1, 1}, {1, 1}, 2);
+  flow::sum(expected * rounded(g)).backward();
+  flow::testing::expect_bfloat16_product(y, expected);
+  // The leaves' float32 gradients are the bfloat16 ones widened.
+  flow::testing::expect_bfloat16_product(x.grad().to(flow::kBFloat16), xr.grad());
+  flow::testing::expect_bfloat16_product(w.grad().to(flow::kBFloat16), wr.grad());
 }

@@ -2,6 +2,7 @@
 // Naive double-precision references for op tests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -54,6 +55,17 @@ inline void expect_close(const Tensor& actual, const Tensor& expected, double rt
       EXPECT_NEAR(a[i], e[i], atol + rtol * std::abs(e[i])) << "element " << i;
     }
   }
+}
+
+// A bfloat16 product (matmul, linear, convolution) against the float32 product of the same rounded
+// operands: both accumulate in float32 and round once, in the same order where flow computes it in
+// float32 (AVX2), in oneDNN's order where the CPU multiplies bfloat16 (AVX512-BF16, AMX). Within a
+// rounding, plus what another summation order moves near zero.
+inline void expect_bfloat16_product(const Tensor& actual, const Tensor& wide_expected) {
+  ASSERT_EQ(actual.dtype(), kBFloat16);
+  double scale = 0;
+  for (double v : values(wide_expected)) scale = std::max(scale, std::abs(v));
+  expect_close(actual, wide_expected, std::ldexp(1.0, -7), 1e-3 * scale);
 }
 
 // Shapes pairs exercising broadcasting, size-1 and empty dims.

@@ -1,7 +1,10 @@
 // float16/bfloat16 on the CPU: ops without 16-bit kernels widen to float32, run the float32
 // kernel and round once, so each result equals the float32 op on the widened inputs, rounded.
+// bfloat16 products (matmul, linear, convolution) run on oneDNN where the CPU multiplies bfloat16
+// (AVX512-BF16, AMX): float32 accumulation in another order, the same rounding at the end.
 #include <gtest/gtest.h>
 
+#include "common/reference.h"
 #include "common/test_util.h"
 #include "core/flow.h"
 #include "core/kernels/cpu/reduced_float.h"
@@ -25,8 +28,11 @@ TEST(ReducedFloat, OpsEqualTheFloat32OpOnWidenedInputsRoundedOnce) {
     const Tensor c = flow::randn({6, 5}).to(dtype), bias = flow::randn({4}).to(dtype);
     const Tensor wa = a.to(flow::kFloat32), wb = b.to(flow::kFloat32), wc = c.to(flow::kFloat32), wbias = bias.to(flow::kFloat32);
     SCOPED_TRACE(flow::dtype_name(dtype));
-    expect_same_bits(flow::matmul(a, b), flow::matmul(wa, wb).to(dtype));
-    expect_same_bits(flow::linear(a, b.t(), bias), flow::linear(wa, wb.t(), wbias).to(dtype));
+    if (dtype == flow::kFloat16) {
+      expect_same_bits(flow::matmul(a, b), flow::matmul(wa, wb).to(dtype));
+      expect_same_bits(flow::linear(a, b.t(), bias), flow::linear(wa, wb.t(), wbias).to(dtype));
+      expect_same_bits(flow::matmul(a.t(), c), flow::matmul(wa.t(), wc).to(dtype));
+    }
     expect_same_bits(a + c, (wa + wc).to(dtype));
     expect_same_bits(a * c, (wa * wc).to(dtype));
     expect_same_bits(flow::relu(a), flow::relu(wa).to(dtype));
@@ -34,9 +40,35 @@ TEST(ReducedFloat, OpsEqualTheFloat32OpOnWidenedInputsRoundedOnce) {
     expect_same_bits(flow::sum(a, {0}), flow::sum(wa, {0}).to(dtype));
     expect_same_bits(flow::softmax(a, 1), flow::softmax(wa, 1).to(dtype));
     expect_same_bits(flow::argmax(a, 1), flow::argmax(wa, 1));
-    // Strided operands (a transposed view) are widened to contiguous float32 copies.
-    expect_same_bits(flow::matmul(a.t(), c), flow::matmul(wa.t(), wc).to(dtype));
   }
+}
+
+TEST(ReducedFloat, BFloat16ProductsOfAnyLayoutMatchFloat32) {
+  flow::manual_seed(5);
+  const auto bf16 = [](const Tensor& t) { return t.to(flow::kBFloat16); };
+  const auto wide = [](const Tensor& t) { return t.to(flow::kFloat32); };
+  const Tensor a = bf16(flow::randn({6, 40}) * 3), b = bf16(flow::randn({40, 24})), bias = bf16(flow::randn({24}));
+  flow::testing::expect_bfloat16_product(flow::matmul(a, b), flow::matmul(wide(a), wide(b)));
+  // Transposed operands (columns contiguous), a sliced one (rows strided), a single row and column.
+  const Tensor at = bf16(flow::randn({40, 6})), bt = bf16(flow::randn({24, 40})), wider = bf16(flow::randn({6, 80}));
+  flow::testing::expect_bfloat16_product(flow::matmul(at.t(), bt.t()), flow::matmul(wide(at).t(), wide(bt).t()));
+  const Tensor sliced = wider.slice(1, 10, 50);
+  flow::testing::expect_bfloat16_product(flow::matmul(sliced, b), flow::matmul(wide(sliced), wide(b)));
+  const Tensor every_other = wider.slice(1, 0, 80, 2);  // neither rows nor columns contiguous: copied
+  flow::testing::expect_bfloat16_product(flow::matmul(every_other, b), flow::matmul(wide(every_other), wide(b)));
+  flow::testing::expect_bfloat16_product(flow::matmul(a.slice(0, 2, 3), b), flow::matmul(wide(a).slice(0, 2, 3), wide(b)));
+  flow::testing::expect_bfloat16_product(flow::matmul(a, b.slice(1, 5, 6)), flow::matmul(wide(a), wide(b).slice(1, 5, 6)));
+  // Batches, one operand broadcast over them.
+  const Tensor batched = bf16(flow::randn({3, 1, 6, 40}));
+  const Tensor weights = bf16(flow::randn({4, 40, 24}));
+  flow::testing::expect_bfloat16_product(flow::matmul(batched, weights), flow::matmul(wide(batched), wide(weights)));
+  // linear: 3-d input, with and without bias, and an empty batch.
+  const Tensor x = bf16(flow::randn({2, 5, 40})), w = bf16(flow::randn({24, 40}));
+  flow::testing::expect_bfloat16_product(flow::linear(x, w, bias), flow::linear(wide(x), wide(w), wide(bias)));
+  flow::testing::expect_bfloat16_product(flow::linear(x, w), flow::linear(wide(x), wide(w)));
+  EXPECT_EQ(flow::linear(bf16(flow::randn({0, 40})), w, bias).shape(), flow::Shape({0, 24}));
+  // k = 0: zeros.
+  expect_same_bits(flow::matmul(bf16(flow::randn({3, 0})), bf16(flow::randn({0, 2}))), bf16(flow::zeros({3, 2})));
 }
 
 TEST(ReducedFloat, ConvolutionAndPoolingRunInBFloat16) {
@@ -44,7 +76,7 @@ TEST(ReducedFloat, ConvolutionAndPoolingRunInBFloat16) {
   const Tensor x = flow::randn({2, 3, 8, 8}).to(flow::kBFloat16), w = flow::randn({4, 3, 3, 3}).to(flow::kBFloat16);
   const Tensor wide = flow::conv2d(x.to(flow::kFloat32), w.to(flow::kFloat32));
   const Tensor y = flow::conv2d(x, w);
-  expect_same_bits(y, wide.to(flow::kBFloat16));
+  flow::testing::expect_bfloat16_product(y, wide);
   expect_same_bits(flow::max_pool2d(y, {2, 2}), flow::max_pool2d(y.to(flow::kFloat32), {2, 2}).to(flow::kBFloat16));
 }
 

@@ -66,7 +66,7 @@ TEST_F(DdpRanks, HalfBatchesMatchOneProcessOnTheFullBatch) {
   const auto batches = flow::testing::make_ddp_batches(kSteps, 32 * world, 7);
   const auto reference = train_reference(batches);
   const auto model = train_ddp(batches, DistributedDataParallelOptions());
-  EXPECT_LT(flow::testing::max_relative_difference(*model, *reference), 1e-6);
+  EXPECT_LT(flow::testing::max_relative_difference(*model, *reference), flow::testing::kSplitBatchTolerance);
 }
 
 TEST_F(DdpRanks, SeveralBucketsGiveTheSameResult) {
@@ -75,7 +75,7 @@ TEST_F(DdpRanks, SeveralBucketsGiveTheSameResult) {
   const auto options = DistributedDataParallelOptions().bucket_cap_mb(0.001);
   EXPECT_EQ(DistributedDataParallel(flow::testing::make_ddp_mlp(0), options).bucket_indices().size(), 4u);
   const auto model = train_ddp(batches, options);
-  EXPECT_LT(flow::testing::max_relative_difference(*model, *reference), 1e-6);
+  EXPECT_LT(flow::testing::max_relative_difference(*model, *reference), flow::testing::kSplitBatchTolerance);
 }
 
 TEST_F(DdpRanks, NoSyncAccumulatesThenAveragesEverything) {

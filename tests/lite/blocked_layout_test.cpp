@@ -213,7 +213,9 @@ TEST_F(BlockedLayoutTest, GroupedConvolutionsAndPaddedPooling) {
   flow::manual_seed(6);
   auto net = std::make_shared<GroupedConvs>();
   export_net(net, {2, 4, 17, 15});
-  EXPECT_GE(blocked_->blocked_steps(2), 4);
+  // Which steps run blocked is oneDNN's choice for the CPU: the 6-channel groups fill AVX2's
+  // 8-channel blocks (4 steps), not AVX-512's 16-channel ones (3).
+  EXPECT_GE(blocked_->blocked_steps(2), 3);
   for (int64_t batch : {1, 3}) expect_same(net, flow::randn({batch, 4, 17, 15}));
 }
 

@@ -76,8 +76,8 @@ TEST(DistributedDataParallelThreads, TwoRanksOfHalfBatchesMatchOneProcess) {
   size_t num_buckets = 0;
   const auto models = train_ddp(batches, 25, &num_buckets);
   EXPECT_EQ(num_buckets, 1u);
-  EXPECT_LT(flow::testing::max_relative_difference(*models[0], *reference), 1e-6);
-  EXPECT_LT(flow::testing::max_relative_difference(*models[1], *reference), 1e-6);
+  EXPECT_LT(flow::testing::max_relative_difference(*models[0], *reference), flow::testing::kSplitBatchTolerance);
+  EXPECT_LT(flow::testing::max_relative_difference(*models[1], *reference), flow::testing::kSplitBatchTolerance);
 }
 
 TEST(DistributedDataParallelThreads, SeveralBucketsGiveTheSameResult) {
@@ -86,8 +86,8 @@ TEST(DistributedDataParallelThreads, SeveralBucketsGiveTheSameResult) {
   size_t num_buckets = 0;
   const auto models = train_ddp(batches, 0.001, &num_buckets);  // 1 KiB: [b3 w3 b2] [w2] [b1] [w1]
   EXPECT_EQ(num_buckets, 4u);
-  EXPECT_LT(flow::testing::max_relative_difference(*models[0], *reference), 1e-6);
-  EXPECT_LT(flow::testing::max_relative_difference(*models[1], *reference), 1e-6);
+  EXPECT_LT(flow::testing::max_relative_difference(*models[0], *reference), flow::testing::kSplitBatchTolerance);
+  EXPECT_LT(flow::testing::max_relative_difference(*models[1], *reference), flow::testing::kSplitBatchTolerance);
 }
 
 TEST(DistributedDataParallelThreads, BucketsFollowReverseRegistrationOrder) {

@@ -1,10 +1,14 @@
-// float32 convolution through oneDNN (the library libtorch uses on CPU): forward, backward-data
-// and backward-weights primitives over plain NCHW/OIHW buffers, with the layouts oneDNN prefers
-// ("any") and reorders around them. Primitives are cached per (shape, parameters), since
-// creating one JIT-compiles code. float64 stays on im2col + GEMM (conv.cpp): oneDNN has no f64.
+// float32 and bfloat16 convolution through oneDNN (the library libtorch uses on CPU): forward,
+// backward-data and backward-weights primitives over plain NCHW/OIHW buffers, with the layouts
+// oneDNN prefers ("any") and reorders around them. Primitives are cached per (shape, parameters,
+// dtype), since creating one JIT-compiles code. bfloat16 takes oneDNN where it has optimized
+// kernels for it on the CPU (AVX512-BF16, AMX), and is computed in float32 and rounded elsewhere.
+// float64 stays on im2col + GEMM (conv.cpp): oneDNN has no f64.
 #include <cstring>
+#include <optional>
 
 #include "core/kernels/cpu/dnnl_util.h"
+#include "core/kernels/cpu/reduced_float.h"
 #include "core/op.h"
 
 namespace flow::cpu {
@@ -16,15 +20,17 @@ using Pair = std::vector<int64_t>;
 struct ConvKey {
   Dims src, weights, dst, strides, dilates, padding;
   bool bias;
-  auto tie() const { return std::tie(src, weights, dst, strides, dilates, padding, bias); }
+  memory::data_type type;
+  auto tie() const { return std::tie(src, weights, dst, strides, dilates, padding, bias, type); }
   bool operator<(const ConvKey& other) const { return tie() < other.tie(); }
 };
 
-ConvKey make_key(const Shape& x, const Shape& w, const Shape& y, const Attrs& attrs, bool bias) {
+ConvKey make_key(const Shape& x, const Shape& w, const Shape& y, const Attrs& attrs, bool bias, DType dtype) {
   const Pair &s = attrs.get<Pair>("stride"), &p = attrs.get<Pair>("padding"), &d = attrs.get<Pair>("dilation");
   const int64_t groups = attrs.get<int64_t>("groups");
   Dims weights = groups == 1 ? Dims{w[0], w[1], w[2], w[3]} : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
-  return {Dims(x.begin(), x.end()), weights, Dims(y.begin(), y.end()), {s[0], s[1]}, {d[0] - 1, d[1] - 1}, {p[0], p[1]}, bias};
+  const auto type = dtype == kBFloat16 ? memory::data_type::bf16 : memory::data_type::f32;
+  return {Dims(x.begin(), x.end()), weights, Dims(y.begin(), y.end()), {s[0], s[1]}, {d[0] - 1, d[1] - 1}, {p[0], p[1]}, bias, type};
 }
 
 // The three primitive descriptors of one convolution configuration.
@@ -37,26 +43,53 @@ struct ConvPrimitives {
   dnnl::convolution_backward_weights backward_weights_primitive;
 };
 
-ConvPrimitives& primitives(const ConvKey& key) {
-  return cached_primitives<ConvPrimitives>(key, [](const ConvKey& key) {
-    const auto algorithm = dnnl::algorithm::convolution_direct;
-    const memory::desc bias_md = key.bias ? any({key.dst[1]}) : memory::desc();
-    dnnl::convolution_forward::desc forward(dnnl::prop_kind::forward_training, algorithm, any(key.src), any(key.weights), bias_md,
-                                            any(key.dst), key.strides, key.dilates, key.padding, key.padding);
-    auto forward_pd = dnnl::convolution_forward::primitive_desc(forward, engine());
-    dnnl::convolution_backward_data::desc data(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides, key.dilates,
-                                               key.padding, key.padding);
-    auto data_pd = dnnl::convolution_backward_data::primitive_desc(data, engine(), forward_pd);
-    dnnl::convolution_backward_weights::desc weights(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides,
-                                                     key.dilates, key.padding, key.padding);
-    auto weights_pd = dnnl::convolution_backward_weights::primitive_desc(weights, engine(), forward_pd);
-    return ConvPrimitives{forward_pd,
-                          data_pd,
-                          weights_pd,
-                          dnnl::convolution_forward(forward_pd),
-                          dnnl::convolution_backward_data(data_pd),
-                          dnnl::convolution_backward_weights(weights_pd)};
+ConvPrimitives make_primitives(const ConvKey& key) {
+  const auto algorithm = dnnl::algorithm::convolution_direct;
+  const auto any = [&key](const Dims& dims) { return dnnl_util::any(dims, key.type); };
+  const memory::desc bias_md = key.bias ? any({key.dst[1]}) : memory::desc();
+  dnnl::convolution_forward::desc forward(dnnl::prop_kind::forward_training, algorithm, any(key.src), any(key.weights), bias_md,
+                                          any(key.dst), key.strides, key.dilates, key.padding, key.padding);
+  auto forward_pd = dnnl::convolution_forward::primitive_desc(forward, engine());
+  dnnl::convolution_backward_data::desc data(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides, key.dilates,
+                                             key.padding, key.padding);
+  auto data_pd = dnnl::convolution_backward_data::primitive_desc(data, engine(), forward_pd);
+  dnnl::convolution_backward_weights::desc weights(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides,
+                                                   key.dilates, key.padding, key.padding);
+  auto weights_pd = dnnl::convolution_backward_weights::primitive_desc(weights, engine(), forward_pd);
+  return ConvPrimitives{forward_pd,
+                        data_pd,
+                        weights_pd,
+                        dnnl::convolution_forward(forward_pd),
+                        dnnl::convolution_backward_data(data_pd),
+                        dnnl::convolution_backward_weights(weights_pd)};
+}
+
+// The primitives of the configuration; for bfloat16, nullopt where oneDNN has no optimized kernel
+// for one of the three on this CPU (float32 always has them).
+std::optional<ConvPrimitives>& primitives(const ConvKey& key) {
+  return cached_primitives<std::optional<ConvPrimitives>>(key, [](const ConvKey& key) -> std::optional<ConvPrimitives> {
+    if (key.type == memory::data_type::f32) return make_primitives(key);
+    try {
+      ConvPrimitives p = make_primitives(key);
+      for (const char* impl : {p.forward.impl_info_str(), p.backward_data.impl_info_str(), p.backward_weights.impl_info_str()}) {
+        if (is_reference_implementation(impl)) return std::nullopt;
+      }
+      return p;
+    } catch (const dnnl::error&) {
+      return std::nullopt;
+    }
   });
+}
+
+void forward_kernel(KernelContext& ctx);
+void backward_data_kernel(KernelContext& ctx);
+void backward_weights_kernel(KernelContext& ctx);
+
+// The kernel for bfloat16 calls that oneDNN cannot take here.
+template <void (*Kernel)(KernelContext&)>
+void in_float32(KernelContext& ctx) {
+  static const KernelFn kernel = computed_in_float32(Kernel);
+  kernel(ctx);
 }
 
 // Only the batch may be empty (conv2d's inference refuses the rest); oneDNN wants none empty.
@@ -65,8 +98,10 @@ void forward_kernel(KernelContext& ctx) {
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
   const bool has_bias = ctx.inputs.size() == 3;
-  const ConvKey key = make_key(x.shape(), w.shape(), y.shape(), ctx.attrs, has_bias);
-  ConvPrimitives& p = primitives(key);
+  const ConvKey key = make_key(x.shape(), w.shape(), y.shape(), ctx.attrs, has_bias, x.dtype());
+  std::optional<ConvPrimitives>& found = primitives(key);
+  if (!found) return in_float32<forward_kernel>(ctx);
+  ConvPrimitives& p = *found;
   dnnl::stream stream = stream_for_call();
   Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
   Bound weights = bind_memory(key.weights, w.data_ptr(), p.forward.weights_desc(), stream, true);
@@ -82,8 +117,10 @@ void backward_data_kernel(KernelContext& ctx) {
   const Tensor &grad = ctx.inputs[0], &w = ctx.inputs[1];
   Tensor& grad_input = ctx.outputs[0];
   if (grad_input.numel() == 0) return;
-  const ConvKey key = make_key(grad_input.shape(), w.shape(), grad.shape(), ctx.attrs, false);
-  ConvPrimitives& p = primitives(key);
+  const ConvKey key = make_key(grad_input.shape(), w.shape(), grad.shape(), ctx.attrs, false, grad.dtype());
+  std::optional<ConvPrimitives>& found = primitives(key);
+  if (!found) return in_float32<backward_data_kernel>(ctx);
+  ConvPrimitives& p = *found;
   dnnl::stream stream = stream_for_call();
   Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward_data.diff_dst_desc(), stream, true);
   Bound weights = bind_memory(key.weights, w.data_ptr(), p.backward_data.weights_desc(), stream, true);
@@ -101,8 +138,10 @@ void backward_weights_kernel(KernelContext& ctx) {
     std::memset(grad_weight.data_ptr(), 0, static_cast<size_t>(grad_weight.nbytes()));
     return;
   }
-  const ConvKey key = make_key(x.shape(), grad_weight.shape(), grad.shape(), ctx.attrs, false);
-  ConvPrimitives& p = primitives(key);
+  const ConvKey key = make_key(x.shape(), grad_weight.shape(), grad.shape(), ctx.attrs, false, grad.dtype());
+  std::optional<ConvPrimitives>& found = primitives(key);
+  if (!found) return in_float32<backward_weights_kernel>(ctx);
+  ConvPrimitives& p = *found;
   dnnl::stream stream = stream_for_call();
   Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward_weights.diff_dst_desc(), stream, true);
   Bound src = bind_memory(key.src, x.data_ptr(), p.backward_weights.src_desc(), stream, true);
@@ -113,9 +152,10 @@ void backward_weights_kernel(KernelContext& ctx) {
   stream.wait();
 }
 
-FLOW_REGISTER_KERNEL("conv2d", DeviceType::kCPU, {kFloat32}, forward_kernel);
-FLOW_REGISTER_KERNEL("conv2d_grad_input", DeviceType::kCPU, {kFloat32}, backward_data_kernel);
-FLOW_REGISTER_KERNEL("conv2d_grad_weight", DeviceType::kCPU, {kFloat32}, backward_weights_kernel);
+const std::vector<DType> kDnnlDtypes = {kFloat32, kBFloat16};
+FLOW_REGISTER_KERNEL("conv2d", DeviceType::kCPU, kDnnlDtypes, forward_kernel);
+FLOW_REGISTER_KERNEL("conv2d_grad_input", DeviceType::kCPU, kDnnlDtypes, backward_data_kernel);
+FLOW_REGISTER_KERNEL("conv2d_grad_weight", DeviceType::kCPU, kDnnlDtypes, backward_weights_kernel);
 
 }  // namespace
 }  // namespace flow::cpu

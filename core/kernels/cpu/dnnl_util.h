@@ -1,5 +1,5 @@
 #pragma once
-// Plumbing shared by the oneDNN kernels (conv, pooling, batch norm): one CPU engine, plain
+// Plumbing shared by the oneDNN kernels (conv, matmul, pooling, batch norm): one CPU engine, plain
 // row-major memory descriptors, reorders between flow's plain buffers and the layouts a primitive
 // picks, and a stream whose OpenMP pool matches flow's thread count.
 #include <omp.h>
@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <utility>
 
 #include "core/thread_pool.h"
@@ -28,7 +29,13 @@ inline memory::desc plain(const Dims& dims, memory::data_type type = memory::dat
   static const tag tags[] = {tag::a, tag::ab, tag::abc, tag::abcd, tag::abcde};
   return memory::desc(dims, type, tags[dims.size() - 1]);
 }
-inline memory::desc any(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::any); }
+inline memory::desc any(const Dims& dims, memory::data_type type = memory::data_type::f32) {
+  return memory::desc(dims, type, memory::format_tag::any);
+}
+
+// oneDNN's reference implementations ("ref:any") are plain loops, slower than widening to float32
+// for flow's float32 kernels: 16-bit floats take oneDNN only where it has optimized kernels.
+inline bool is_reference_implementation(const char* impl_info) { return std::string_view(impl_info).starts_with("ref"); }
 
 // A oneDNN memory in the layout `wanted`, filled from (or later written back to) a plain buffer.
 struct Bound {
@@ -43,7 +50,7 @@ inline Bound bind_memory(const memory::desc& user_desc, void* data, const memory
   return {user, inner, true};
 }
 inline Bound bind_memory(const Dims& dims, void* data, const memory::desc& wanted, dnnl::stream& stream, bool read) {
-  return bind_memory(plain(dims), data, wanted, stream, read);
+  return bind_memory(plain(dims, wanted.data_type()), data, wanted, stream, read);
 }
 inline void write_back(Bound& bound, dnnl::stream& stream) {
   if (bound.reordered) dnnl::reorder(bound.inner, bound.user).execute(stream, bound.inner, bound.user);

@@ -86,7 +86,8 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
   }
 }
 
-// Element offsets of each output batch into an operand whose batch dims broadcast to out's.
+}  // namespace
+
 std::vector<int64_t> batch_offsets(const Tensor& operand, const Shape& out_batch) {
   const int64_t lead = static_cast<int64_t>(out_batch.size()) - (operand.dim() - 2);
   std::vector<int64_t> strides(out_batch.size(), 0);
@@ -121,8 +122,6 @@ void matmul_kernel(KernelContext& ctx) {
     }
   });
 }
-
-}  // namespace
 
 // out = x @ w^T + bias: bias rows are written first and GEMM accumulates onto them (beta = 1).
 void linear_kernel(KernelContext& ctx) {
