@@ -184,7 +184,7 @@ namespace {
 Operand make_operand(int value, const memory::desc& layout, bool blocked, const memory::desc& wanted, std::vector<size_t>& scratch_bytes) {
   Operand operand{value, blocked, layout, wanted, std::nullopt, -1};
   if (!(layout == wanted)) {
-    operand.reorder.emplace(dnnl::reorder::primitive_desc(engine(), layout, engine(), wanted));
+    operand.reorder.emplace(dnnl::reorder::primitive_desc(engine(), layout, engine(), wanted, user_scratchpad()));
     operand.scratch = static_cast<int>(scratch_bytes.size());
     scratch_bytes.push_back(wanted.get_size());
   }
@@ -267,7 +267,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
       if (conv->single_thread) cap.emplace(1);
       dnnl::post_ops sum;
       sum.append_sum(1.f);
-      dnnl::primitive_attr attr;
+      dnnl::primitive_attr attr = user_scratchpad();
       attr.set_post_ops(sum);
       try {
         dnnl::convolution_forward::primitive_desc pd(*conv->conv_desc, attr, engine());
@@ -323,7 +323,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
                                              any(weight_dims), has_bias ? any({out_meta.shape[1]}) : memory::desc(), any(dims_of(out_meta.shape)),
                                              {stride[0], stride[1]}, {dilation[0] - 1, dilation[1] - 1}, {padding[0], padding[1]},
                                              {padding[0], padding[1]});
-        dnnl::convolution_forward::primitive_desc pd(desc, engine());
+        dnnl::convolution_forward::primitive_desc pd(desc, user_scratchpad(), engine());
         kernel->kind = Kind::kConv;
         kernel->conv_desc.emplace(desc);
         kernel->primitive.emplace(dnnl::convolution_forward(pd));
@@ -339,7 +339,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         const memory::desc weight_plain({in_features, out_features}, memory::data_type::f32, memory::format_tag::ba);
         dnnl::matmul::desc desc(plain({rows, in_features}), any({in_features, out_features}),
                                 has_bias ? plain({1, out_features}) : memory::desc(), plain({rows, out_features}));
-        dnnl::matmul::primitive_desc pd(desc, engine());
+        dnnl::matmul::primitive_desc pd(desc, user_scratchpad(), engine());
         kernel->kind = Kind::kMatmul;
         kernel->relu_after = *relu;
         kernel->primitive.emplace(dnnl::matmul(pd));
@@ -362,7 +362,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         const Pair &kernel_size = attrs.get<Pair>("kernel_size"), &stride = attrs.get<Pair>("stride"), &padding = attrs.get<Pair>("padding");
         dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_include_padding, layouts[in[0]],
                                          any(dims_of(out_meta.shape)), stride, kernel_size, padding, padding);
-        dnnl::pooling_forward::primitive_desc pd(desc, engine());
+        dnnl::pooling_forward::primitive_desc pd(desc, user_scratchpad(), engine());
         kernel->kind = Kind::kPool;
         kernel->primitive.emplace(dnnl::pooling_forward(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
@@ -370,7 +370,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
       } else if (name == "relu") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
         dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, layouts[in[0]], 0.f, 0.f);
-        dnnl::eltwise_forward::primitive_desc pd(desc, engine());
+        dnnl::eltwise_forward::primitive_desc pd(desc, user_scratchpad(), engine());
         kernel->kind = Kind::kRelu;
         kernel->primitive.emplace(dnnl::eltwise_forward(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
@@ -388,7 +388,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           const int first = blocked[in[0]] ? in[0] : in[1], second = first == in[0] ? in[1] : in[0];
           const memory::desc& layout = layouts[first];
           dnnl::binary::desc desc(dnnl::algorithm::binary_add, layout, layout, layout);
-          dnnl::binary::primitive_desc pd(desc, engine());
+          dnnl::binary::primitive_desc pd(desc, user_scratchpad(), engine());
           kernel->kind = Kind::kAdd;
           kernel->relu_after = *relu;
           kernel->primitive.emplace(dnnl::binary(pd));
@@ -418,7 +418,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     for (size_t reader : readers[out]) plain_needed |= !impl->kernels[reader];
     kernel->plain_needed = plain_needed;
     if (plain_needed) {
-      kernel->to_plain.emplace(dnnl::reorder::primitive_desc(engine(), kernel->out_layout, engine(), plain(dims_of(metas[out].shape))));
+      kernel->to_plain.emplace(
+          dnnl::reorder::primitive_desc(engine(), kernel->out_layout, engine(), plain(dims_of(metas[out].shape)), user_scratchpad()));
     }
   }
 
@@ -512,7 +513,7 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       memory source = operand.blocked ? arena.values[operand.value] : memory(operand.layout, engine(), contiguous(values[operand.value]).data_ptr());
       if (operand.reorder) {
         memory& reordered = arena.scratch[operand.scratch];
-        operand.reorder->execute(stream, source, reordered);
+        run_primitive(*operand.reorder, stream, {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, reordered}});
         source = reordered;
       }
       sources.push_back(source);
@@ -536,7 +537,7 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
         default:
           args.emplace(DNNL_ARG_SRC, sources[0]);
       }
-      kernel.primitive->execute(stream, args);
+      run_primitive(*kernel.primitive, stream, args);
     }
     if (kernel.relu_after) {
       stream.wait();
@@ -550,7 +551,7 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
   if (kernel.plain_needed) {
     Tensor result = plain_output.defined() ? plain_output : make_tensor(kernel.out_meta.shape, kernel.out_meta.dtype, kernel.out_meta.device);
     memory result_plain(plain(dims_of(kernel.out_meta.shape)), engine(), result.data_ptr());
-    kernel.to_plain->execute(stream, out, result_plain);
+    run_primitive(*kernel.to_plain, stream, {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, result_plain}});
     values[kernel.output] = std::move(result);
   }
   stream.wait();

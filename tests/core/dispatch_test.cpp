@@ -86,6 +86,8 @@ TEST(Dispatch, MissingKernelAndArityAreReported) {
 }
 
 TEST(ThreadPool, ParallelForCoversRangeAndPropagatesErrors) {
+  const int threads = flow::get_num_threads();
+  flow::set_num_threads(std::max(2, threads));  // a worker other than the caller throws
   std::vector<int> hits(100000, 0);
   flow::parallel_for(0, 100000, 1000, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) ++hits[i];
@@ -96,6 +98,7 @@ TEST(ThreadPool, ParallelForCoversRangeAndPropagatesErrors) {
                                         if (begin > 0) flow::fail("worker", "boom");
                                       }),
                    "[worker] boom");
+  flow::set_num_threads(threads);
   EXPECT_THROW_MSG(flow::set_num_threads(0), "[set_num_threads] expected at least 1 thread");
 }
 

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "common/gradcheck.h"
 #include "common/reference.h"
@@ -130,4 +133,34 @@ TEST(ConvNorm, NormForwardsMatchReference) {
   ln.bias.requires_grad_(false).fill_(1);
   flow::testing::expect_close(ln(x), reference(x, 20, 1e-5) * 2.0 + 1.0, 1e-4, 1e-5);
   EXPECT_THROW_MSG(ln(flow::zeros({3, 5, 4})), "[layer_norm] input (3,5,4) does not end with normalized_shape (4,5)");
+}
+
+// flow caches its oneDNN primitives and runs them on whichever thread calls. Two that need a
+// scratchpad (a dilated convolution's weight gradient is an im2col + GEMM on AVX2), made on this
+// thread and then run at once on two others, must not share their temporaries.
+TEST(ConvNorm, CachedPrimitivesRunAtOnceOnOtherThreads) {
+  struct Case {
+    Tensor x, w, g, expected;
+  };
+  const auto weight_grad = [](const Case& c) {
+    Tensor w = c.w.detach().requires_grad_();
+    flow::sum(flow::conv2d(c.x, w, Tensor(), {1, 1}, {0, 0}, {2, 2}) * c.g).backward();
+    return w.grad();
+  };
+  flow::manual_seed(9);
+  std::vector<Case> cases{{flow::randn({2, 3, 16, 16}), flow::randn({8, 3, 3, 3}), flow::randn({2, 8, 12, 12}), Tensor()},
+                          {flow::randn({2, 4, 14, 14}), flow::randn({6, 4, 3, 3}), flow::randn({2, 6, 10, 10}), Tensor()}};
+  for (Case& c : cases) c.expected = weight_grad(c);
+  std::vector<int> mismatches(cases.size(), 0);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < cases.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        const auto got = weight_grad(cases[t]).tolist<float>(), want = cases[t].expected.tolist<float>();
+        for (size_t j = 0; j < got.size(); ++j) mismatches[t] += std::abs(got[j] - want[j]) > 1e-4f * (1 + std::abs(want[j])) ? 1 : 0;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(mismatches, std::vector<int>(cases.size(), 0));
 }

@@ -49,13 +49,13 @@ ConvPrimitives make_primitives(const ConvKey& key) {
   const memory::desc bias_md = key.bias ? any({key.dst[1]}) : memory::desc();
   dnnl::convolution_forward::desc forward(dnnl::prop_kind::forward_training, algorithm, any(key.src), any(key.weights), bias_md,
                                           any(key.dst), key.strides, key.dilates, key.padding, key.padding);
-  auto forward_pd = dnnl::convolution_forward::primitive_desc(forward, engine());
+  auto forward_pd = dnnl::convolution_forward::primitive_desc(forward, user_scratchpad(), engine());
   dnnl::convolution_backward_data::desc data(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides, key.dilates,
                                              key.padding, key.padding);
-  auto data_pd = dnnl::convolution_backward_data::primitive_desc(data, engine(), forward_pd);
+  auto data_pd = dnnl::convolution_backward_data::primitive_desc(data, user_scratchpad(), engine(), forward_pd);
   dnnl::convolution_backward_weights::desc weights(algorithm, any(key.src), any(key.weights), any(key.dst), key.strides,
                                                    key.dilates, key.padding, key.padding);
-  auto weights_pd = dnnl::convolution_backward_weights::primitive_desc(weights, engine(), forward_pd);
+  auto weights_pd = dnnl::convolution_backward_weights::primitive_desc(weights, user_scratchpad(), engine(), forward_pd);
   return ConvPrimitives{forward_pd,
                         data_pd,
                         weights_pd,
@@ -108,7 +108,7 @@ void forward_kernel(KernelContext& ctx) {
   Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_WEIGHTS, weights.inner}, {DNNL_ARG_DST, dst.inner}};
   if (has_bias) args.emplace(DNNL_ARG_BIAS, memory(p.forward.bias_desc(), engine(), ctx.inputs[2].data_ptr()));
-  p.forward_primitive.execute(stream, args);
+  run_primitive(p.forward_primitive, stream, args);
   write_back(dst, stream);
   stream.wait();
 }
@@ -125,7 +125,7 @@ void backward_data_kernel(KernelContext& ctx) {
   Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward_data.diff_dst_desc(), stream, true);
   Bound weights = bind_memory(key.weights, w.data_ptr(), p.backward_data.weights_desc(), stream, true);
   Bound diff_src = bind_memory(key.src, grad_input.data_ptr(), p.backward_data.diff_src_desc(), stream, false);
-  p.backward_data_primitive.execute(stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_WEIGHTS, weights.inner},
+  run_primitive(p.backward_data_primitive, stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_WEIGHTS, weights.inner},
                                              {DNNL_ARG_DIFF_SRC, diff_src.inner}});
   write_back(diff_src, stream);
   stream.wait();
@@ -146,7 +146,7 @@ void backward_weights_kernel(KernelContext& ctx) {
   Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward_weights.diff_dst_desc(), stream, true);
   Bound src = bind_memory(key.src, x.data_ptr(), p.backward_weights.src_desc(), stream, true);
   Bound diff_weights = bind_memory(key.weights, grad_weight.data_ptr(), p.backward_weights.diff_weights_desc(), stream, false);
-  p.backward_weights_primitive.execute(stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_SRC, src.inner},
+  run_primitive(p.backward_weights_primitive, stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_SRC, src.inner},
                                                 {DNNL_ARG_DIFF_WEIGHTS, diff_weights.inner}});
   write_back(diff_weights, stream);
   stream.wait();

@@ -4,11 +4,14 @@
 // picks, and a stream whose OpenMP pool matches flow's thread count.
 #include <omp.h>
 
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "core/thread_pool.h"
@@ -77,6 +80,44 @@ Value& cached_primitives(const Key& key, Make make) {
   std::unique_ptr<Value>& slot = slot_for_threads(cache, key);
   if (!slot) slot = std::make_unique<Value>(make(key));
   return *slot;
+}
+
+// flow caches its primitives and runs each on whichever thread calls: Graph workers, concurrent lite
+// runs. oneDNN's default scratchpad belongs to the thread that made a primitive and is shared by
+// every primitive made there ("primitives cannot migrate between threads"), so two of them running
+// at once elsewhere overwrite each other's temporaries: wrong results in lite's concurrent runs on
+// a Xeon with AVX-512 (whose kernels use one), a crash for dilated convolutions' weight gradients
+// on AVX2 (test ConvNorm.CachedPrimitivesRunAtOnceOnOtherThreads). Every cached primitive is made
+// with a user scratchpad instead, and run_primitive hands it the calling thread's buffer.
+inline dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = dnnl::primitive_attr()) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// The calling thread's scratchpad, at least `bytes` long and 64-byte aligned as oneDNN's own; runs
+// are synchronous, so one buffer per thread serves them all.
+inline void* thread_scratchpad(size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+    size_t size = 0;
+  };
+  thread_local Buffer buffer;
+  if (bytes > buffer.size) {
+    const size_t size = (bytes + 63) / 64 * 64;
+    buffer.data.reset(std::aligned_alloc(64, size));
+    if (!buffer.data) throw std::bad_alloc();
+    buffer.size = size;
+  }
+  return buffer.data.get();
+}
+
+inline void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream, std::unordered_map<int, memory> args) {
+  const dnnl_memory_desc_t* scratchpad = dnnl_primitive_desc_query_md(primitive.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
+  if (scratchpad != nullptr) {
+    const memory::desc desc(*scratchpad);
+    if (desc.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(desc, engine(), thread_scratchpad(desc.get_size())));
+  }
+  primitive.execute(stream, args);
 }
 
 // oneDNN runs on the calling thread's OpenMP team: match it to flow's thread count there.

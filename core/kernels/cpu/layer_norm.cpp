@@ -112,9 +112,9 @@ Primitives& primitives(const Key& key) {
     const normalization_flags affine = normalization_flags::use_scale | normalization_flags::use_shift;
     const memory::desc data = plain({key.rows, key.features});
     dnnl::layer_normalization_forward::desc forward(dnnl::prop_kind::forward_training, data, key.eps, affine);
-    const dnnl::layer_normalization_forward::primitive_desc forward_pd(forward, engine());
+    const dnnl::layer_normalization_forward::primitive_desc forward_pd(forward, user_scratchpad(), engine());
     dnnl::layer_normalization_backward::desc backward(dnnl::prop_kind::backward, data, data, key.eps, affine);
-    const dnnl::layer_normalization_backward::primitive_desc backward_pd(backward, engine(), forward_pd);
+    const dnnl::layer_normalization_backward::primitive_desc backward_pd(backward, user_scratchpad(), engine(), forward_pd);
     return Primitives{dnnl::layer_normalization_forward(forward_pd), dnnl::layer_normalization_backward(backward_pd)};
   });
 }
@@ -133,7 +133,7 @@ void forward_dnnl(KernelContext& ctx) {
   const bool affine = ctx.inputs.size() == 3;
   std::vector<float> ones, zeros, variance(static_cast<size_t>(l.rows));
   dnnl::stream stream = stream_for_call();
-  primitives(key).forward.execute(stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},
+  run_primitive(primitives(key).forward, stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},
                                            {DNNL_ARG_SCALE, feature_memory(l, affine ? &ctx.inputs[1] : nullptr, ones, 1.0f)},
                                            {DNNL_ARG_SHIFT, feature_memory(l, affine ? &ctx.inputs[2] : nullptr, zeros, 0.0f)},
                                            {DNNL_ARG_DST, memory(plain({l.rows, l.features}), engine(), ctx.outputs[0].data_ptr())},
@@ -157,7 +157,7 @@ void backward_dnnl(KernelContext& ctx) {
   std::vector<float> variance(static_cast<size_t>(l.rows)), ones, zeros;
   for (int64_t r = 0; r < l.rows; ++r) variance[r] = static_cast<float>(1.0 / (static_cast<double>(rstd[r]) * rstd[r]) - static_cast<double>(key.eps));
   dnnl::stream stream = stream_for_call();
-  primitives(key).backward.execute(stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[1].data_ptr())},
+  run_primitive(primitives(key).backward, stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[1].data_ptr())},
                                             {DNNL_ARG_MEAN, memory(plain({l.rows}), engine(), ctx.inputs[2].data_ptr())},
                                             {DNNL_ARG_VARIANCE, memory(plain({l.rows}), engine(), variance.data())},
                                             {DNNL_ARG_DIFF_DST, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},

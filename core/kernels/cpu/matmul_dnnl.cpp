@@ -36,7 +36,7 @@ const std::optional<Product>& product(const ProductKey& key) {
     const memory::desc a({key.m, key.k}, bf16, key.a_strides), b({key.k, key.n}, bf16, key.b_strides);
     const memory::desc c = plain({key.m, key.n}, bf16), bias = key.bias ? plain({1, key.n}, bf16) : memory::desc();
     try {
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), engine());
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), user_scratchpad(), engine());
       if (is_reference_implementation(pd.impl_info_str())) return std::nullopt;
       return Product{dnnl::matmul(pd), a, b, bias, c};
     } catch (const dnnl::error&) {
@@ -50,7 +50,7 @@ void run(const Product& p, const void* a, const void* b, const void* bias, void*
   auto bound = [](const memory::desc& desc, const void* data) { return memory(desc, engine(), const_cast<void*>(data)); };
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bound(p.a, a)}, {DNNL_ARG_WEIGHTS, bound(p.b, b)}, {DNNL_ARG_DST, bound(p.c, c)}};
   if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, bound(p.bias, bias));
-  p.primitive.execute(stream, args);
+  run_primitive(p.primitive, stream, args);
   stream.wait();
 }
 

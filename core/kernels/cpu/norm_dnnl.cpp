@@ -37,14 +37,14 @@ NormPrimitives& primitives(const NormKey& key) {
     NormPrimitives p;
     if (key.training) {
       dnnl::batch_normalization_forward::desc forward(dnnl::prop_kind::forward_training, data, key.eps, affine);
-      p.forward = dnnl::batch_normalization_forward::primitive_desc(forward, engine());
+      p.forward = dnnl::batch_normalization_forward::primitive_desc(forward, user_scratchpad(), engine());
       dnnl::batch_normalization_backward::desc backward(dnnl::prop_kind::backward, data, data, key.eps, affine);
-      p.backward = dnnl::batch_normalization_backward::primitive_desc(backward, engine(), p.forward);
+      p.backward = dnnl::batch_normalization_backward::primitive_desc(backward, user_scratchpad(), engine(), p.forward);
       p.backward_primitive = dnnl::batch_normalization_backward(p.backward);
     } else {
       dnnl::batch_normalization_forward::desc forward(dnnl::prop_kind::forward_inference, data, key.eps,
                                                       affine | normalization_flags::use_global_stats);
-      p.forward = dnnl::batch_normalization_forward::primitive_desc(forward, engine());
+      p.forward = dnnl::batch_normalization_forward::primitive_desc(forward, user_scratchpad(), engine());
     }
     p.forward_primitive = dnnl::batch_normalization_forward(p.forward);
     return p;
@@ -69,7 +69,7 @@ void eval_kernel(KernelContext& ctx) {
   NormPrimitives& p = primitives(key);
   std::vector<float> ones, zeros;
   dnnl::stream stream = stream_for_call();
-  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
+  run_primitive(p.forward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
                                        {DNNL_ARG_MEAN, memory(plain({l.c}), engine(), ctx.inputs[1].data_ptr())},
                                        {DNNL_ARG_VARIANCE, memory(plain({l.c}), engine(), ctx.inputs[2].data_ptr())},
                                        {DNNL_ARG_SCALE, channel_memory(l, affine ? &ctx.inputs[3] : nullptr, ones, 1.0f)},
@@ -87,7 +87,7 @@ void train_kernel(KernelContext& ctx) {
   NormPrimitives& p = primitives(key);
   std::vector<float> ones, zeros, variance(static_cast<size_t>(l.c));
   dnnl::stream stream = stream_for_call();
-  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
+  run_primitive(p.forward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
                                        {DNNL_ARG_SCALE, channel_memory(l, affine ? &ctx.inputs[1] : nullptr, ones, 1.0f)},
                                        {DNNL_ARG_SHIFT, channel_memory(l, affine ? &ctx.inputs[2] : nullptr, zeros, 0.0f)},
                                        {DNNL_ARG_DST, memory(plain(key.dims), engine(), ctx.outputs[0].data_ptr())},
@@ -130,7 +130,7 @@ void train_grad_kernel(KernelContext& ctx) {
     variance[c] = static_cast<float>(1.0 / (static_cast<double>(invstd[c]) * invstd[c]) - static_cast<double>(key.eps));
   }
   dnnl::stream stream = stream_for_call();
-  p.backward_primitive.execute(stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
+  run_primitive(p.backward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
                                         {DNNL_ARG_MEAN, memory(plain({l.c}), engine(), ctx.inputs[4].data_ptr())},
                                         {DNNL_ARG_VARIANCE, memory(plain({l.c}), engine(), variance.data())},
                                         {DNNL_ARG_DIFF_DST, memory(plain(key.dims), engine(), ctx.inputs[0].data_ptr())},

@@ -43,10 +43,10 @@ struct PoolPrimitives {
 // Symmetric padding: with floor division the last window never needs more on the right.
 PoolPrimitives make_primitives(const PoolKey& key, const memory::desc& src, const memory::desc& dst) {
   dnnl::pooling_forward::desc forward(dnnl::prop_kind::forward_training, key.algorithm, src, dst, key.strides, key.kernel, key.padding, key.padding);
-  auto forward_pd = dnnl::pooling_forward::primitive_desc(forward, engine());
+  auto forward_pd = dnnl::pooling_forward::primitive_desc(forward, user_scratchpad(), engine());
   dnnl::pooling_backward::desc backward(key.algorithm, forward_pd.src_desc(), forward_pd.dst_desc(), key.strides, key.kernel, key.padding,
                                         key.padding);
-  auto backward_pd = dnnl::pooling_backward::primitive_desc(backward, engine(), forward_pd);
+  auto backward_pd = dnnl::pooling_backward::primitive_desc(backward, user_scratchpad(), engine(), forward_pd);
   return {forward_pd, dnnl::pooling_forward(forward_pd), backward_pd, dnnl::pooling_backward(backward_pd)};
 }
 
@@ -128,7 +128,7 @@ void max_pool_kernel(KernelContext& ctx) {
   Bound workspace = bind_memory(workspace_desc, workspace_buffer.data(), p.forward.workspace_desc(), stream, false);
   Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
   Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
-  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_DST, dst.inner}, {DNNL_ARG_WORKSPACE, workspace.inner}});
+  run_primitive(p.forward_primitive, stream, {{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_DST, dst.inner}, {DNNL_ARG_WORKSPACE, workspace.inner}});
   write_back(dst, stream);
   write_back(workspace, stream);
   stream.wait();
@@ -155,7 +155,7 @@ void run_forward(const PoolKey& key, const Tensor& x, Tensor& y) {
   dnnl::stream stream = stream_for_call();
   Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
   Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
-  p.forward_primitive.execute(stream, {{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_DST, dst.inner}});
+  run_primitive(p.forward_primitive, stream, {{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_DST, dst.inner}});
   write_back(dst, stream);
   stream.wait();
 }
@@ -202,7 +202,7 @@ void max_pool_grad_kernel(KernelContext& ctx) {
   Bound workspace = bind_memory(workspace_desc, workspace_buffer.data(), p.backward.workspace_desc(), stream, true);
   Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward.diff_dst_desc(), stream, true);
   Bound diff_src = bind_memory(key.src, grad_input.data_ptr(), p.backward.diff_src_desc(), stream, false);
-  p.backward_primitive.execute(stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_WORKSPACE, workspace.inner}, {DNNL_ARG_DIFF_SRC, diff_src.inner}});
+  run_primitive(p.backward_primitive, stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_WORKSPACE, workspace.inner}, {DNNL_ARG_DIFF_SRC, diff_src.inner}});
   write_back(diff_src, stream);
   stream.wait();
 }
@@ -223,7 +223,7 @@ void avg_pool_grad_kernel(KernelContext& ctx) {
   dnnl::stream stream = stream_for_call();
   Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward.diff_dst_desc(), stream, true);
   Bound diff_src = bind_memory(key.src, grad_input.data_ptr(), p.backward.diff_src_desc(), stream, false);
-  p.backward_primitive.execute(stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_DIFF_SRC, diff_src.inner}});
+  run_primitive(p.backward_primitive, stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_DIFF_SRC, diff_src.inner}});
   write_back(diff_src, stream);
   stream.wait();
 }
