@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "autograd/grad_mode.h"
+#include "common/reference.h"
 #include "common/test_util.h"
 #include "core/functional.h"
 #include "core/ops/fused.h"
@@ -157,6 +158,22 @@ TEST(FusedLinear, ChecksItsInputs) {
                    "linear_inputs must be 2 or 3");
   EXPECT_THROW_MSG(op.infer({{x.shape(), x.dtype(), x.device()}, {flow::Shape({8, 5}), w.dtype(), w.device()}}, flow::Attrs(attrs).set("linear_inputs", int64_t{2})),
                    "[linear] size mismatch");
+}
+
+// In bfloat16 (AMP), the product runs in bfloat16 (oneDNN, where the CPU multiplies it) into float32,
+// the epilogue in float32, and the result is rounded once.
+TEST(FusedLinear, BFloat16IsTheFloat32OpOnRoundedValuesRoundedOnce) {
+  flow::manual_seed(11);
+  const auto bf16 = [](const Tensor& t) { return t.to(flow::kBFloat16); };
+  const auto wide = [](const Tensor& t) { return t.to(flow::kFloat32); };
+  const Tensor x = bf16(flow::randn({5, 40})), w = bf16(flow::randn({24, 40})), b = bf16(flow::randn({24})), shift = bf16(flow::randn({24}));
+  const fused::Program add_then_relu{{{"add", {0, 1}, {}}, {"relu", {fused::step_arg(0)}, {}}}, {1}};
+  const flow::Attrs attrs = flow::Attrs().set("program", fused::encode(add_then_relu)).set("shape", flow::Shape({5, 24}));
+  const flow::OpDef& op = flow::find_op("fused_linear");
+  const Tensor out = flow::apply(op, {x, w, b, shift}, flow::Attrs(attrs).set("linear_inputs", int64_t{3})).at(0);
+  flow::testing::expect_bfloat16_product(out, flow::relu(flow::linear(wide(x), wide(w), wide(b)) + wide(shift)));
+  const Tensor no_bias = flow::apply(op, {x, w, shift}, flow::Attrs(attrs).set("linear_inputs", int64_t{2})).at(0);
+  flow::testing::expect_bfloat16_product(no_bias, flow::relu(flow::linear(wide(x), wide(w)) + wide(shift)));
 }
 
 TEST(FusedElementwise, RunsProgramsDirectlyAndRejectsBadOnes) {

@@ -8,6 +8,7 @@
 
 #include "core/kernels/cpu/elementwise_math.h"
 #include "core/kernels/cpu/matmul.h"
+#include "core/kernels/cpu/reduced_float.h"
 #include "core/op.h"
 #include "core/ops/fused.h"
 #include "core/thread_pool.h"
@@ -279,7 +280,29 @@ void fused_linear_kernel(KernelContext& ctx) {
   FLOW_DISPATCH_FLOATING(ctx.inputs[0].dtype(), "fused_linear", [&]<typename T>() { run_program<T>(program_ctx, *program, 0); });
 }
 
+// The program alone, over float32 operands: what a bfloat16 fused_linear runs (widened) after
+// its product.
+void program_kernel(KernelContext& ctx) {
+  run_program<float>(ctx, *cached_program(ctx.attrs.get<std::string>("program")), 0);
+}
+
+// bfloat16: the product through oneDNN into float32 where the CPU multiplies bfloat16, then the
+// program in float32, rounded once, as the whole op computed in float32 would (its product is not
+// rounded before the epilogue either).
+void fused_linear_bf16_kernel(KernelContext& ctx) {
+  static const KernelFn in_float32 = computed_in_float32(fused_linear_kernel);
+  static const KernelFn program_in_float32 = computed_in_float32(program_kernel);
+  const auto linear_inputs = static_cast<size_t>(ctx.attrs.get<int64_t>("linear_inputs"));
+  Tensor product = make_tensor(ctx.outputs[0].shape(), kFloat32, ctx.outputs[0].device());
+  if (!onednn_linear(ctx.inputs[0], ctx.inputs[1], linear_inputs == 3 ? ctx.inputs[2] : Tensor(), product)) return in_float32(ctx);
+  TensorList operands{product};
+  operands.insert(operands.end(), ctx.inputs.begin() + static_cast<std::ptrdiff_t>(linear_inputs), ctx.inputs.end());
+  KernelContext program_ctx{operands, ctx.outputs, ctx.attrs};
+  program_in_float32(program_ctx);
+}
+
 const std::vector<DType> kFusedDtypes{kFloat32, kFloat64};
+FLOW_REGISTER_KERNEL("fused_linear", DeviceType::kCPU, {kBFloat16}, fused_linear_bf16_kernel);
 FLOW_REGISTER_KERNEL("fused_linear", DeviceType::kCPU, kFusedDtypes, fused_linear_kernel);
 FLOW_REGISTER_KERNEL("fused_elementwise", DeviceType::kCPU, kFusedDtypes, fused_kernel);
 FLOW_REGISTER_KERNEL("fused_elementwise_inplace", DeviceType::kCPU, kFusedDtypes, fused_kernel);

@@ -1,5 +1,6 @@
-// CPU GEMM through OpenBLAS. Operands of any strides: a matrix whose rows or columns are
-// contiguous goes to BLAS as is (transposed when column-major), others are copied first.
+// CPU GEMM through OpenBLAS, or oneDNN where it has faster kernels (matmul_dnnl.cpp). Operands of
+// any strides: a matrix whose rows or columns are contiguous goes to BLAS as is (transposed when
+// column-major), others are copied first.
 #include <cblas.h>
 
 #include "core/kernels/cpu/matmul.h"
@@ -105,7 +106,7 @@ void matmul_kernel(KernelContext& ctx) {
   Tensor& out = ctx.outputs[0];
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   const Shape out_batch(out.shape().begin(), out.shape().end() - 2);
-  if (out.numel() == 0) return;
+  if (out.numel() == 0 || onednn_matmul(a, b, out)) return;
   FLOW_DISPATCH_FLOATING(a.dtype(), "matmul", [&]<typename T>() {
     T* c = static_cast<T*>(out.data_ptr());
     if (k == 0) {
@@ -129,6 +130,7 @@ void linear_kernel(KernelContext& ctx) {
   Tensor& out = ctx.outputs[0];
   const int64_t in_features = w.size(1), out_features = w.size(0);
   const int64_t rows = out_features == 0 ? 0 : out.numel() / out_features;
+  if (onednn_linear(x, w, ctx.inputs.size() == 3 ? ctx.inputs[2] : Tensor(), out)) return;
   FLOW_DISPATCH_FLOATING(x.dtype(), "linear", [&]<typename T>() {
     T* c = static_cast<T*>(out.data_ptr());
     const bool has_bias = ctx.inputs.size() == 3;

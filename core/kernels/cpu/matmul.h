@@ -11,6 +11,14 @@ void matmul_kernel(KernelContext& ctx);
 // The "linear" kernel: outputs[0] = inputs[0] @ inputs[1]^T (+ inputs[2]), float32 or float64.
 void linear_kernel(KernelContext& ctx);
 
+// The product through oneDNN where it has kernels worth taking on this CPU: bfloat16 operands
+// wherever it multiplies them natively (AVX512-BF16, AMX), float32 with its brgemm kernels only
+// (AVX-512 and up, where they beat OpenBLAS; on AVX2 its GEMM does not). out is float32 or the
+// operands' dtype. False where oneDNN has no such kernel: the caller computes the product itself.
+bool onednn_matmul(const Tensor& a, const Tensor& b, Tensor& out);
+// x @ w^T (+ bias, when defined), x (rows x in) and w (out x in) contiguous.
+bool onednn_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+
 // Element offsets of each output batch into an operand whose batch dims broadcast to out_batch.
 std::vector<int64_t> batch_offsets(const Tensor& operand, const Shape& out_batch);
 

@@ -1,8 +1,9 @@
-// bfloat16 matmul and linear through oneDNN, which multiplies bfloat16 natively where the CPU can
-// (AVX512-BF16, AMX: 64x784 @ 784x512 took 26 us against 294 us in float32 on a Xeon with AMX,
-// one thread) and accumulates in float32, rounding each output once. Where oneDNN has no optimized
-// bfloat16 kernel on the CPU (AVX2: none at all), the product is computed in float32 and rounded,
-// as for every other 16-bit op on the CPU.
+// matmul and linear through oneDNN where it has kernels worth taking on this CPU (matmul.h):
+// bfloat16 where the CPU multiplies it natively (AVX512-BF16, AMX: 64x784 @ 784x512 took 26 us
+// against 294 us in float32 on a Xeon with AMX, one thread), accumulating in float32 and rounding
+// each output once; float32 with oneDNN's brgemm kernels (AVX-512 and up: 174 GFLOP/s per thread
+// on that Xeon, where OpenBLAS 0.3.21 reached 35). Elsewhere bfloat16 products are computed in
+// float32 and rounded, as every other 16-bit op on the CPU, and float32 ones go to OpenBLAS.
 #include <optional>
 
 #include "core/kernels/cpu/dnnl_util.h"
@@ -14,13 +15,15 @@ namespace flow::cpu {
 namespace {
 
 using namespace dnnl_util;
+using dnnl_type = memory::data_type;
 
-// One (m, k) @ (k, n) product with the operands' strides, and whether a bias row is added.
+// One (m, k) @ (k, n) product with the operands' strides and types, and whether a bias row is added.
 struct ProductKey {
   int64_t m, k, n;
   Dims a_strides, b_strides;
   bool bias;
-  auto tie() const { return std::tie(m, k, n, a_strides, b_strides, bias); }
+  dnnl_type operands, result;
+  auto tie() const { return std::tie(m, k, n, a_strides, b_strides, bias, operands, result); }
   bool operator<(const ProductKey& other) const { return tie() < other.tie(); }
 };
 
@@ -29,20 +32,48 @@ struct Product {
   memory::desc a, b, bias, c;
 };
 
-// nullopt where oneDNN has no optimized bfloat16 kernel for the product on this CPU.
+bool worth_taking(const char* implementation, dnnl_type operands) {
+  if (is_reference_implementation(implementation)) return false;
+  return operands != dnnl_type::f32 || std::string_view(implementation).starts_with("brg");
+}
+
+// nullopt where oneDNN has no kernel worth taking for the product on this CPU.
 const std::optional<Product>& product(const ProductKey& key) {
   return cached_primitives<std::optional<Product>>(key, [](const ProductKey& key) -> std::optional<Product> {
-    const auto bf16 = memory::data_type::bf16;
-    const memory::desc a({key.m, key.k}, bf16, key.a_strides), b({key.k, key.n}, bf16, key.b_strides);
-    const memory::desc c = plain({key.m, key.n}, bf16), bias = key.bias ? plain({1, key.n}, bf16) : memory::desc();
+    const memory::desc a({key.m, key.k}, key.operands, key.a_strides), b({key.k, key.n}, key.operands, key.b_strides);
+    const memory::desc c = plain({key.m, key.n}, key.result), bias = key.bias ? plain({1, key.n}, key.operands) : memory::desc();
     try {
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), user_scratchpad(), engine());
-      if (is_reference_implementation(pd.impl_info_str())) return std::nullopt;
+      if (!worth_taking(pd.impl_info_str(), key.operands)) return std::nullopt;
       return Product{dnnl::matmul(pd), a, b, bias, c};
     } catch (const dnnl::error&) {
       return std::nullopt;
     }
   });
+}
+
+// oneDNN's brgemm kernels need AVX-512; below it no float32 product is worth a lookup.
+bool has_brgemm() {
+  static const bool avx512 = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), wanted = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & wanted) == wanted;
+  }();
+  return avx512;
+}
+
+std::optional<dnnl_type> dnnl_type_of(DType dtype) {
+  if (dtype == kFloat32) return dnnl_type::f32;
+  if (dtype == kBFloat16) return dnnl_type::bf16;
+  return std::nullopt;
+}
+
+// The product's key when oneDNN could take operands of `operands` into `result`.
+std::optional<ProductKey> key_for(DType operands, DType result, int64_t m, int64_t k, int64_t n, Dims a_strides, Dims b_strides,
+                                  bool bias) {
+  const auto operand_type = dnnl_type_of(operands), result_type = dnnl_type_of(result);
+  if (!operand_type || !result_type || (result != operands && result != kFloat32) || m == 0 || k == 0 || n == 0) return std::nullopt;
+  if (operands == kFloat32 && !has_brgemm()) return std::nullopt;
+  return ProductKey{m, k, n, std::move(a_strides), std::move(b_strides), bias, *operand_type, *result_type};
 }
 
 void run(const Product& p, const void* a, const void* b, const void* bias, void* c) {
@@ -63,52 +94,57 @@ Dims matrix_strides(const Tensor& t) {
   return {};
 }
 
-struct Operand {
-  Tensor holder;  // t, or a contiguous copy of it
-  Dims strides;
-};
-
-Operand operand(const Tensor& t) {
+// The strides oneDNN reads t with: its own, or those of the contiguous copy operand() makes.
+Dims operand_strides(const Tensor& t) {
   Dims strides = matrix_strides(t);
-  if (!strides.empty()) return {t, strides};
-  return {detail::contiguous_copy(t), {t.size(-1), 1}};
+  return strides.empty() ? Dims{t.size(-1), 1} : strides;
 }
 
-const BFloat16* elements(const Tensor& t) { return static_cast<const BFloat16*>(t.data_ptr()); }
+Tensor operand(const Tensor& t) { return matrix_strides(t).empty() ? detail::contiguous_copy(t) : t; }
+
+const std::byte* bytes(const Tensor& t) { return static_cast<const std::byte*>(t.data_ptr()); }
 
 void matmul_bf16_kernel(KernelContext& ctx) {
   static const KernelFn in_float32 = computed_in_float32(matmul_kernel);
-  const Tensor &a = ctx.inputs[0], &b = ctx.inputs[1];
-  Tensor& out = ctx.outputs[0];
-  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  if (out.numel() == 0 || k == 0) return in_float32(ctx);
-  const Operand oa = operand(a), ob = operand(b);
-  const auto& p = product({m, k, n, oa.strides, ob.strides, false});
-  if (!p) return in_float32(ctx);
-  const Shape out_batch(out.shape().begin(), out.shape().end() - 2);
-  const auto offsets_a = batch_offsets(oa.holder, out_batch), offsets_b = batch_offsets(ob.holder, out_batch);
-  auto* c = static_cast<BFloat16*>(out.data_ptr());
-  for (size_t i = 0; i < offsets_a.size(); ++i) {
-    run(*p, elements(oa.holder) + offsets_a[i], elements(ob.holder) + offsets_b[i], nullptr, c + static_cast<int64_t>(i) * m * n);
-  }
+  if (!onednn_matmul(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0])) in_float32(ctx);
 }
 
-// x (rows x in) @ w^T, w (out x in) read as an (in x out) matrix with transposed strides.
 void linear_bf16_kernel(KernelContext& ctx) {
   static const KernelFn in_float32 = computed_in_float32(linear_kernel);
-  const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
-  Tensor& out = ctx.outputs[0];
-  const int64_t in_features = w.size(1), out_features = w.size(0);
-  const int64_t rows = out_features == 0 ? 0 : out.numel() / out_features;
-  if (rows == 0 || out_features == 0 || in_features == 0) return in_float32(ctx);
-  const bool has_bias = ctx.inputs.size() == 3;
-  const auto& p = product({rows, in_features, out_features, {in_features, 1}, {1, in_features}, has_bias});
-  if (!p) return in_float32(ctx);
-  run(*p, x.data_ptr(), w.data_ptr(), has_bias ? ctx.inputs[2].data_ptr() : nullptr, out.data_ptr());
+  if (!onednn_linear(ctx.inputs[0], ctx.inputs[1], ctx.inputs.size() == 3 ? ctx.inputs[2] : Tensor(), ctx.outputs[0])) in_float32(ctx);
 }
 
 FLOW_REGISTER_KERNEL("matmul", DeviceType::kCPU, {kBFloat16}, matmul_bf16_kernel);
 FLOW_REGISTER_KERNEL("linear", DeviceType::kCPU, {kBFloat16}, linear_bf16_kernel);
 
 }  // namespace
+
+bool onednn_matmul(const Tensor& a, const Tensor& b, Tensor& out) {
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  const auto key = key_for(a.dtype(), out.dtype(), m, k, n, operand_strides(a), operand_strides(b), false);
+  if (!key) return false;
+  const auto& p = product(*key);
+  if (!p) return false;
+  const Tensor oa = operand(a), ob = operand(b);
+  const Shape out_batch(out.shape().begin(), out.shape().end() - 2);
+  const auto offsets_a = batch_offsets(oa, out_batch), offsets_b = batch_offsets(ob, out_batch);
+  const auto in_size = static_cast<int64_t>(itemsize(a.dtype())), out_size = static_cast<int64_t>(itemsize(out.dtype()));
+  auto* c = static_cast<std::byte*>(out.data_ptr());
+  for (size_t i = 0; i < offsets_a.size(); ++i) {
+    run(*p, bytes(oa) + offsets_a[i] * in_size, bytes(ob) + offsets_b[i] * in_size, nullptr, c + static_cast<int64_t>(i) * m * n * out_size);
+  }
+  return true;
+}
+
+bool onednn_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  const int64_t in_features = w.size(1), out_features = w.size(0);
+  const int64_t rows = out_features == 0 ? 0 : out.numel() / out_features;
+  const auto key = key_for(x.dtype(), out.dtype(), rows, in_features, out_features, {in_features, 1}, {1, in_features}, bias.defined());
+  if (!key) return false;
+  const auto& p = product(*key);
+  if (!p) return false;
+  run(*p, x.data_ptr(), w.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr());
+  return true;
+}
+
 }  // namespace flow::cpu
