@@ -296,7 +296,7 @@ Shape pool_grad_input_shape(const std::string& op, const TensorMeta& grad, const
 }
 
 // Scatters pooled gradients back through the saved argmax positions (flat h*w per plane). The
-// window attributes let a kernel turn them into window offsets (oneDNN's workspace).
+// window attributes let a kernel turn them into window offsets (cuDNN's backward reads windows).
 const OpDef& kMaxPoolGrad = OpBuilder("max_pool2d_grad")
                                 .inputs({"grad", "indices"})
                                 .outputs({"grad_input"})

@@ -80,6 +80,31 @@ TEST(ReducedFloat, ConvolutionAndPoolingRunInBFloat16) {
   expect_same_bits(flow::max_pool2d(y, {2, 2}), flow::max_pool2d(y.to(flow::kFloat32), {2, 2}).to(flow::kBFloat16));
 }
 
+// relu, its gradient and max pooling select values, so their bfloat16 kernels (no widening) give
+// the float32 kernels' results bit for bit; pooling gradients of overlapping windows sum in float32.
+TEST(ReducedFloat, BFloat16SelectionsEqualFloat32Bitwise) {
+  flow::manual_seed(7);
+  const auto bf16 = [](const Tensor& t) { return t.to(flow::kBFloat16); };
+  const auto wide = [](const Tensor& t) { return t.to(flow::kFloat32); };
+  const Tensor g = bf16(flow::randn({2, 3, 9, 8})), y = bf16(flow::randn({2, 3, 9, 8}));
+  const flow::OpDef& relu_grad = flow::find_op("relu_grad");
+  expect_same_bits(flow::apply(relu_grad, {g, y}).at(0), bf16(flow::apply(relu_grad, {wide(g), wide(y)}).at(0)));
+  struct Window {
+    std::vector<int64_t> kernel, stride, padding;
+  };
+  for (const Window& w : {Window{{2, 2}, {2, 2}, {0, 0}}, Window{{3, 3}, {2, 2}, {1, 1}}, Window{{2, 3}, {1, 2}, {1, 0}}}) {
+    const flow::Attrs attrs = flow::Attrs().set("kernel_size", w.kernel).set("stride", w.stride).set("padding", w.padding);
+    const flow::TensorList half = flow::apply(flow::find_op("max_pool2d"), {y}, attrs);
+    const flow::TensorList full = flow::apply(flow::find_op("max_pool2d"), {wide(y)}, attrs);
+    expect_same_bits(half.at(0), bf16(full.at(0)));
+    EXPECT_EQ(half.at(1).tolist<int64_t>(), full.at(1).tolist<int64_t>());
+    const Tensor dy = bf16(flow::randn(half.at(0).shape()));
+    const flow::OpDef& grad = flow::find_op("max_pool2d_grad");
+    const flow::Attrs grad_attrs = flow::Attrs(attrs).set("input_shape", y.shape().vec());
+    expect_same_bits(flow::apply(grad, {dy, half.at(1)}, grad_attrs).at(0), bf16(flow::apply(grad, {wide(dy), full.at(1)}, grad_attrs).at(0)));
+  }
+}
+
 TEST(ReducedFloat, InPlaceKernelsWriteTheirWidenedInput) {
   // An in-place float32 kernel doubling its input, run on a bfloat16 tensor through the adapter.
   const flow::KernelFn twice = flow::cpu::computed_in_float32([](flow::KernelContext& ctx) {

@@ -1,8 +1,10 @@
-// float64 pooling as window loops over each (H, W) plane, planes split over the thread pool.
-// float32 runs oneDNN (pool_dnnl.cpp); these loops are its reference in the tests.
+// Pooling as window loops over each (H, W) plane, planes split over the thread pool: max pooling
+// with argmax indices and its gradient in float32, float64 and bfloat16, average pooling in
+// float64 (float32 average pooling and values-only max pooling: pool_dnnl.cpp).
 #include <cstring>
 
 #include "core/kernels/cpu/pool_loop.h"
+#include "core/kernels/cpu/reduced_float.h"
 #include "core/thread_pool.h"
 
 namespace flow::cpu {
@@ -11,40 +13,71 @@ namespace {
 int64_t plane_grain(const PoolGeometry& g) { return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in(), 1)); }
 
 // max_pool2d, or max_pool2d_inference (no indices output).
-void max_pool_kernel(KernelContext& ctx) {
+template <typename T>
+void max_pool(KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const PoolGeometry g = pool_geometry(x.shape(), ctx.outputs[0].shape(), ctx.attrs);
-  FLOW_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&]<typename T>() {
-    const T* in = static_cast<const T*>(x.data_ptr());
-    T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
-    int64_t* indices = ctx.outputs.size() > 1 ? static_cast<int64_t*>(ctx.outputs[1].data_ptr()) : nullptr;
+  const T* in = static_cast<const T*>(x.data_ptr());
+  T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
+  int64_t* indices = ctx.outputs.size() > 1 ? static_cast<int64_t*>(ctx.outputs[1].data_ptr()) : nullptr;
+  auto run = [&]<int Kh, int Kw>() {
     parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
-        max_pool_plane(g, in + plane * g.plane_in(), out + plane * g.plane_out(), indices ? indices + plane * g.plane_out() : nullptr);
+        max_pool_plane<T, Kh, Kw>(g, in + plane * g.plane_in(), out + plane * g.plane_out(), indices ? indices + plane * g.plane_out() : nullptr);
       }
     });
-  });
+  };
+  if (g.kh == 2 && g.kw == 2) {
+    run.template operator()<2, 2>();
+  } else if (g.kh == 3 && g.kw == 3) {
+    run.template operator()<3, 3>();
+  } else {
+    run.template operator()<0, 0>();
+  }
 }
 
-void max_pool_grad_kernel(KernelContext& ctx) {
+template <typename T>
+void max_pool_grad(KernelContext& ctx) {
   const Tensor &grad = ctx.inputs[0], &indices = ctx.inputs[1];
   Tensor& gx = ctx.outputs[0];
   const int64_t plane_in = gx.size(2) * gx.size(3), plane_out = grad.size(2) * grad.size(3);
-  FLOW_DISPATCH_FLOATING(grad.dtype(), "max_pool2d", [&]<typename T>() {
-    const T* dy = static_cast<const T*>(grad.data_ptr());
-    const int64_t* idx = static_cast<const int64_t*>(indices.data_ptr());
-    T* dx = static_cast<T*>(gx.data_ptr());
-    std::memset(dx, 0, static_cast<size_t>(gx.numel()) * sizeof(T));
-    parallel_for(0, gx.size(0) * gx.size(1), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t plane = begin; plane < end; ++plane) {
-        for (int64_t o = 0; o < plane_out; ++o) {
-          const int64_t i = idx[plane * plane_out + o];
-          if (i < 0 || i >= plane_in) fail("max_pool2d", "argmax index ", i, " lies outside the input plane of ", plane_in, " values");
-          dx[plane * plane_in + i] += dy[plane * plane_out + o];
-        }
+  const T* dy = static_cast<const T*>(grad.data_ptr());
+  const int64_t* idx = static_cast<const int64_t*>(indices.data_ptr());
+  T* dx = static_cast<T*>(gx.data_ptr());
+  std::memset(dx, 0, static_cast<size_t>(gx.numel()) * sizeof(T));
+  parallel_for(0, gx.size(0) * gx.size(1), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      for (int64_t o = 0; o < plane_out; ++o) {
+        const int64_t i = idx[plane * plane_out + o];
+        if (i < 0 || i >= plane_in) fail("max_pool2d", "argmax index ", i, " lies outside the input plane of ", plane_in, " values");
+        dx[plane * plane_in + i] = dx[plane * plane_in + i] + dy[plane * plane_out + o];
       }
-    });
+    }
   });
+}
+
+void max_pool_kernel(KernelContext& ctx) {
+  FLOW_DISPATCH_FLOATING(ctx.inputs[0].dtype(), "max_pool2d", [&]<typename T>() { max_pool<T>(ctx); });
+}
+
+void max_pool_grad_kernel(KernelContext& ctx) {
+  FLOW_DISPATCH_FLOATING(ctx.inputs[0].dtype(), "max_pool2d", [&]<typename T>() { max_pool_grad<T>(ctx); });
+}
+
+// Selecting the maximum is exact in bfloat16: the float32 kernel's values and indices on the
+// widened input, without widening it and rounding the result.
+void max_pool_bf16_kernel(KernelContext& ctx) { max_pool<BFloat16>(ctx); }
+
+// Windows that do not overlap give each input at most one gradient, which bfloat16 holds exactly;
+// overlapping ones sum in float32 and round once.
+void max_pool_grad_bf16_kernel(KernelContext& ctx) {
+  static const KernelFn in_float32 = computed_in_float32(max_pool_grad_kernel);
+  const PoolGeometry g = pool_geometry(ctx.outputs[0].shape(), ctx.inputs[0].shape(), ctx.attrs);
+  if (g.sh >= g.kh && g.sw >= g.kw) {
+    max_pool_grad<BFloat16>(ctx);
+  } else {
+    in_float32(ctx);
+  }
 }
 
 // Forward: out = mean of the window (padding counted); backward: each window's gradient spread
@@ -88,9 +121,13 @@ void avg_pool_kernel(KernelContext& ctx) {
   });
 }
 
-FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCPU, {kFloat64}, max_pool_kernel);
+const std::vector<DType> kMaxPoolDtypes{kFloat32, kFloat64};
+FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCPU, kMaxPoolDtypes, max_pool_kernel);
 FLOW_REGISTER_KERNEL("max_pool2d_inference", DeviceType::kCPU, {kFloat64}, max_pool_kernel);
-FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCPU, {kFloat64}, max_pool_grad_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCPU, kMaxPoolDtypes, max_pool_grad_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCPU, {kBFloat16}, max_pool_bf16_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d_inference", DeviceType::kCPU, {kBFloat16}, max_pool_bf16_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCPU, {kBFloat16}, max_pool_grad_bf16_kernel);
 FLOW_REGISTER_KERNEL("avg_pool2d", DeviceType::kCPU, {kFloat64}, avg_pool_kernel<false>);
 FLOW_REGISTER_KERNEL("avg_pool2d_grad", DeviceType::kCPU, {kFloat64}, avg_pool_kernel<true>);
 

@@ -65,6 +65,17 @@ void logical_not_kernel(KernelContext& ctx) {
   });
 }
 
+// Selections are exact in bfloat16: relu and its gradient run on bfloat16 directly, giving the
+// float32 kernel's results on the widened values without widening and rounding every element.
+void relu_bf16_kernel(KernelContext& ctx) {
+  unary_loop<BFloat16, BFloat16>(ctx.outputs[0], ctx.inputs[0], [](BFloat16 x) { return math::relu(x); });
+}
+
+void relu_grad_bf16_kernel(KernelContext& ctx) {
+  binary_loop<BFloat16, BFloat16, BFloat16>(ctx.outputs[0], ctx.inputs[0], ctx.inputs[1],
+                                            [](BFloat16 g, BFloat16 y) { return math::relu_grad(g, y); });
+}
+
 const std::vector<DType> kFloating = floating_dtypes();
 const std::vector<DType> kNumeric = numeric_dtypes();
 
@@ -73,6 +84,8 @@ FLOW_REGISTER_KERNEL("abs", DeviceType::kCPU, kNumeric, numeric_kernel("abs", []
 FLOW_REGISTER_KERNEL("sign", DeviceType::kCPU, kNumeric, numeric_kernel("sign", [](auto x) { return math::sign(x); }));
 FLOW_REGISTER_KERNEL("relu", DeviceType::kCPU, kNumeric, numeric_kernel("relu", [](auto x) { return math::relu(x); }));
 FLOW_REGISTER_KERNEL("relu_grad", DeviceType::kCPU, kNumeric, relu_grad_kernel);
+FLOW_REGISTER_KERNEL("relu", DeviceType::kCPU, {kBFloat16}, relu_bf16_kernel);
+FLOW_REGISTER_KERNEL("relu_grad", DeviceType::kCPU, {kBFloat16}, relu_grad_bf16_kernel);
 FLOW_REGISTER_KERNEL("exp", DeviceType::kCPU, kFloating, floating_kernel("exp", [](auto x) { return std::exp(x); }));
 FLOW_REGISTER_KERNEL("log", DeviceType::kCPU, kFloating, floating_kernel("log", [](auto x) { return std::log(x); }));
 FLOW_REGISTER_KERNEL("sqrt", DeviceType::kCPU, kFloating, floating_kernel("sqrt", [](auto x) { return std::sqrt(x); }));
