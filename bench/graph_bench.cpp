@@ -1,4 +1,4 @@
-// Eager vs Graph: one training step (forward, cross-entropy, backward, SGD update) of four
+// Eager vs Graph: one training step (forward, cross-entropy, backward, SGD update) of five
 // models, each run eagerly and as a compiled nn::Graph on the same data. The cases are named
 // "<model>/<mode>/<threads>", mode eager, graph, graph_amp (the Graph with
 // config().enable_amp(): bfloat16 products, float32 master weights) or graph_scaler (the float32
@@ -8,6 +8,7 @@
 //   mlp_b8:   the same MLP at batch 8, where per-op overhead dominates
 //   cnn_b64:  the LeNet-style CNN at batch 64
 //   ln_b32:   6 Linear layers of width 256 with LayerNorm and GELU between them, batch 32
+//   wide_b256: the MLP at width 2048 (784-2048-2048-10), batch 256: products dominate
 #include <benchmark/benchmark.h>
 
 #include "bench/bench_cases.h"
@@ -32,6 +33,14 @@ ModulePtr layer_norm_mlp() {
   }
   net->push_back(std::make_shared<nn::Linear>(256, 10));
   return net;
+}
+
+// The quickstart MLP 4x wider (2048): its products dominate a step, as in models larger than the
+// quickstart's, where bfloat16 AMP pays off most.
+ModulePtr wide_mlp() {
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 2048),
+                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(2048, 2048),
+                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(2048, 10));
 }
 
 struct TrainGraph : nn::Graph {
@@ -81,7 +90,7 @@ void register_cases() {
     int64_t batch;
   };
   for (const Model& model : {Model{"mlp_b64", bench::mlp, 64}, Model{"mlp_b8", bench::mlp, 8}, Model{"cnn_b64", bench::cnn, 64},
-                             Model{"ln_b32", layer_norm_mlp, 32}}) {
+                             Model{"ln_b32", layer_norm_mlp, 32}, Model{"wide_b256", wide_mlp, 256}}) {
     for (const auto& [mode, mode_name] : {std::pair{Mode::kEager, "eager"}, std::pair{Mode::kGraph, "graph"},
                                           std::pair{Mode::kGraphAmp, "graph_amp"}, std::pair{Mode::kGraphScaler, "graph_scaler"}}) {
       bench::register_threaded(std::string(model.name) + "/" + mode_name, benchmark::kMillisecond,
