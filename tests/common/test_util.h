@@ -2,6 +2,8 @@
 // Helpers shared by all test areas.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <string>
 
 #include "core/allocator.h"
@@ -22,3 +24,9 @@
 // Skips the test on a machine without a CUDA device (CUDA results are compared with CPU results).
 #define REQUIRE_CUDA() \
   if (!::flow::cuda_is_available()) GTEST_SKIP() << "no CUDA device"
+
+// A path under the test temp dir that no other process uses: the Release and sanitizer suites, or
+// two runs of one test binary, may run at once on a machine.
+inline std::string unique_temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/flow_" + std::to_string(::getpid()) + "_" + name;
+}

@@ -11,8 +11,6 @@ using flow::StateDict;
 using flow::Tensor;
 
 namespace {
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/flow_" + name; }
-
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream out;
@@ -42,7 +40,7 @@ TEST(Serialization, RoundTripsEveryDTypeAndIsByteStable) {
   state.insert("empty", flow::zeros({0, 4}));
   state.insert("strided", flow::arange(12, flow::kFloat64).reshape({3, 4}).t());
   state.metadata()["step"] = "42";
-  const std::string path = temp_path("roundtrip.safetensors");
+  const std::string path = unique_temp_path("roundtrip.safetensors");
   flow::save(state, path);
   StateDict loaded = flow::load(path);
   ASSERT_EQ(loaded.keys(), state.keys());
@@ -52,7 +50,7 @@ TEST(Serialization, RoundTripsEveryDTypeAndIsByteStable) {
     EXPECT_EQ(flow::testing::values(loaded.at(name)), flow::testing::values(t)) << name;
   }
   EXPECT_EQ(loaded.metadata().at("step"), "42");
-  const std::string again = temp_path("roundtrip2.safetensors");
+  const std::string again = unique_temp_path("roundtrip2.safetensors");
   flow::save(loaded, again);
   EXPECT_EQ(read_bytes(path), read_bytes(again));
 }
@@ -61,7 +59,7 @@ TEST(Serialization, LayoutFollowsTheSafetensorsSpec) {
   StateDict state;
   state.insert("a", flow::tensor<float>({1.0f, 2.0f}));
   state.insert("b", flow::tensor<int64_t>({7}));
-  const std::string path = temp_path("layout.safetensors");
+  const std::string path = unique_temp_path("layout.safetensors");
   flow::save(state, path);
   float floats[2] = {1.0f, 2.0f};
   int64_t seven = 7;
@@ -85,7 +83,7 @@ TEST(Serialization, StateDictKeepsOrderAndReplacesInPlace) {
 }
 
 TEST(Serialization, CorruptFilesAreReportedNotCrashed) {
-  const std::string path = temp_path("corrupt.safetensors");
+  const std::string path = unique_temp_path("corrupt.safetensors");
   const std::string good_entry = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   const std::string eight(8, '\0');
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -108,7 +106,7 @@ TEST(Serialization, CorruptFilesAreReportedNotCrashed) {
     write_bytes(path, bytes);
     EXPECT_THROW_MSG(flow::load(path), message);
   }
-  EXPECT_THROW_MSG(flow::load(temp_path("does_not_exist")), "does_not_exist: cannot open file");
+  EXPECT_THROW_MSG(flow::load(unique_temp_path("does_not_exist")), "does_not_exist: cannot open file");
 }
 
 TEST(Serialization, RejectsWhatTheFormatForbids) {

@@ -63,7 +63,7 @@ void write_idx(const std::string& path, uint32_t magic, std::vector<uint32_t> di
 }
 
 std::string idx_root(const std::string& name) {
-  const std::string root = ::testing::TempDir() + "/flow_idx_" + name;
+  const std::string root = unique_temp_path("idx_" + name);
   std::filesystem::remove_all(root);
   std::filesystem::create_directories(root);
   return root;

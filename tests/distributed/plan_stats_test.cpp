@@ -83,7 +83,9 @@ TEST(PlanStats, DataParallelSendsTwiceTheGradientsOverTheRing) {
     EXPECT_EQ(stats.input_bytes, 4 * (784 * 4 + 8));         // 4 images and their labels per rank
     // Activations and gradients per rank do not depend on the number of ranks.
     EXPECT_GT(stats.planned_bytes, 0);
-    if (planned >= 0) EXPECT_EQ(stats.planned_bytes, planned);
+    if (planned >= 0) {
+      EXPECT_EQ(stats.planned_bytes, planned);
+    }
     planned = stats.planned_bytes;
   }
 }
@@ -110,7 +112,9 @@ TEST(PlanStats, ZeroShardsOptimizerStateAndGathersParameters) {
       expected += (stage == 1 ? 2 : 1) * ring(ranks) * static_cast<double>(sharded);
       EXPECT_NEAR(stats.sent_bytes, expected, 1e-6 * expected);
       EXPECT_EQ(stats.collectives.at("all_gather").tensor_bytes, sharded);
-      if (stage == 2) EXPECT_EQ(stats.collectives.at("reduce_scatter").tensor_bytes, sharded);
+      if (stage == 2) {
+        EXPECT_EQ(stats.collectives.at("reduce_scatter").tensor_bytes, sharded);
+      }
     }
   }
 }

@@ -126,7 +126,7 @@ TEST(Graph, StateDictResumesTrainingExactly) {
     auto [x, y] = batch(k, shape);
     straight(x, y);
   }
-  const std::string path = testing::TempDir() + "/graph_state.safetensors";
+  const std::string path = unique_temp_path("graph_state.safetensors");
   {
     auto first_opt = std::make_shared<optim::SGD>(resumed_net->parameters(), optim::SGDOptions(0.05).momentum(0.9));
     TrainGraph first(resumed_net, first_opt);

@@ -3,6 +3,7 @@
 // flow_run's own --timeout, so a launcher bug fails a test instead of hanging it.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -237,7 +238,7 @@ TEST(FlowRunTest, UsageErrorsExitWithStatusTwo) {
   test_cli::expect_usage_error(kFlowRun, "--nproc-per-node 2", "PROGRAM");
   test_cli::expect_usage_error(kFlowRun, "--nproc-per-node 2 --", "PROGRAM");
   test_cli::expect_usage_error(kFlowRun, "--nproc-per-node 2 no_such_program_flow_run_test", "no_such_program");
-  const std::string not_executable = testing::TempDir() + "flow_run_not_executable.txt";
+  const std::string not_executable = testing::TempDir() + "flow_run_not_executable_" + std::to_string(::getpid()) + ".txt";
   std::ofstream(not_executable) << "data\n";
   chmod(not_executable.c_str(), 0644);
   test_cli::expect_usage_error(kFlowRun, not_executable, not_executable);

@@ -79,7 +79,7 @@ TEST(Module, StateDictRoundTripAndErrors) {
   flow::manual_seed(16);
   auto a = std::make_shared<NeuralNetwork>();
   auto b = std::make_shared<NeuralNetwork>();
-  const std::string path = ::testing::TempDir() + "/flow_model.safetensors";
+  const std::string path = unique_temp_path("model.safetensors");
   flow::save(a->state_dict(), path);
   Tensor b_weight = b->linear_relu_stack->named_parameters()[0].second;
   b->load_state_dict(flow::load(path));

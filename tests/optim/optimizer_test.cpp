@@ -63,7 +63,7 @@ TEST(Optimizer, StateDictResumesExactly) {
   optim::Adam second({b}, optim::AdamOptions(0.05));
   first.step();
   second.step();
-  const std::string path = ::testing::TempDir() + "/flow_adam.safetensors";
+  const std::string path = unique_temp_path("adam.safetensors");
   flow::save(second.state_dict(), path);
   Tensor c = flow::tensor(b.tolist<double>()).requires_grad_();
   c.set_grad(b.grad());

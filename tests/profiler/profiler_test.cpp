@@ -227,7 +227,7 @@ TEST(ProfilerData, DataLoaderRecordsEachBatch) {
 }
 
 TEST(ProfilerExport, ChromeTraceReadsBack) {
-  const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / "profiler_trace.json";
+  const std::filesystem::path path = unique_temp_path("profiler_trace.json");
   profiler::Profile profile;
   flow::matmul(flow::ones({3, 4}), flow::ones({4, 5}));
   { const profiler::RecordScope scope("user scope", "user"); }

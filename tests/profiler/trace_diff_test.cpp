@@ -144,7 +144,7 @@ struct Mlp : flow::nn::Graph {
 class TraceDiffCommandLine : public ::testing::Test {
  protected:
   const std::string tool = FLOW_TRACE_DIFF_PATH;
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "trace_diff_cli";
+  const std::filesystem::path dir = unique_temp_path("trace_diff_cli");
   void SetUp() override { std::filesystem::create_directories(dir); }
 };
 
