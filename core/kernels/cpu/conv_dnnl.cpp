@@ -126,7 +126,7 @@ void backward_data_kernel(KernelContext& ctx) {
   Bound weights = bind_memory(key.weights, w.data_ptr(), p.backward_data.weights_desc(), stream, true);
   Bound diff_src = bind_memory(key.src, grad_input.data_ptr(), p.backward_data.diff_src_desc(), stream, false);
   run_primitive(p.backward_data_primitive, stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_WEIGHTS, weights.inner},
-                                             {DNNL_ARG_DIFF_SRC, diff_src.inner}});
+                                                    {DNNL_ARG_DIFF_SRC, diff_src.inner}});
   write_back(diff_src, stream);
   stream.wait();
 }
@@ -147,7 +147,7 @@ void backward_weights_kernel(KernelContext& ctx) {
   Bound src = bind_memory(key.src, x.data_ptr(), p.backward_weights.src_desc(), stream, true);
   Bound diff_weights = bind_memory(key.weights, grad_weight.data_ptr(), p.backward_weights.diff_weights_desc(), stream, false);
   run_primitive(p.backward_weights_primitive, stream, {{DNNL_ARG_DIFF_DST, diff_dst.inner}, {DNNL_ARG_SRC, src.inner},
-                                                {DNNL_ARG_DIFF_WEIGHTS, diff_weights.inner}});
+                                                       {DNNL_ARG_DIFF_WEIGHTS, diff_weights.inner}});
   write_back(diff_weights, stream);
   stream.wait();
 }

@@ -134,11 +134,11 @@ void forward_dnnl(KernelContext& ctx) {
   std::vector<float> ones, zeros, variance(static_cast<size_t>(l.rows));
   dnnl::stream stream = stream_for_call();
   run_primitive(primitives(key).forward, stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},
-                                           {DNNL_ARG_SCALE, feature_memory(l, affine ? &ctx.inputs[1] : nullptr, ones, 1.0f)},
-                                           {DNNL_ARG_SHIFT, feature_memory(l, affine ? &ctx.inputs[2] : nullptr, zeros, 0.0f)},
-                                           {DNNL_ARG_DST, memory(plain({l.rows, l.features}), engine(), ctx.outputs[0].data_ptr())},
-                                           {DNNL_ARG_MEAN, memory(plain({l.rows}), engine(), ctx.outputs[1].data_ptr())},
-                                           {DNNL_ARG_VARIANCE, memory(plain({l.rows}), engine(), variance.data())}});
+                                                  {DNNL_ARG_SCALE, feature_memory(l, affine ? &ctx.inputs[1] : nullptr, ones, 1.0f)},
+                                                  {DNNL_ARG_SHIFT, feature_memory(l, affine ? &ctx.inputs[2] : nullptr, zeros, 0.0f)},
+                                                  {DNNL_ARG_DST, memory(plain({l.rows, l.features}), engine(), ctx.outputs[0].data_ptr())},
+                                                  {DNNL_ARG_MEAN, memory(plain({l.rows}), engine(), ctx.outputs[1].data_ptr())},
+                                                  {DNNL_ARG_VARIANCE, memory(plain({l.rows}), engine(), variance.data())}});
   stream.wait();
   float* rstd = ctx.outputs[2].data_ptr<float>();
   for (int64_t r = 0; r < l.rows; ++r) rstd[r] = 1.0f / std::sqrt(variance[r] + key.eps);
@@ -158,15 +158,15 @@ void backward_dnnl(KernelContext& ctx) {
   for (int64_t r = 0; r < l.rows; ++r) variance[r] = static_cast<float>(1.0 / (static_cast<double>(rstd[r]) * rstd[r]) - static_cast<double>(key.eps));
   dnnl::stream stream = stream_for_call();
   run_primitive(primitives(key).backward, stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[1].data_ptr())},
-                                            {DNNL_ARG_MEAN, memory(plain({l.rows}), engine(), ctx.inputs[2].data_ptr())},
-                                            {DNNL_ARG_VARIANCE, memory(plain({l.rows}), engine(), variance.data())},
-                                            {DNNL_ARG_DIFF_DST, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},
-                                            {DNNL_ARG_SCALE, feature_memory(l, affine ? &ctx.inputs[4] : nullptr, ones, 1.0f)},
-                                            // Unused by the gradient, but oneDNN 2.6 wants it with use_shift.
-                                            {DNNL_ARG_SHIFT, feature_memory(l, nullptr, zeros, 0.0f)},
-                                            {DNNL_ARG_DIFF_SRC, memory(plain({l.rows, l.features}), engine(), ctx.outputs[0].data_ptr())},
-                                            {DNNL_ARG_DIFF_SCALE, memory(plain({l.features}), engine(), ctx.outputs[1].data_ptr())},
-                                            {DNNL_ARG_DIFF_SHIFT, memory(plain({l.features}), engine(), ctx.outputs[2].data_ptr())}});
+                                                   {DNNL_ARG_MEAN, memory(plain({l.rows}), engine(), ctx.inputs[2].data_ptr())},
+                                                   {DNNL_ARG_VARIANCE, memory(plain({l.rows}), engine(), variance.data())},
+                                                   {DNNL_ARG_DIFF_DST, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},
+                                                   {DNNL_ARG_SCALE, feature_memory(l, affine ? &ctx.inputs[4] : nullptr, ones, 1.0f)},
+                                                   // Unused by the gradient, but oneDNN 2.6 wants it with use_shift.
+                                                   {DNNL_ARG_SHIFT, feature_memory(l, nullptr, zeros, 0.0f)},
+                                                   {DNNL_ARG_DIFF_SRC, memory(plain({l.rows, l.features}), engine(), ctx.outputs[0].data_ptr())},
+                                                   {DNNL_ARG_DIFF_SCALE, memory(plain({l.features}), engine(), ctx.outputs[1].data_ptr())},
+                                                   {DNNL_ARG_DIFF_SHIFT, memory(plain({l.features}), engine(), ctx.outputs[2].data_ptr())}});
   stream.wait();
 }
 

@@ -70,11 +70,11 @@ void eval_kernel(KernelContext& ctx) {
   std::vector<float> ones, zeros;
   dnnl::stream stream = stream_for_call();
   run_primitive(p.forward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
-                                       {DNNL_ARG_MEAN, memory(plain({l.c}), engine(), ctx.inputs[1].data_ptr())},
-                                       {DNNL_ARG_VARIANCE, memory(plain({l.c}), engine(), ctx.inputs[2].data_ptr())},
-                                       {DNNL_ARG_SCALE, channel_memory(l, affine ? &ctx.inputs[3] : nullptr, ones, 1.0f)},
-                                       {DNNL_ARG_SHIFT, channel_memory(l, affine ? &ctx.inputs[4] : nullptr, zeros, 0.0f)},
-                                       {DNNL_ARG_DST, memory(plain(key.dims), engine(), ctx.outputs[0].data_ptr())}});
+                                              {DNNL_ARG_MEAN, memory(plain({l.c}), engine(), ctx.inputs[1].data_ptr())},
+                                              {DNNL_ARG_VARIANCE, memory(plain({l.c}), engine(), ctx.inputs[2].data_ptr())},
+                                              {DNNL_ARG_SCALE, channel_memory(l, affine ? &ctx.inputs[3] : nullptr, ones, 1.0f)},
+                                              {DNNL_ARG_SHIFT, channel_memory(l, affine ? &ctx.inputs[4] : nullptr, zeros, 0.0f)},
+                                              {DNNL_ARG_DST, memory(plain(key.dims), engine(), ctx.outputs[0].data_ptr())}});
   stream.wait();
 }
 
@@ -88,11 +88,11 @@ void train_kernel(KernelContext& ctx) {
   std::vector<float> ones, zeros, variance(static_cast<size_t>(l.c));
   dnnl::stream stream = stream_for_call();
   run_primitive(p.forward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
-                                       {DNNL_ARG_SCALE, channel_memory(l, affine ? &ctx.inputs[1] : nullptr, ones, 1.0f)},
-                                       {DNNL_ARG_SHIFT, channel_memory(l, affine ? &ctx.inputs[2] : nullptr, zeros, 0.0f)},
-                                       {DNNL_ARG_DST, memory(plain(key.dims), engine(), ctx.outputs[0].data_ptr())},
-                                       {DNNL_ARG_MEAN, memory(plain({l.c}), engine(), ctx.outputs[1].data_ptr())},
-                                       {DNNL_ARG_VARIANCE, memory(plain({l.c}), engine(), variance.data())}});
+                                              {DNNL_ARG_SCALE, channel_memory(l, affine ? &ctx.inputs[1] : nullptr, ones, 1.0f)},
+                                              {DNNL_ARG_SHIFT, channel_memory(l, affine ? &ctx.inputs[2] : nullptr, zeros, 0.0f)},
+                                              {DNNL_ARG_DST, memory(plain(key.dims), engine(), ctx.outputs[0].data_ptr())},
+                                              {DNNL_ARG_MEAN, memory(plain({l.c}), engine(), ctx.outputs[1].data_ptr())},
+                                              {DNNL_ARG_VARIANCE, memory(plain({l.c}), engine(), variance.data())}});
   stream.wait();
   float* invstd = ctx.outputs[2].data_ptr<float>();
   for (int64_t c = 0; c < l.c; ++c) invstd[c] = 1.0f / std::sqrt(variance[c] + key.eps);
@@ -131,15 +131,15 @@ void train_grad_kernel(KernelContext& ctx) {
   }
   dnnl::stream stream = stream_for_call();
   run_primitive(p.backward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
-                                        {DNNL_ARG_MEAN, memory(plain({l.c}), engine(), ctx.inputs[4].data_ptr())},
-                                        {DNNL_ARG_VARIANCE, memory(plain({l.c}), engine(), variance.data())},
-                                        {DNNL_ARG_DIFF_DST, memory(plain(key.dims), engine(), ctx.inputs[0].data_ptr())},
-                                        {DNNL_ARG_SCALE, channel_memory(l, affine ? &ctx.inputs[6] : nullptr, ones, 1.0f)},
-                                        // Unused by the gradient, but oneDNN 2.6 refuses to run without it.
-                                        {DNNL_ARG_SHIFT, channel_memory(l, nullptr, zeros, 0.0f)},
-                                        {DNNL_ARG_DIFF_SRC, memory(plain(key.dims), engine(), ctx.outputs[0].data_ptr())},
-                                        {DNNL_ARG_DIFF_SCALE, memory(plain({l.c}), engine(), ctx.outputs[1].data_ptr())},
-                                        {DNNL_ARG_DIFF_SHIFT, memory(plain({l.c}), engine(), ctx.outputs[2].data_ptr())}});
+                                               {DNNL_ARG_MEAN, memory(plain({l.c}), engine(), ctx.inputs[4].data_ptr())},
+                                               {DNNL_ARG_VARIANCE, memory(plain({l.c}), engine(), variance.data())},
+                                               {DNNL_ARG_DIFF_DST, memory(plain(key.dims), engine(), ctx.inputs[0].data_ptr())},
+                                               {DNNL_ARG_SCALE, channel_memory(l, affine ? &ctx.inputs[6] : nullptr, ones, 1.0f)},
+                                               // Unused by the gradient, but oneDNN 2.6 refuses to run without it.
+                                               {DNNL_ARG_SHIFT, channel_memory(l, nullptr, zeros, 0.0f)},
+                                               {DNNL_ARG_DIFF_SRC, memory(plain(key.dims), engine(), ctx.outputs[0].data_ptr())},
+                                               {DNNL_ARG_DIFF_SCALE, memory(plain({l.c}), engine(), ctx.outputs[1].data_ptr())},
+                                               {DNNL_ARG_DIFF_SHIFT, memory(plain({l.c}), engine(), ctx.outputs[2].data_ptr())}});
   stream.wait();
   add_statistics_paths(l, x.data_ptr<float>(), ctx.inputs[4].data_ptr<float>(), invstd, ctx.inputs[1].data_ptr<float>(),
                        ctx.inputs[2].data_ptr<float>(), ctx.outputs[0].data_ptr<float>());
