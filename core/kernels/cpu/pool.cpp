@@ -44,7 +44,7 @@ void max_pool_grad(KernelContext& ctx) {
   const T* dy = static_cast<const T*>(grad.data_ptr());
   const int64_t* idx = static_cast<const int64_t*>(indices.data_ptr());
   T* dx = static_cast<T*>(gx.data_ptr());
-  std::memset(dx, 0, static_cast<size_t>(gx.numel()) * sizeof(T));
+  std::fill_n(dx, gx.numel(), T(0));
   parallel_for(0, gx.size(0) * gx.size(1), 1, [&](int64_t begin, int64_t end) {
     for (int64_t plane = begin; plane < end; ++plane) {
       for (int64_t o = 0; o < plane_out; ++o) {
