@@ -537,7 +537,7 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
         default:
           args.emplace(DNNL_ARG_SRC, sources[0]);
       }
-      run_primitive(*kernel.primitive, stream, args);
+      run_primitive(*kernel.primitive, stream, std::move(args));
     }
     if (kernel.relu_after) {
       stream.wait();

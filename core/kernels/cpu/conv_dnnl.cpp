@@ -29,8 +29,7 @@ ConvKey make_key(const Shape& x, const Shape& w, const Shape& y, const Attrs& at
   const Pair &s = attrs.get<Pair>("stride"), &p = attrs.get<Pair>("padding"), &d = attrs.get<Pair>("dilation");
   const int64_t groups = attrs.get<int64_t>("groups");
   Dims weights = groups == 1 ? Dims{w[0], w[1], w[2], w[3]} : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
-  const auto type = dtype == kBFloat16 ? memory::data_type::bf16 : memory::data_type::f32;
-  return {Dims(x.begin(), x.end()), weights, Dims(y.begin(), y.end()), {s[0], s[1]}, {d[0] - 1, d[1] - 1}, {p[0], p[1]}, bias, type};
+  return {Dims(x.begin(), x.end()), weights, Dims(y.begin(), y.end()), {s[0], s[1]}, {d[0] - 1, d[1] - 1}, {p[0], p[1]}, bias, *data_type_of(dtype)};
 }
 
 // The three primitive descriptors of one convolution configuration.
@@ -85,13 +84,6 @@ void forward_kernel(KernelContext& ctx);
 void backward_data_kernel(KernelContext& ctx);
 void backward_weights_kernel(KernelContext& ctx);
 
-// The kernel for bfloat16 calls that oneDNN cannot take here.
-template <void (*Kernel)(KernelContext&)>
-void in_float32(KernelContext& ctx) {
-  static const KernelFn kernel = computed_in_float32(Kernel);
-  kernel(ctx);
-}
-
 // Only the batch may be empty (conv2d's inference refuses the rest); oneDNN wants none empty.
 void forward_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
@@ -108,7 +100,7 @@ void forward_kernel(KernelContext& ctx) {
   Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src.inner}, {DNNL_ARG_WEIGHTS, weights.inner}, {DNNL_ARG_DST, dst.inner}};
   if (has_bias) args.emplace(DNNL_ARG_BIAS, memory(p.forward.bias_desc(), engine(), ctx.inputs[2].data_ptr()));
-  run_primitive(p.forward_primitive, stream, args);
+  run_primitive(p.forward_primitive, stream, std::move(args));
   write_back(dst, stream);
   stream.wait();
 }

@@ -10,10 +10,12 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 
 namespace flow::cpu::dnnl_util {
@@ -34,6 +36,13 @@ inline memory::desc plain(const Dims& dims, memory::data_type type = memory::dat
 }
 inline memory::desc any(const Dims& dims, memory::data_type type = memory::data_type::f32) {
   return memory::desc(dims, type, memory::format_tag::any);
+}
+
+// oneDNN's type of the dtypes flow runs on it (float32, bfloat16), or nullopt.
+inline std::optional<memory::data_type> data_type_of(DType dtype) {
+  if (dtype == kFloat32) return memory::data_type::f32;
+  if (dtype == kBFloat16) return memory::data_type::bf16;
+  return std::nullopt;
 }
 
 // oneDNN's reference implementations ("ref:any") are plain loops, slower than widening to float32

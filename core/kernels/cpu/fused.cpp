@@ -290,15 +290,13 @@ void program_kernel(KernelContext& ctx) {
 // program in float32, rounded once, as the whole op computed in float32 would (its product is not
 // rounded before the epilogue either).
 void fused_linear_bf16_kernel(KernelContext& ctx) {
-  static const KernelFn in_float32 = computed_in_float32(fused_linear_kernel);
-  static const KernelFn program_in_float32 = computed_in_float32(program_kernel);
   const auto linear_inputs = static_cast<size_t>(ctx.attrs.get<int64_t>("linear_inputs"));
   Tensor product = make_tensor(ctx.outputs[0].shape(), kFloat32, ctx.outputs[0].device());
-  if (!onednn_linear(ctx.inputs[0], ctx.inputs[1], linear_inputs == 3 ? ctx.inputs[2] : Tensor(), product)) return in_float32(ctx);
+  if (!onednn_linear(ctx.inputs[0], ctx.inputs[1], linear_inputs == 3 ? ctx.inputs[2] : Tensor(), product)) return in_float32<fused_linear_kernel>(ctx);
   TensorList operands{product};
   operands.insert(operands.end(), ctx.inputs.begin() + static_cast<std::ptrdiff_t>(linear_inputs), ctx.inputs.end());
   KernelContext program_ctx{operands, ctx.outputs, ctx.attrs};
-  program_in_float32(program_ctx);
+  in_float32<program_kernel>(program_ctx);
 }
 
 const std::vector<DType> kFusedDtypes{kFloat32, kFloat64};

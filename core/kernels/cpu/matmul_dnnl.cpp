@@ -62,16 +62,10 @@ bool has_brgemm() {
   return avx512;
 }
 
-std::optional<dnnl_type> dnnl_type_of(DType dtype) {
-  if (dtype == kFloat32) return dnnl_type::f32;
-  if (dtype == kBFloat16) return dnnl_type::bf16;
-  return std::nullopt;
-}
-
 // The product's key when oneDNN could take operands of `operands` into `result`.
 std::optional<ProductKey> key_for(DType operands, DType result, int64_t m, int64_t k, int64_t n, Dims a_strides, Dims b_strides,
                                   bool bias) {
-  const auto operand_type = dnnl_type_of(operands), result_type = dnnl_type_of(result);
+  const auto operand_type = data_type_of(operands), result_type = data_type_of(result);
   if (!operand_type || !result_type || (result != operands && result != kFloat32) || m == 0 || k == 0 || n == 0) return std::nullopt;
   if (operands == kFloat32 && !has_brgemm()) return std::nullopt;
   return ProductKey{m, k, n, std::move(a_strides), std::move(b_strides), bias, *operand_type, *result_type};
@@ -92,7 +86,7 @@ void run(const Product& p, const void* a, const void* b, const void* bias, void*
   auto bound = [](const memory::desc& desc, const void* data) { return memory(desc, engine(), const_cast<void*>(data)); };
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bound(p.a, a)}, {DNNL_ARG_WEIGHTS, bound(p.b, b)}, {DNNL_ARG_DST, bound(p.c, c)}};
   if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, bound(p.bias, bias));
-  run_primitive(p.primitive, stream, args);
+  run_primitive(p.primitive, stream, std::move(args));
   stream.wait();
 }
 
@@ -105,24 +99,22 @@ Dims matrix_strides(const Tensor& t) {
   return {};
 }
 
-// The strides oneDNN reads t with: its own, or those of the contiguous copy operand() makes.
-Dims operand_strides(const Tensor& t) {
-  Dims strides = matrix_strides(t);
-  return strides.empty() ? Dims{t.size(-1), 1} : strides;
-}
+// The strides oneDNN reads t with (`strides`: matrix_strides(t)): its own, or those of the
+// contiguous copy operand() makes.
+Dims operand_strides(const Tensor& t, const Dims& strides) { return strides.empty() ? Dims{t.size(-1), 1} : strides; }
 
-Tensor operand(const Tensor& t) { return matrix_strides(t).empty() ? detail::contiguous_copy(t) : t; }
+Tensor operand(const Tensor& t, const Dims& strides) { return strides.empty() ? detail::contiguous_copy(t) : t; }
 
 const std::byte* bytes(const Tensor& t) { return static_cast<const std::byte*>(t.data_ptr()); }
 
 void matmul_bf16_kernel(KernelContext& ctx) {
-  static const KernelFn in_float32 = computed_in_float32(matmul_kernel);
-  if (!onednn_matmul(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0])) in_float32(ctx);
+  if (!onednn_matmul(ctx.inputs[0], ctx.inputs[1], ctx.outputs[0])) in_float32<matmul_kernel>(ctx);
 }
 
 void linear_bf16_kernel(KernelContext& ctx) {
-  static const KernelFn in_float32 = computed_in_float32(linear_kernel);
-  if (!onednn_linear(ctx.inputs[0], ctx.inputs[1], ctx.inputs.size() == 3 ? ctx.inputs[2] : Tensor(), ctx.outputs[0])) in_float32(ctx);
+  if (!onednn_linear(ctx.inputs[0], ctx.inputs[1], ctx.inputs.size() == 3 ? ctx.inputs[2] : Tensor(), ctx.outputs[0])) {
+    in_float32<linear_kernel>(ctx);
+  }
 }
 
 FLOW_REGISTER_KERNEL("matmul", DeviceType::kCPU, {kBFloat16}, matmul_bf16_kernel);
@@ -132,12 +124,13 @@ FLOW_REGISTER_KERNEL("linear", DeviceType::kCPU, {kBFloat16}, linear_bf16_kernel
 
 bool onednn_matmul(const Tensor& a, const Tensor& b, Tensor& out) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  const auto key = key_for(a.dtype(), out.dtype(), m, k, n, operand_strides(a), operand_strides(b), false);
+  const Dims strides_a = matrix_strides(a), strides_b = matrix_strides(b);
+  const auto key = key_for(a.dtype(), out.dtype(), m, k, n, operand_strides(a, strides_a), operand_strides(b, strides_b), false);
   if (!key) return false;
   const ThreadCapScope cap(product_threads(*key));
   const auto& p = product(*key);
   if (!p) return false;
-  const Tensor oa = operand(a), ob = operand(b);
+  const Tensor oa = operand(a, strides_a), ob = operand(b, strides_b);
   const Shape out_batch(out.shape().begin(), out.shape().end() - 2);
   const auto offsets_a = batch_offsets(oa, out_batch), offsets_b = batch_offsets(ob, out_batch);
   const auto in_size = static_cast<int64_t>(itemsize(a.dtype())), out_size = static_cast<int64_t>(itemsize(out.dtype()));

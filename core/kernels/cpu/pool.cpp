@@ -71,12 +71,11 @@ void max_pool_bf16_kernel(KernelContext& ctx) { max_pool<BFloat16>(ctx); }
 // Windows that do not overlap give each input at most one gradient, which bfloat16 holds exactly;
 // overlapping ones sum in float32 and round once.
 void max_pool_grad_bf16_kernel(KernelContext& ctx) {
-  static const KernelFn in_float32 = computed_in_float32(max_pool_grad_kernel);
   const PoolGeometry g = pool_geometry(ctx.outputs[0].shape(), ctx.inputs[0].shape(), ctx.attrs);
   if (g.sh >= g.kh && g.sw >= g.kw) {
     max_pool_grad<BFloat16>(ctx);
   } else {
-    in_float32(ctx);
+    in_float32<max_pool_grad_kernel>(ctx);
   }
 }
 

@@ -4,9 +4,9 @@
 // Max pooling does not run on oneDNN: with indices (training) it runs flow's window loops
 // (pool.cpp), values only (max_pool2d_inference) flow's channel-blocked loop (pool_loop.h).
 // oneDNN 2.6's AVX2 max pooling measured slower than either on 64x32x26x26 (2x2 windows, one
-// thread, in a Graph: forward 5.6 ms against the loops' 3.2, backward 4.7 ms against 0.84), ignores NaN where
-// flow propagates it, and keeps its argmax in a workspace of its own that had to be converted to
-// and from flow's indices on every call.
+// thread, in a Graph: forward 5.6 ms against the loops' 3.2, backward 4.7 ms against 0.84),
+// ignores NaN where flow propagates it, and keeps its argmax in a workspace of its own that had
+// to be converted to and from flow's indices on every call.
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/pool_loop.h"
 

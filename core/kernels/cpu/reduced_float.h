@@ -10,4 +10,12 @@ namespace flow::cpu {
 // widened input is the output its kernel writes.
 KernelFn computed_in_float32(KernelFn float32_kernel);
 
+// computed_in_float32(Kernel) run on ctx, made once per kernel: the fallback of 16-bit kernels
+// that take a faster path where they can (oneDNN's bfloat16 primitives, exact selections).
+template <void (*Kernel)(KernelContext&)>
+void in_float32(KernelContext& ctx) {
+  static const KernelFn kernel = computed_in_float32(Kernel);
+  kernel(ctx);
+}
+
 }  // namespace flow::cpu
