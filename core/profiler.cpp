@@ -276,33 +276,46 @@ std::ostream& operator<<(std::ostream& out, const KeyAverages& averages) { retur
 
 namespace detail {
 
-void record_op(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs, const char* category,
-               Clock::time_point start) {
-  const Clock::time_point end = Clock::now();
+namespace {
+
+void add_op_event(const OpDef& op, const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs,
+                  const char* category, Clock::time_point start, Clock::time_point end) {
   const std::shared_ptr<Profile::State> state = active_state();
   if (!state) return;
   Event event;
   event.name = op.name;
   event.category = category;
   event.thread_id = this_thread_id();
-  std::vector<TensorMeta> in_metas, out_metas;
   int64_t bytes = 0;
-  for (const Tensor& t : inputs) {
-    if (!t.defined()) continue;
-    in_metas.push_back({t.shape(), t.dtype(), t.device()});
-    bytes += t.nbytes();
-  }
-  for (const Tensor& t : outputs) {
-    if (!t.defined()) continue;
-    out_metas.push_back({t.shape(), t.dtype(), t.device()});
-    bytes += t.nbytes();
+  for (const auto* metas : {&inputs, &outputs}) {
+    for (const TensorMeta& meta : *metas) bytes += meta.shape.numel() * static_cast<int64_t>(itemsize(meta.dtype));
   }
   event.bytes = bytes;
   if (state->options.records_shapes()) {
-    for (const TensorMeta& meta : in_metas) event.input_dims.push_back(meta.shape.vec());
+    for (const TensorMeta& meta : inputs) event.input_dims.push_back(meta.shape.vec());
   }
-  if (state->options.counts_flops() && op.flops) event.flops = op.flops(in_metas, out_metas, attrs);
+  if (state->options.counts_flops() && op.flops) event.flops = op.flops(inputs, outputs, attrs);
   add_event(*state, std::move(event), start, end);
+}
+
+}  // namespace
+
+void record_op(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs, const char* category,
+               Clock::time_point start) {
+  const Clock::time_point end = Clock::now();
+  auto metas_of = [](const TensorList& tensors) {
+    std::vector<TensorMeta> metas;
+    for (const Tensor& t : tensors) {
+      if (t.defined()) metas.push_back({t.shape(), t.dtype(), t.device()});
+    }
+    return metas;
+  };
+  add_op_event(op, metas_of(inputs), metas_of(outputs), attrs, category, start, end);
+}
+
+void record_op(const OpDef& op, const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs,
+               const char* category, Clock::time_point start) {
+  add_op_event(op, inputs, outputs, attrs, category, start, Clock::now());
 }
 
 void record(std::string name, const char* category, Clock::time_point start) {

@@ -123,6 +123,8 @@ namespace detail {
 extern std::atomic<bool> g_recording;
 void record_op(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs, const char* category,
                Clock::time_point start);
+void record_op(const OpDef& op, const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs,
+               const char* category, Clock::time_point start);
 void record(std::string name, const char* category, Clock::time_point start);
 }  // namespace detail
 
@@ -132,6 +134,13 @@ inline bool is_recording() { return detail::g_recording.load(std::memory_order_r
 // Records an op call that started at `start` and ends now; category "op" or "graph_node".
 inline void record_op(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs, const char* category,
                       Clock::time_point start) {
+  detail::record_op(op, inputs, outputs, attrs, category, start);
+}
+
+// The same from metas, for runtimes whose values are not all tensors (oneflow_lite's blocked
+// layouts): category "lite_node" or "lite_blocked".
+inline void record_op(const OpDef& op, const std::vector<TensorMeta>& inputs, const std::vector<TensorMeta>& outputs, const Attrs& attrs,
+                      const char* category, Clock::time_point start) {
   detail::record_op(op, inputs, outputs, attrs, category, start);
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/interpreter.h"
+#include "core/profiler.h"
 #include "core/serialization.h"
 #include "core/thread_pool.h"
 #include "graph/export.pb.h"
@@ -166,6 +167,15 @@ void check_spec(const char* kind, const TensorSpec& spec, const TensorMeta& meta
     reject("is ", meta_str(meta), " but the model's ", kind, " '", spec.name, "' is ", shape_str(spec.shape), " ", dtype_name(spec.dtype),
            " (batch ", batch, ")");
   }
+}
+
+// One profiler event per step: the op's name, category "lite_blocked" for steps on oneDNN's
+// blocked layouts (their values are not tensors, so metas stand in) and "lite_node" for the rest.
+void record_step(const Program& program, const Program::Step& step, bool blocked, profiler::Clock::time_point start) {
+  std::vector<TensorMeta> inputs;
+  inputs.reserve(step.inputs.size());
+  for (int id : step.inputs) inputs.push_back(program.value_metas[id]);
+  profiler::record_op(*step.op, inputs, step.out_metas, step.attrs, blocked ? "lite_blocked" : "lite_node", start);
 }
 
 }  // namespace
@@ -512,8 +522,10 @@ TensorList Model::run(const TensorList& given) const {
   TensorList values(program->num_values);
   for (const auto& [id, weight] : program->constants) values[id] = weight;
   for (size_t i = 0; i < given.size(); ++i) values[program->input_values[i]] = given[i].is_contiguous() ? given[i] : given[i].contiguous();
+  const bool profiling = profiler::is_recording();
   for (size_t s = 0; s < program->steps.size(); ++s) {
     const Program::Step& step = program->steps[s];
+    const profiler::Clock::time_point start = profiling ? profiler::Clock::now() : profiler::Clock::time_point();
     if (program->blocked && program->blocked->runs(s)) {
       try {
         program->blocked->run(s, *arena->blocked, values, step.planned.empty() ? Tensor() : arena->planned_outputs[s][0]);
@@ -522,6 +534,7 @@ TensorList Model::run(const TensorList& given) const {
       } catch (const std::exception& e) {
         fail("oneflow_lite", "model '", name(), "': node '", step.node, "' (", step.op->name, ", blocked layout): ", e.what());
       }
+      if (profiling) record_step(*program, step, true, start);
       continue;
     }
     TensorList inputs;
@@ -543,6 +556,7 @@ TensorList Model::run(const TensorList& given) const {
       fail("oneflow_lite", "model '", name(), "': node '", step.node, "' (", step.op->name, "): ", e.what());
     }
     for (size_t j = 0; j < results.size(); ++j) values[step.outputs[j]] = std::move(results[j]);
+    if (profiling) record_step(*program, step, false, start);
   }
   TensorList results;
   for (size_t i = 0; i < program->output_values.size(); ++i) {

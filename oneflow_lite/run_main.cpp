@@ -1,16 +1,19 @@
 // oneflow_lite_run: loads an export directory and runs it once (printing the outputs) or as a
 // latency benchmark.
 // Usage: oneflow_lite_run <dir> [--input FILE.safetensors] [--batch N] [--bench N] [--warmup N]
+//                         [--threads N] [--profile] [--trace FILE.json]
 // (`oneflow_lite_run --help` says what each does).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/cli.h"
 #include "core/flow.h"
+#include "core/profiler.h"
 #include "oneflow_lite/model.h"
 
 namespace {
@@ -64,7 +67,20 @@ int main(int argc, char** argv) {
   app.add_option("--bench", bench, "run N timed inferences after --warmup and print latency percentiles")
       ->check(flow::cli::at_least<int64_t>(1));
   app.add_option("--warmup", warmup, "untimed inferences before --bench")->check(flow::cli::at_least<int64_t>(0))->capture_default_str();
+  int64_t threads = 0;
+  app.add_option("--threads", threads, "kernel threads (flow::set_num_threads; default: FLOW_NUM_THREADS or the machine's cores)")
+      ->check(flow::cli::at_least<int64_t>(1));
+  bool profile = false;
+  std::string trace_path;
+  app.add_flag("--profile", profile, "with --bench: print each op's share of the timed runs (flow::profiler, one event per step)");
+  app.add_option("--trace", trace_path, "with --bench: write the timed runs' steps as a Chrome trace (implies --profile)");
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
+  if (!trace_path.empty()) profile = true;
+  if (profile && bench <= 0) {
+    std::fprintf(stderr, "error: --profile and --trace time the --bench runs: give --bench N\n");
+    return 2;
+  }
+  if (threads > 0) flow::set_num_threads(static_cast<int>(threads));
   try {
     const auto start = Clock::now();
     const auto model = flow::lite::Model::load(dir);
@@ -81,10 +97,17 @@ int main(int argc, char** argv) {
     }
     for (int64_t i = 0; i < warmup; ++i) model->run(inputs);
     std::vector<double> latencies;
+    std::optional<flow::profiler::Profile> profiler;
+    if (profile) profiler.emplace(flow::profiler::ProfileOptions().record_shapes(false));
     for (int64_t i = 0; i < bench; ++i) {
       const auto begin = Clock::now();
       model->run(inputs);
       latencies.push_back(micros_since(begin));
+    }
+    if (profiler) {
+      profiler->stop();
+      std::printf("%s", profiler->key_averages().table("total").c_str());
+      if (!trace_path.empty()) profiler->export_chrome_trace(trace_path);
     }
     std::sort(latencies.begin(), latencies.end());
     auto percentile = [&](double p) { return latencies[static_cast<size_t>(p * static_cast<double>(latencies.size() - 1))]; };

@@ -13,6 +13,7 @@
 #include "common/graphs.h"
 #include "common/models.h"
 #include "core/flow.h"
+#include "core/profiler.h"
 #include "graph/export.h"
 #include "oneflow_lite/model.h"
 
@@ -294,5 +295,52 @@ TEST_F(BlockedLayoutTest, NanThroughConvolutionAndReluAsOnThePlainKernels) {
     const auto out = blocked_->run({x}).at(0).tolist<double>();
     EXPECT_TRUE(std::isnan(out[10])) << "sample 1's logits";
     EXPECT_FALSE(std::isnan(out[0])) << "sample 0's logits";
+  }
+}
+
+// flow::profiler sees one event per lite step: the op's name, "lite_blocked" for the steps on
+// blocked layouts and "lite_node" for the rest, with the FLOPs the ops count in eager.
+TEST_F(BlockedLayoutTest, ProfilerRecordsEveryStepWithItsFlops) {
+  flow::manual_seed(9);
+  auto cnn = test_models::cnn();
+  test_models::warm_up_batch_norm(*cnn, {8, 1, 28, 28});
+  export_net(cnn, {2, 1, 28, 28});
+  const Tensor x = flow::randn({3, 1, 28, 28});
+  blocked_->run({x});  // load the batch's program outside the profile
+  plain_->run({x});
+  auto conv_flops = [](const flow::profiler::Profile& profile, const std::string& category) {
+    int64_t flops = 0, calls = 0;
+    for (const auto& event : profile.events()) {
+      EXPECT_TRUE(event.category == "lite_blocked" || event.category == "lite_node") << event.category;
+      if (event.name != "conv2d") continue;
+      EXPECT_EQ(event.category, category);
+      ++calls;
+      flops += event.flops.value_or(0);
+      EXPECT_EQ(event.input_dims.at(0).at(0), 3) << "the run's batch";
+    }
+    EXPECT_EQ(calls, 2) << category;
+    return flops;
+  };
+  int64_t eager_flops = 0;
+  {
+    flow::autograd::NoGradGuard no_grad;
+    flow::profiler::Profile profile;
+    cnn->forward(x);
+    profile.stop();
+    for (const auto& event : profile.events()) eager_flops += event.name == "conv2d" ? event.flops.value_or(0) : 0;
+  }
+  ASSERT_GT(eager_flops, 0);
+  {
+    flow::profiler::Profile profile;
+    blocked_->run({x});
+    profile.stop();
+    EXPECT_EQ(conv_flops(profile, "lite_blocked"), eager_flops);
+  }
+  {
+    flow::profiler::Profile profile;
+    plain_->run({x});
+    profile.stop();
+    EXPECT_EQ(conv_flops(profile, "lite_node"), eager_flops);
+    for (const auto& event : profile.events()) EXPECT_EQ(event.category, "lite_node") << event.name;
   }
 }

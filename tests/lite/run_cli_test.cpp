@@ -65,6 +65,29 @@ TEST_F(LiteRunCliTest, GeneratesInputsOfTheGivenBatchAndBenchmarks) {
   EXPECT_TRUE(contains(bench_output, "latency over 3 runs (us): p50")) << bench_output;
 }
 
+TEST_F(LiteRunCliTest, ProfilesTheTimedRunsPerOp) {
+  const auto [status, output] =
+      run_command(tool_ + " " + model_dir() + " --batch 2 --bench 4 --warmup 1 --threads 1 --profile --trace " + path("trace.json"));
+  ASSERT_EQ(status, 0) << output;
+  // The export runs the MLP's Linear + ReLU pairs as fused_linear and its last Linear as linear:
+  // one step each per timed run.
+  EXPECT_TRUE(contains(output, "Self CPU time total")) << output;
+  auto calls_of = [&output = output](const std::string& op) {
+    const size_t row = output.find("\n" + op + " ");
+    if (row == std::string::npos) return int64_t{-1};
+    std::istringstream fields(output.substr(row + 1));
+    std::string name, category;
+    int64_t calls = 0;
+    fields >> name >> category >> calls;
+    EXPECT_TRUE(category == "lite_blocked" || category == "lite_node") << output;
+    return calls;
+  };
+  EXPECT_EQ(calls_of("fused_linear"), 2 * 4) << output;
+  EXPECT_EQ(calls_of("linear"), 4) << output;
+  EXPECT_TRUE(contains(output, "latency over 4 runs (us): p50")) << output;
+  EXPECT_TRUE(fs::file_size(path("trace.json")) > 0);
+}
+
 TEST_F(LiteRunCliTest, CommandLineErrorsNameTheFlag) {
   test_cli::expect_help_lists(tool_, {"--input", "--batch", "--bench", "--warmup", "dir"});
   test_cli::expect_usage_error(tool_, "", "dir is required");
@@ -74,7 +97,9 @@ TEST_F(LiteRunCliTest, CommandLineErrorsNameTheFlag) {
   test_cli::expect_usage_error(tool_, model_dir() + " --bench 0", "--bench");
   test_cli::expect_usage_error(tool_, model_dir() + " --warmup", "--warmup");
   test_cli::expect_usage_error(tool_, model_dir() + " --input " + path("none.safetensors"), "--input");
-  test_cli::expect_usage_error(tool_, model_dir() + " --threads 2", "--threads");
+  test_cli::expect_usage_error(tool_, model_dir() + " --threads 0", "--threads");
+  test_cli::expect_usage_error(tool_, model_dir() + " --profile", "--bench");
+  test_cli::expect_usage_error(tool_, model_dir() + " --trace " + path("t.json"), "--bench");
 }
 
 TEST_F(LiteRunCliTest, AModelErrorExitsWithStatusOne) {
