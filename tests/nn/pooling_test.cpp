@@ -20,7 +20,10 @@ struct PoolCase {
 std::vector<PoolCase> pool_cases() {
   return {{{2, 3, 7, 7}, {3, 3}, {2, 2}, {1, 1}},   {{1, 2, 9, 6}, {2, 3}, {1, 2}, {1, 1}},  {{3, 4, 5, 8}, {2, 2}, {2, 2}, {0, 0}},
           {{1, 1, 11, 13}, {5, 3}, {3, 2}, {2, 1}}, {{2, 16, 6, 6}, {3, 3}, {1, 1}, {1, 1}}, {{1, 1, 1, 1}, {1, 1}, {1, 1}, {0, 0}},
-          {{2, 1, 4, 5}, {4, 5}, {1, 1}, {2, 2}}};
+          {{2, 1, 4, 5}, {4, 5}, {1, 1}, {2, 2}},
+          // 8 channels and more pool as blocks of channels (max_pool2d_inference), whole windows
+          // of 2x2 and 3x3 through unrolled loops, edge windows apart.
+          {{2, 8, 7, 9}, {2, 2}, {2, 2}, {1, 1}},   {{1, 24, 9, 9}, {3, 3}, {2, 2}, {0, 0}}, {{1, 16, 5, 6}, {2, 2}, {1, 1}, {1, 0}}};
 }
 
 // max_pool2d's outputs (values, argmax indices) straight from the op.
@@ -92,6 +95,7 @@ TEST(Pooling, MaxPoolWithoutGradientSkipsIndicesWithTheSameValues) {
       x = x.clone();
       x.view({-1}).slice(0, 0, 2).fill_(-inf);
       x.view({-1}).slice(0, x.numel() - 1, x.numel()).fill_(nan);
+      x.view({-1}).slice(0, x.numel() / 2, x.numel() / 2 + 1).fill_(nan);
     }
     for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
       const Tensor input = x.to(dtype);

@@ -92,39 +92,65 @@ void max_pool_plane(const PoolGeometry& g, const T* src, T* out, int64_t* indice
   }
 }
 
+#if defined(__AVX2__)
+// best or v, whichever is larger, v when it is NaN: one step of a scan in which the first maximum
+// and the last NaN win.
+inline __m256 max_keeping_nan(__m256 best, __m256 v) {
+  const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  return _mm256_blendv_ps(best, v, take);
+}
+
+// The max of 8 channels over a whole Kh x Kw window, reduced as a tree of max_keeping_nan (each
+// pair an earlier part and a later one, so the scan's result): independent compares, where a
+// chain would wait on each load in turn (the input of a pooling usually comes from memory).
+template <int Kh, int Kw, int Block>
+__m256 window_max(const float* corner, int64_t row_stride) {
+  __m256 v[Kh * Kw];
+#pragma GCC unroll 16
+  for (int i = 0; i < Kh * Kw; ++i) v[i] = _mm256_loadu_ps(corner + (i / Kw) * row_stride + (i % Kw) * Block);
+#pragma GCC unroll 4
+  for (int width = 1; width < Kh * Kw; width *= 2) {
+#pragma GCC unroll 8
+    for (int i = 0; i + width < Kh * Kw; i += 2 * width) v[i] = max_keeping_nan(v[i], v[i + width]);
+  }
+  return v[0];
+}
+#endif
+
 // The max of every window over a channel-blocked layout (planes, H, W, Block): Block channels side
 // by side (Block 1 is NCHW). Planes [begin, end) of g.planes, each one block of channels. NaN wins
 // and stays, and a window of -inf gives -inf, as in max_pool_plane. With AVX2, blocks of 8 run as
-// one vector compare-and-blend per input position: oneDNN 2.6's AVX2 max pooling on nChw8c
-// measured 7x slower than this on an AMD EPYC (64x32x26x26, 2x2 windows: 1.85 vs 0.26 ms), and
-// it skips NaN.
-template <int Block>
+// vector compare-and-blends: oneDNN 2.6's AVX2 max pooling on nChw8c measured 7x slower than this
+// on an AMD EPYC (64x32x26x26, 2x2 windows: 1.85 vs 0.26 ms), and it skips NaN. Kh, Kw > 0 fix
+// the window size at compile time for windows that lie whole inside the plane.
+template <int Block, int Kh = 0, int Kw = 0>
 void max_pool_blocked(const PoolGeometry& g, const float* src, float* out, int64_t begin, int64_t end) {
+  // Outputs [x_whole_begin, x_whole_end) of a row have windows whole inside the plane's width.
+  const int64_t x_whole_begin = std::min(g.ow, (g.pw + g.sw - 1) / g.sw);
+  const int64_t x_whole_end = std::max(x_whole_begin, std::min(g.ow, g.w + g.pw >= g.kw ? (g.w + g.pw - g.kw) / g.sw + 1 : 0));
   for (int64_t plane = begin; plane < end; ++plane) {
     const float* in = src + plane * g.plane_in() * Block;
     float* result = out + plane * g.plane_out() * Block;
     for (int64_t y = 0; y < g.oh; ++y) {
       const WindowRange rows = window(y, g.sh, g.ph, g.kh, g.h);
-      for (int64_t x0 = 0; x0 < g.ow; ++x0) {
+      float* out_row = result + y * g.ow * Block;
+      int64_t x0 = 0;
+      auto pool_window = [&] {
         const WindowRange cols = window(x0, g.sw, g.pw, g.kw, g.w);
         const int64_t width = cols.end - cols.begin;
         const float* row = in + (rows.begin * g.w + cols.begin) * Block;
-        float* o = result + (y * g.ow + x0) * Block;
+        float* o = out_row + x0 * Block;
 #if defined(__AVX2__)
         if constexpr (Block % 8 == 0) {
           __m256 best[Block / 8];
           for (int k = 0; k < Block / 8; ++k) best[k] = _mm256_loadu_ps(row + 8 * k);
           for (int64_t iy = rows.begin; iy < rows.end; ++iy, row += g.w * Block) {
             for (int64_t ix = 0; ix < width; ++ix) {
-              for (int k = 0; k < Block / 8; ++k) {
-                const __m256 v = _mm256_loadu_ps(row + ix * Block + 8 * k);
-                const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, best[k], _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-                best[k] = _mm256_blendv_ps(best[k], v, take);
-              }
+              for (int k = 0; k < Block / 8; ++k) best[k] = max_keeping_nan(best[k], _mm256_loadu_ps(row + ix * Block + 8 * k));
             }
           }
           for (int k = 0; k < Block / 8; ++k) _mm256_storeu_ps(o + 8 * k, best[k]);
-          continue;
+          return;
         }
 #endif
         float best[Block];
@@ -138,7 +164,22 @@ void max_pool_blocked(const PoolGeometry& g, const float* src, float* out, int64
           }
         }
         for (int lane = 0; lane < Block; ++lane) o[lane] = best[lane];
+      };
+#if defined(__AVX2__)
+      if constexpr (Block % 8 == 0 && Kh > 0) {
+        // Whole windows: a tight loop, so that many outputs' loads are in flight at once.
+        if (rows.end - rows.begin == Kh) {
+          for (; x0 < x_whole_begin; ++x0) pool_window();
+          const float* corner = in + (rows.begin * g.w + x0 * g.sw - g.pw) * Block;
+          for (; x0 < x_whole_end; ++x0, corner += g.sw * Block) {
+            for (int k = 0; k < Block / 8; ++k) {
+              _mm256_storeu_ps(out_row + x0 * Block + 8 * k, window_max<Kh, Kw, Block>(corner + 8 * k, g.w * Block));
+            }
+          }
+        }
       }
+#endif
+      for (; x0 < g.ow; ++x0) pool_window();
     }
   }
 }
@@ -147,11 +188,20 @@ void max_pool_blocked(const PoolGeometry& g, const float* src, float* out, int64
 inline void max_pool_blocked(const PoolGeometry& g, int block, const float* src, float* out) {
   CHECK(block == 1 || block == 8 || block == 16) << "no blocked max pooling for blocks of " << block;
   const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in() * block, 1));
+  auto pool = [&]<int Block>(int64_t begin, int64_t end) {
+    if (g.kh == 2 && g.kw == 2) {
+      max_pool_blocked<Block, 2, 2>(g, src, out, begin, end);
+    } else if (g.kh == 3 && g.kw == 3) {
+      max_pool_blocked<Block, 3, 3>(g, src, out, begin, end);
+    } else {
+      max_pool_blocked<Block>(g, src, out, begin, end);
+    }
+  };
   parallel_for(0, g.planes, grain, [&](int64_t begin, int64_t end) {
     switch (block) {
       case 1: max_pool_blocked<1>(g, src, out, begin, end); break;
-      case 8: max_pool_blocked<8>(g, src, out, begin, end); break;
-      default: max_pool_blocked<16>(g, src, out, begin, end);
+      case 8: pool.template operator()<8>(begin, end); break;
+      default: pool.template operator()<16>(begin, end);
     }
   });
 }
