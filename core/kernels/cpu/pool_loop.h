@@ -73,7 +73,7 @@ void max_pool_plane(const PoolGeometry& g, const T* src, T* out, int64_t* indice
       // NaN wins and stays, as in PyTorch.
       auto visit = [&](int64_t index) {
         const T v = src[index];
-        const bool take = (v > best) | ((v != v) & (best == best));
+        const bool take = static_cast<int>(v > best) | (static_cast<int>(v != v) & static_cast<int>(best == best));
         best = choose(take, v, best);
         best_index ^= (best_index ^ index) & -static_cast<int64_t>(take);
       };
