@@ -64,22 +64,20 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--batch", batch, "the batch size of generated inputs (default: the exported batch)")
       ->check(flow::cli::at_least<int64_t>(1));
-  app.add_option("--bench", bench, "run N timed inferences after --warmup and print latency percentiles")
-      ->check(flow::cli::at_least<int64_t>(1));
+  CLI::Option* bench_option = app.add_option("--bench", bench, "run N timed inferences after --warmup and print latency percentiles")
+                                 ->check(flow::cli::at_least<int64_t>(1));
   app.add_option("--warmup", warmup, "untimed inferences before --bench")->check(flow::cli::at_least<int64_t>(0))->capture_default_str();
   int64_t threads = 0;
   app.add_option("--threads", threads, "kernel threads (flow::set_num_threads; default: FLOW_NUM_THREADS or the machine's cores)")
       ->check(flow::cli::at_least<int64_t>(1));
   bool profile = false;
   std::string trace_path;
-  app.add_flag("--profile", profile, "with --bench: print each op's share of the timed runs (flow::profiler, one event per step)");
-  app.add_option("--trace", trace_path, "with --bench: write the timed runs' steps as a Chrome trace (implies --profile)");
+  app.add_flag("--profile", profile, "with --bench: print each op's share of the timed runs (flow::profiler, one event per step)")
+      ->needs(bench_option);
+  app.add_option("--trace", trace_path, "with --bench: write the timed runs' steps as a Chrome trace (implies --profile)")
+      ->needs(bench_option);
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   if (!trace_path.empty()) profile = true;
-  if (profile && bench <= 0) {
-    std::fprintf(stderr, "error: --profile and --trace time the --bench runs: give --bench N\n");
-    return 2;
-  }
   if (threads > 0) flow::set_num_threads(static_cast<int>(threads));
   try {
     const auto start = Clock::now();

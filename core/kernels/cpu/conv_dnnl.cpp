@@ -80,10 +80,6 @@ std::optional<ConvPrimitives>& primitives(const ConvKey& key) {
   });
 }
 
-void forward_kernel(KernelContext& ctx);
-void backward_data_kernel(KernelContext& ctx);
-void backward_weights_kernel(KernelContext& ctx);
-
 // Only the batch may be empty (conv2d's inference refuses the rest); oneDNN wants none empty.
 void forward_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];

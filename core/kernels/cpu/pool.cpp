@@ -20,20 +20,13 @@ void max_pool(KernelContext& ctx) {
   const T* in = static_cast<const T*>(x.data_ptr());
   T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
   int64_t* indices = ctx.outputs.size() > 1 ? static_cast<int64_t*>(ctx.outputs[1].data_ptr()) : nullptr;
-  auto run = [&]<int Kh, int Kw>() {
+  with_fixed_window(g, [&]<int Kh, int Kw>() {
     parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
         max_pool_plane<T, Kh, Kw>(g, in + plane * g.plane_in(), out + plane * g.plane_out(), indices ? indices + plane * g.plane_out() : nullptr);
       }
     });
-  };
-  if (g.kh == 2 && g.kw == 2) {
-    run.template operator()<2, 2>();
-  } else if (g.kh == 3 && g.kw == 3) {
-    run.template operator()<3, 3>();
-  } else {
-    run.template operator()<0, 0>();
-  }
+  });
 }
 
 template <typename T>

@@ -39,6 +39,19 @@ inline PoolGeometry blocked_pool_geometry(const Shape& x, const Shape& y, const 
   return g;
 }
 
+// fn.template operator()<Kh, Kw>() with the window size fixed at compile time where it is 2x2 or
+// 3x3 (the loops unroll it), <0, 0> (sizes read at run time) otherwise.
+template <typename Fn>
+void with_fixed_window(const PoolGeometry& g, Fn&& fn) {
+  if (g.kh == 2 && g.kw == 2) {
+    fn.template operator()<2, 2>();
+  } else if (g.kh == 3 && g.kw == 3) {
+    fn.template operator()<3, 3>();
+  } else {
+    fn.template operator()<0, 0>();
+  }
+}
+
 // The valid input range [begin, end) of output position o's window along one axis.
 struct WindowRange {
   int64_t begin, end;
@@ -188,21 +201,14 @@ void max_pool_blocked(const PoolGeometry& g, const float* src, float* out, int64
 inline void max_pool_blocked(const PoolGeometry& g, int block, const float* src, float* out) {
   CHECK(block == 1 || block == 8 || block == 16) << "no blocked max pooling for blocks of " << block;
   const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in() * block, 1));
-  auto pool = [&]<int Block>(int64_t begin, int64_t end) {
-    if (g.kh == 2 && g.kw == 2) {
-      max_pool_blocked<Block, 2, 2>(g, src, out, begin, end);
-    } else if (g.kh == 3 && g.kw == 3) {
-      max_pool_blocked<Block, 3, 3>(g, src, out, begin, end);
-    } else {
-      max_pool_blocked<Block>(g, src, out, begin, end);
-    }
-  };
-  parallel_for(0, g.planes, grain, [&](int64_t begin, int64_t end) {
-    switch (block) {
-      case 1: max_pool_blocked<1>(g, src, out, begin, end); break;
-      case 8: pool.template operator()<8>(begin, end); break;
-      default: pool.template operator()<16>(begin, end);
-    }
+  with_fixed_window(g, [&]<int Kh, int Kw>() {
+    parallel_for(0, g.planes, grain, [&](int64_t begin, int64_t end) {
+      switch (block) {
+        case 1: max_pool_blocked<1>(g, src, out, begin, end); break;
+        case 8: max_pool_blocked<8, Kh, Kw>(g, src, out, begin, end); break;
+        default: max_pool_blocked<16, Kh, Kw>(g, src, out, begin, end);
+      }
+    });
   });
 }
 
