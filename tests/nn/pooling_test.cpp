@@ -83,6 +83,32 @@ TEST(Pooling, MaxPoolKeepsNanAndInfinity) {
   EXPECT_EQ(max_pool_with_indices(batch, c)[0].tolist<float>()[5], 7.0f);
 }
 
+TEST(Pooling, WideRowsOfTwoByTwoWindowsKeepTiesNanAndIndices) {
+  // Rows of 8 and more whole 2x2 windows of stride 2 pool 8 windows at a time in float32 and
+  // bfloat16 (AVX2): the same maxima and first argmax indices as float64's one-window scan, with
+  // ties (small integers), NaN (first NaN of a window wins), -inf and windows in the padding.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  flow::manual_seed(32);
+  for (const PoolCase& c : {PoolCase{{2, 3, 6, 37}, {2, 2}, {2, 2}, {0, 0}}, PoolCase{{1, 2, 5, 40}, {2, 2}, {2, 2}, {1, 1}},
+                            PoolCase{{1, 1, 4, 34}, {2, 2}, {2, 2}, {1, 0}}}) {
+    SCOPED_TRACE(::testing::Message() << "input " << c.input << " padding " << Shape(c.padding));
+    Tensor x64 = (flow::randn(c.input) * 2).to(flow::kInt64).to(flow::kFloat64).contiguous();
+    auto* data = static_cast<double*>(x64.data_ptr());
+    for (int64_t i = 5; i < x64.numel(); i += 7) data[i] = nan;
+    for (int64_t i = 3; i < x64.numel(); i += 11) data[i] = -inf;
+    const TensorList reference = max_pool_with_indices(x64, c);
+    for (flow::DType dtype : {flow::kFloat32, flow::kBFloat16}) {
+      const TensorList pooled = max_pool_with_indices(x64.to(dtype), c);
+      EXPECT_EQ(pooled[1].tolist<int64_t>(), reference[1].tolist<int64_t>()) << flow::dtype_name(dtype);
+      const std::vector<double> got = flow::testing::values(pooled[0]), want = flow::testing::values(reference[0]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))) << "output " << i << ": " << got[i] << " vs " << want[i];
+      }
+    }
+  }
+}
+
 TEST(Pooling, MaxPoolWithoutGradientSkipsIndicesWithTheSameValues) {
   // No gradient needed (no-grad mode, or an input that needs none): max_pool2d runs the values-only
   // op, which must give exactly what the op with indices gives, NaN and -inf planes included.
