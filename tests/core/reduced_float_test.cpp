@@ -4,6 +4,9 @@
 // (AVX512-BF16, AMX): float32 accumulation in another order, the same rounding at the end.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "common/reference.h"
 #include "common/test_util.h"
 #include "core/flow.h"
@@ -41,6 +44,28 @@ TEST(ReducedFloat, OpsEqualTheFloat32OpOnWidenedInputsRoundedOnce) {
     expect_same_bits(flow::softmax(a, 1), flow::softmax(wa, 1).to(dtype));
     expect_same_bits(flow::argmax(a, 1), flow::argmax(wa, 1));
   }
+}
+
+TEST(ReducedFloat, BFloat16SumsEqualTheWidenedSumBitwise) {
+  // bfloat16 sums read their input in place and accumulate in float32: the float32 sum of the
+  // widened input, rounded once, in every layout of the reduction engine (runs reduced, rows
+  // kept, a few long reductions split in chunks) and with a NaN.
+  flow::manual_seed(5);
+  struct Case {
+    flow::Shape shape;
+    std::vector<int64_t> dims;
+  };
+  for (const Case& c : {Case{{64, 8, 13, 13}, {0, 2, 3}}, Case{{64, 512}, {0}}, Case{{3, 70000}, {1}}, Case{{2, 3, 4}, {0, 1, 2}},
+                        Case{{6, 1, 5}, {1}}}) {
+    SCOPED_TRACE(::testing::Message() << c.shape);
+    Tensor x = (flow::randn(c.shape) * 4).to(flow::kBFloat16);
+    expect_same_bits(flow::sum(x, c.dims), flow::sum(x.to(flow::kFloat32), c.dims).to(flow::kBFloat16));
+  }
+  Tensor with_nan = flow::randn({4, 40}).contiguous();
+  static_cast<float*>(with_nan.data_ptr())[45] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> sums = flow::sum(with_nan.to(flow::kBFloat16), {1}).to(flow::kFloat32).tolist<float>();
+  EXPECT_TRUE(std::isnan(sums[1]));
+  EXPECT_FALSE(std::isnan(sums[0]) || std::isnan(sums[2]));
 }
 
 TEST(ReducedFloat, BFloat16ProductsOfAnyLayoutMatchFloat32) {

@@ -106,6 +106,13 @@ void sum_kernel(KernelContext& ctx) {
   });
 }
 
+// bfloat16 sums accumulate in float32 and round once, reading the input where it lies: what the
+// widened float32 kernel computes (same fold order, same bits) without a float32 copy of the
+// input, which cost an AMP step most of its bias gradients' time (sums over whole activations).
+void sum_bf16_kernel(KernelContext& ctx) {
+  reduce<BFloat16, BFloat16>(ctx.inputs[0], ctx.outputs[0], dims_attr(ctx), SumReducer<BFloat16, float>());
+}
+
 void prod_kernel(KernelContext& ctx) {
   FLOW_DISPATCH_NUMERIC(ctx.inputs[0].dtype(), "prod", [&]<typename T>() {
     using Acc = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
@@ -158,6 +165,7 @@ void arg_kernel(KernelContext& ctx) {
 
 const std::vector<DType> kNumeric = numeric_dtypes();
 FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCPU, kNumeric, sum_kernel);
+FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCPU, {kBFloat16}, sum_bf16_kernel);
 FLOW_REGISTER_KERNEL("reduce_prod", DeviceType::kCPU, kNumeric, prod_kernel);
 FLOW_REGISTER_KERNEL("reduce_max", DeviceType::kCPU, kNumeric, extremum_kernel<true>);
 FLOW_REGISTER_KERNEL("reduce_min", DeviceType::kCPU, kNumeric, extremum_kernel<false>);
