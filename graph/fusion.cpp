@@ -32,10 +32,21 @@ bool has_kernel(const char* op, const TensorMeta& meta) {
   return find_op(op).kernels.count({device, meta.dtype}) != 0;
 }
 
+// Whether a copy node only widens a float16/bfloat16 value to float32 on its device.
+bool widening_copy(const proto::Node& node, const JobIndex& index) {
+  if (node.op() != "copy" || node.inputs_size() != 1) return false;
+  const auto [producer, output] = parse_value_name(node.inputs(0));
+  const TensorMeta in = meta_of(index.node(producer).outputs(output)), out = meta_of(node.outputs(0));
+  return is_reduced_floating(in.dtype) && out.dtype == kFloat32 && in.device == out.device && in.shape == out.shape;
+}
+
 // Whether the node can join a fused group: a fusable op with one output whose inputs broadcast
-// onto it in a way the fused kernel reads, on a device and dtype the kernel supports.
+// onto it in a way the fused kernel reads, on a device and dtype the kernel supports. Copies join
+// no group: a group absorbs the widening copies it reads (absorbable_copies).
 bool fusable(const proto::Node& node, const JobIndex& index, const std::set<std::string>& written) {
-  if (is_source_kind(node.op()) || node.op() == kOutputOp || !fused::can_fuse(node.op()) || node.outputs_size() != 1) return false;
+  if (is_source_kind(node.op()) || node.op() == kOutputOp || node.op() == "copy" || !fused::can_fuse(node.op()) || node.outputs_size() != 1) {
+    return false;
+  }
   if (written.count(value_name(node.name(), 0))) return false;
   const TensorMeta out = meta_of(node.outputs(0));
   if (!has_kernel("fused_elementwise", out)) return false;
@@ -54,7 +65,7 @@ bool fusable(const proto::Node& node, const JobIndex& index, const std::set<std:
 // the assign's destination in place and replaces the assign too. With a `linear` (read only by
 // the group), the node computes it first and the program reads its result as operand 0.
 proto::Node fuse(const proto::Job& job, const JobIndex& index, const Group& group, const proto::Node* assign, const proto::Node* linear,
-                 std::map<std::string, std::string>& renamed) {
+                 const std::map<std::string, const proto::Node*>& copies, std::map<std::string, std::string>& renamed) {
   const proto::Node& last = assign ? *assign : job.nodes(group.members.back());
   proto::Node fused_node;
   fused_node.set_name(last.name() + ".fused");
@@ -74,15 +85,21 @@ proto::Node fuse(const proto::Job& job, const JobIndex& index, const Group& grou
   for (int position : group.members) {
     const proto::Node& node = job.nodes(position);
     fused::Step step{node.op(), {}, attrs_of(node)};
-    for (const auto& input : node.inputs()) {
-      auto internal = step_of.find(input);
-      if (internal != step_of.end()) {
-        step.args.push_back(fused::step_arg(internal->second));
-        continue;
-      }
+    auto operand_index = [&](const std::string& input) {
       auto [operand, added] = operand_of.emplace(input, fused_node.inputs_size() - leading);
       if (added) fused_node.add_inputs(input);
-      step.args.push_back(operand->second);
+      return operand->second;
+    };
+    for (const auto& input : node.inputs()) {
+      auto copy = copies.find(input);
+      if (copy != copies.end() && !step_of.count(input)) {
+        // The absorbed copy becomes a step reading its 16-bit input (its dtype and device are the
+        // program's), placed before its first reader.
+        step_of[input] = static_cast<int>(program.steps.size());
+        program.steps.push_back({"copy", {operand_index(copy->second->inputs(0))}, Attrs()});
+      }
+      auto internal = step_of.find(input);
+      step.args.push_back(internal != step_of.end() ? fused::step_arg(internal->second) : operand_index(input));
     }
     const std::string value = value_name(node.name(), 0);
     step_of[value] = static_cast<int>(program.steps.size());
@@ -97,16 +114,17 @@ proto::Node fuse(const proto::Job& job, const JobIndex& index, const Group& grou
       *fused_node.add_outputs() = assign ? assign->outputs(0) : node.outputs(0);
     }
   }
-  // The first operand must be floating (kernels are found by the dtype of a node's first input):
-  // a bool one (a where's condition) trades places with the first floating one.
-  const auto is_bool = [&](int input) {
+  // The first operand must have the program's dtype (kernels are found by the dtype of a node's
+  // first input, and the program's dtype is its first operand's): a bool one (a where's
+  // condition) or a 16-bit one (read through a copy) trades places with the first that has it.
+  const auto other_dtype = [&](int input) {
     const auto [producer, output] = parse_value_name(fused_node.inputs(input));
-    return meta_of(index.node(producer).outputs(output)).dtype == kBool;
+    return meta_of(index.node(producer).outputs(output)).dtype != meta_of(group.desc).dtype;
   };
-  if (!linear && is_bool(leading)) {
+  if (!linear && other_dtype(leading)) {
     int floating = 1;
-    while (leading + floating < fused_node.inputs_size() && is_bool(leading + floating)) ++floating;
-    CHECK(leading + floating < fused_node.inputs_size()) << "a fused group without a floating operand";
+    while (leading + floating < fused_node.inputs_size() && other_dtype(leading + floating)) ++floating;
+    CHECK(leading + floating < fused_node.inputs_size()) << "a fused group without an operand of its dtype";
     const std::string first = fused_node.inputs(leading);
     fused_node.set_inputs(leading, fused_node.inputs(leading + floating));
     fused_node.set_inputs(leading + floating, first);
@@ -183,6 +201,41 @@ const proto::Node* absorbable_assign(const proto::Job& job, const JobIndex& inde
   return written_between(job, group.members.back(), index.position(assign->name()), operands) ? nullptr : assign;
 }
 
+// The widening copies (by output value) the group can read as conversions of their 16-bit inputs:
+// copies only the group reads, with no in-place write of their input before the fused node runs
+// (at `at`). An AMP step's gradients, cast to float32 for the optimizer, are then read in
+// bfloat16 by the update itself, and the float32 copies are never written.
+std::map<std::string, const proto::Node*> absorbable_copies(const proto::Job& job, const JobIndex& index, const Group& group, int at) {
+  std::map<std::string, const proto::Node*> copies;
+  for (int position : group.members) {
+    for (const auto& input : job.nodes(position).inputs()) {
+      const proto::Node& producer = index.node(parse_value_name(input).first);
+      if (group.values.count(input) || copies.count(input) || !widening_copy(producer, index)) continue;
+      bool only_group_reads = true;
+      for (int consumer : index.consumers(input)) {
+        only_group_reads = only_group_reads && std::binary_search(group.members.begin(), group.members.end(), consumer);
+      }
+      if (only_group_reads && !written_between(job, index.position(producer.name()), at, {producer.inputs(0)})) copies[input] = &producer;
+    }
+  }
+  return copies;
+}
+
+// Whether a value the fused node reads has the group's dtype: its first operand must (a group
+// reading only bool values and 16-bit ones through copies stays unfused).
+bool reads_its_own_dtype(const proto::Job& job, const JobIndex& index, const Group& group,
+                         const std::map<std::string, const proto::Node*>& copies) {
+  const DType dtype = meta_of(group.desc).dtype;
+  for (int position : group.members) {
+    for (const auto& input : job.nodes(position).inputs()) {
+      if (group.values.count(input) || copies.count(input)) continue;
+      const auto [producer, output] = parse_value_name(input);
+      if (meta_of(index.node(producer).outputs(output)).dtype == dtype) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 void elementwise_fusion(proto::Job& job, PassContext& context) {
@@ -241,15 +294,19 @@ void elementwise_fusion(proto::Job& job, PassContext& context) {
     if (group.members.empty()) continue;
     const proto::Node* assign = absorbable_assign(job, index, group, context);
     const proto::Node* linear = assign ? nullptr : absorbable_linear(job, index, group);
-    if (assign == nullptr && linear == nullptr && group.members.size() < 2) continue;
     const int at = assign ? index.position(assign->name()) : group.members.back();
-    replacement[at] = fuse(job, index, group, assign, linear, renamed);
+    const std::map<std::string, const proto::Node*> copies = absorbable_copies(job, index, group, at);
+    if (assign == nullptr && linear == nullptr && copies.empty() && group.members.size() < 2) continue;
+    if (linear == nullptr && !reads_its_own_dtype(job, index, group, copies)) continue;
+    replacement[at] = fuse(job, index, group, assign, linear, copies, renamed);
     FusedGroup& fused_group = context.record.fused.emplace_back();
     fused_group.node = {replacement[at].name(), replacement[at].op()};
     if (linear) fused_group.members.push_back({linear->name(), linear->op()});
+    for (const auto& [value, copy] : copies) fused_group.members.push_back({copy->name(), copy->op()});
     for (int member : group.members) fused_group.members.push_back({job.nodes(member).name(), job.nodes(member).op()});
     if (assign) fused_group.members.push_back({assign->name(), assign->op()});
     removed.insert(group.members.begin(), group.members.end());
+    for (const auto& [value, copy] : copies) removed.insert(index.position(copy->name()));
     if (linear) removed.insert(index.position(linear->name()));
     removed.erase(at);
   }

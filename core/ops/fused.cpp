@@ -18,7 +18,7 @@ const std::map<std::string, int>& fusable_arity() {
       {"silu", 1},       {"gelu", 1},       {"clamp", 1},       {"add_scalar", 1},  {"sub_scalar", 1},  {"rsub_scalar", 1},
       {"mul_scalar", 1}, {"div_scalar", 1}, {"rdiv_scalar", 1}, {"pow_scalar", 1},  {"rpow_scalar", 1}, {"add", 2},
       {"sub", 2},        {"mul", 2},        {"div", 2},         {"pow", 2},         {"maximum", 2},     {"minimum", 2},
-      {"relu_grad", 2},  {"gelu_grad", 2},  {"where", 3}};
+      {"relu_grad", 2},  {"gelu_grad", 2},  {"where", 3},        {"copy", 1}};
   return arity;
 }
 
@@ -54,7 +54,7 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
   if (in.empty()) fail("fused_elementwise", "expected at least one operand");
   // The program's dtype: its first operand's, which kernels are found by. Bool operands (where's
   // conditions) read as 0 or 1.
-  if (in[0].dtype == kBool) fail("fused_elementwise", "the first operand must be floating, got bool");
+  if (!is_floating(in[0].dtype)) fail("fused_elementwise", "the first operand must be floating, got ", dtype_name(in[0].dtype));
   const DType dtype = in[0].dtype;
   const Shape shape(attrs.get<std::vector<int64_t>>("shape"));
   for (int64_t d = 0; d < destinations; ++d) {
@@ -63,8 +63,11 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
     }
   }
   for (const auto& meta : in) {
-    if (meta.dtype != kBool && (meta.dtype != dtype || !is_floating(meta.dtype))) {
-      fail("fused_elementwise", "operands must share one floating dtype (or be bool), got ", dtype_name(meta.dtype));
+    // A float16/bfloat16 operand of a float32 program is widened as it is read (copy steps).
+    const bool widened = dtype == kFloat32 && is_reduced_floating(meta.dtype);
+    if (meta.dtype != kBool && meta.dtype != dtype && !widened) {
+      fail("fused_elementwise", "operands must share one floating dtype (or be bool, or 16-bit floats of a float32 program), got ",
+           dtype_name(meta.dtype), " and ", dtype_name(dtype));
     }
     if (!(meta.device == in[0].device)) fail("fused_elementwise", "operands must share one device");
     if (!operand_layout(meta.shape, shape)) fail("fused_elementwise", "operand ", meta.shape, " does not broadcast to ", shape);
@@ -82,7 +85,10 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
       if (!valid) fail("fused_elementwise", "step ", s, " (", step.op, ") reads an undefined value");
       args.push_back(arg >= 0 ? in[arg] : step_metas[-arg - 1]);
     }
-    const std::vector<TensorMeta> result = checked_infer(find_op(step.op), args, step.attrs);
+    // A copy step converts its argument to the program's dtype (the copy op's own attributes, a
+    // dtype and a device, are implied).
+    const std::vector<TensorMeta> result = step.op == "copy" ? std::vector<TensorMeta>{{args[0].shape, dtype, args[0].device}}
+                                                             : checked_infer(find_op(step.op), args, step.attrs);
     if (!operand_layout(result[0].shape, shape) || result[0].dtype != dtype) {
       fail("fused_elementwise", "step ", s, " (", step.op, ") gives ", dtype_name(result[0].dtype), " ", result[0].shape,
            ", not a value of the program's dtype and shape ", shape);

@@ -26,7 +26,9 @@ struct Program {
 
 inline int step_arg(int step) { return -(step + 1); }
 
-// Whether the fused kernel can evaluate `op` (float32/float64 element-wise ops of one dtype).
+// Whether the fused kernel can evaluate `op`: float32/float64 element-wise ops of one dtype, and
+// `copy` as a conversion to the program's dtype (a float32 program reads float16/bfloat16
+// operands through it, widened as they are loaded).
 bool can_fuse(const std::string& op);
 
 // How an operand broadcasts onto the output: output element i reads operand element

@@ -148,6 +148,7 @@ std::string elementwise(GraphBuilder& b, const std::string& op, const Attrs& att
     const auto& [onnx_op, scalar_first] = found->second;
     return b.add(onnx_op, scalar_first ? std::vector<std::string>{s, x} : std::vector<std::string>{x, s});
   }
+  if (op == "copy") return b.add("Cast", {x}, {int_attr("to", onnx_type(dtype))});  // a fused program's conversion to its dtype
   if (op == "rsqrt") return b.add("Reciprocal", {b.add("Sqrt", {x})});
   if (op == "silu") return b.add("Mul", {x, b.add("Sigmoid", {x})});
   if (op == "clamp") {

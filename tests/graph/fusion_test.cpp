@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 
 #include "autograd/grad_mode.h"
 #include "common/reference.h"
@@ -116,6 +117,46 @@ TEST(ElementwiseFusion, OptimizerUpdatesFuseInPlaceAndTrainingStaysBitIdentical)
   }
 }
 
+TEST(ElementwiseFusion, AmpUpdatesReadBFloat16GradientsAndTrainingStaysBitIdentical) {
+  // Under AMP the gradients of float32 parameters arrive in bfloat16 and are cast to float32 for
+  // the optimizer; the fused update absorbs those casts (no float32 gradient is written) and
+  // computes what eager autocast computes, bit for bit.
+  for (const double momentum : {0.0, 0.9}) {
+    auto make = [] {
+      flow::manual_seed(6);
+      return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(12, 16), std::make_shared<nn::ReLU>(),
+                                              std::make_shared<nn::Linear>(16, 4));
+    };
+    auto eager_net = make(), graph_net = make();
+    optim::SGD eager_opt(eager_net->parameters(), optim::SGDOptions(0.1).momentum(momentum));
+    TrainGraph graph(graph_net, std::make_shared<optim::SGD>(graph_net->parameters(), optim::SGDOptions(0.1).momentum(momentum)));
+    graph.config().enable_amp();
+    nn::CrossEntropyLoss loss_fn;
+    for (int step = 0; step < 4; ++step) {
+      flow::manual_seed(100 + step);
+      const Tensor x = flow::randn({6, 12}), y = flow::randint(0, 4, {6});
+      eager_opt.zero_grad();
+      {
+        const flow::autocast amp;
+        loss_fn(eager_net->forward(x), y).backward();
+      }
+      eager_opt.step();
+      graph(x, y);
+    }
+    const auto eager_params = eager_net->parameters(), graph_params = graph_net->parameters();
+    for (size_t i = 0; i < eager_params.size(); ++i) expect_identical(graph_params[i], eager_params[i]);
+    EXPECT_EQ(count_op(graph.job(), "fused_elementwise_inplace"), momentum == 0 ? 4 : 8) << "momentum " << momentum;
+    // The casts left write bfloat16 (the input, the weights, the loss gradient) or float32 for the
+    // loss; none writes a float32 gradient of a parameter's shape.
+    std::set<std::vector<int64_t>> parameter_shapes;
+    for (const Tensor& p : graph_params) parameter_shapes.insert(p.shape().vec());
+    for (const auto& node : graph.job().nodes()) {
+      const std::vector<int64_t> shape(node.outputs(0).shape().begin(), node.outputs(0).shape().end());
+      EXPECT_FALSE(node.op() == "copy" && node.outputs(0).dtype() == "float32" && parameter_shapes.count(shape)) << node.name();
+    }
+  }
+}
+
 TEST(MatmulEpilogueFusion, LinearAndItsElementwiseChainAreOneOpAndBitIdentical) {
   flow::manual_seed(9);
   auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(20, 32), std::make_shared<nn::GELU>(),
@@ -203,7 +244,35 @@ TEST(FusedElementwise, RunsProgramsDirectlyAndRejectsBadOnes) {
   expect_error([&] { fused::fused_elementwise({a}, {{{"add", {0}, {}}}, {0}}, {2, 2}); }, "takes 2 arguments");
   expect_error([&] { fused::fused_elementwise({a}, {{{"relu", {fused::step_arg(3)}, {}}}, {0}}, {2, 2}); }, "undefined value");
   expect_error([&] { fused::fused_elementwise({a, flow::randn({3})}, {{{"add", {0, 1}, {}}}, {0}}, {2, 2}); }, "does not broadcast");
-  expect_error([&] { fused::fused_elementwise({flow::ones({2, 2}, flow::kInt64)}, {{{"relu", {0}, {}}}, {0}}, {2, 2}); }, "operands must share one floating dtype (or be bool), got int64");
+  expect_error([&] { fused::fused_elementwise({flow::ones({2, 2}, flow::kInt64)}, {{{"relu", {0}, {}}}, {0}}, {2, 2}); }, "the first operand must be floating, got int64");
+  expect_error([&] { fused::fused_elementwise({a, flow::ones({2, 2}, flow::kInt64)}, {{{"add", {0, 1}, {}}}, {0}}, {2, 2}); },
+               "operands must share one floating dtype (or be bool, or 16-bit floats of a float32 program), got int64");
+  expect_error([&] { fused::fused_elementwise({a.to(flow::kFloat64), a.to(flow::kBFloat16)}, {{{"copy", {1}, {}}}, {0}}, {2, 2}); },
+               "got bfloat16 and float64");
+}
+
+// A float32 program reads float16/bfloat16 operands through copy steps, widened as they are loaded
+// (full-size, broadcast and single-value operands): the unfused casts' results.
+TEST(FusedElementwise, CopyStepsWidenSixteenBitOperands) {
+  flow::manual_seed(12);
+  const Tensor w = flow::randn({6, 40}), lr = flow::tensor(std::vector<float>{0.5f}).reshape({});
+  for (flow::DType dtype : {flow::kBFloat16, flow::kFloat16}) {
+    SCOPED_TRACE(flow::dtype_name(dtype));
+    const Tensor grad = flow::randn({6, 40}).to(dtype), bias = flow::randn({40}).to(dtype), scale = flow::randn({}).to(dtype);
+    // w - lr * (grad + bias) * scale, every 16-bit operand through a copy.
+    const fused::Program program{{{"copy", {1}, {}},
+                                  {"copy", {2}, {}},
+                                  {"add", {fused::step_arg(0), fused::step_arg(1)}, {}},
+                                  {"copy", {4}, {}},
+                                  {"mul", {fused::step_arg(2), fused::step_arg(3)}, {}},
+                                  {"mul", {fused::step_arg(4), 3}, {}},
+                                  {"sub", {0, fused::step_arg(5)}, {}}},
+                                 {6}};
+    const Tensor out = fused::fused_elementwise({w, grad, bias, lr, scale}, program, {6, 40}).at(0);
+    const Tensor expected = w - lr * ((grad.to(flow::kFloat32) + bias.to(flow::kFloat32)) * scale.to(flow::kFloat32));
+    EXPECT_EQ(out.dtype(), flow::kFloat32);
+    EXPECT_EQ(out.tolist<float>(), expected.tolist<float>());
+  }
 }
 
 // where's bool condition is an operand the kernel reads as 0 or 1, full-size or broadcast; the

@@ -21,7 +21,7 @@ constexpr int64_t kTile = 512;
 enum class Code {
   kNeg, kAbs, kSign, kExp, kLog, kSqrt, kRsqrt, kSin, kCos, kTanh, kSigmoid, kRelu, kSilu, kGelu, kClamp,
   kAddScalar, kSubScalar, kRsubScalar, kMulScalar, kDivScalar, kRdivScalar, kPowScalar, kRpowScalar,
-  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum, kReluGrad, kGeluGrad, kWhere,
+  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum, kReluGrad, kGeluGrad, kWhere, kCopy,
 };
 
 Code code_of(const std::string& op) {
@@ -42,7 +42,7 @@ Code code_of(const std::string& op) {
       {"div", Code::kDiv},           {"pow", Code::kPow},
       {"maximum", Code::kMaximum},   {"minimum", Code::kMinimum},
       {"relu_grad", Code::kReluGrad}, {"gelu_grad", Code::kGeluGrad},
-      {"where", Code::kWhere}};
+      {"where", Code::kWhere},       {"copy", Code::kCopy}};
   auto it = codes.find(op);
   if (it == codes.end()) fail("fused_elementwise", "no CPU code for op '", op, "'");
   return it->second;
@@ -129,6 +129,7 @@ void run_step(const CompiledStep<T>& step, const T* a, const T* b, const T* c, T
     case Code::kWhere:  // a is the condition, read as 0 or 1; out may be any of the three
       for (int64_t i = 0; i < n; ++i) out[i] = a[i] != T(0) ? b[i] : c[i];
       return;
+    case Code::kCopy: return map1(a, out, n, [](T x) { return x; });  // operands were converted as they were loaded
     case Code::kNeg: return map1(a, out, n, [](T x) { return math::neg(x); });
     case Code::kAbs: return map1(a, out, n, [](T x) { return math::abs(x); });
     case Code::kSign: return map1(a, out, n, [](T x) { return math::sign(x); });
@@ -168,20 +169,25 @@ void run_step(const CompiledStep<T>& step, const T* a, const T* b, const T* c, T
   }
 }
 
-// tile[i] = src[((start + i) / inner) % size], as contiguous runs: copied where the operand runs
-// along the output (inner == 1), repeated where one operand value covers `inner` outputs.
-template <typename T>
-void gather_tile(const T* src, const fused::OperandLayout& layout, int64_t start, int64_t n, T* tile) {
+// tile[i] = src[((start + i) / inner) % size] converted to T, as contiguous runs: copied where the
+// operand runs along the output (inner == 1), repeated where one operand value covers `inner`
+// outputs.
+template <typename T, typename S>
+void gather_tile(const S* src, const fused::OperandLayout& layout, int64_t start, int64_t n, T* tile) {
   int64_t outer = (start / layout.inner) % layout.size, within = start % layout.inner;
   for (int64_t i = 0; i < n;) {
     if (layout.inner == 1) {
       const int64_t run = std::min(n - i, layout.size - outer);
-      std::copy_n(src + outer, run, tile + i);
+      if constexpr (std::is_same_v<S, T>) {
+        std::copy_n(src + outer, run, tile + i);
+      } else {
+        for (int64_t j = 0; j < run; ++j) tile[i + j] = static_cast<T>(src[outer + j]);
+      }
       i += run;
       outer += run;
     } else {
       const int64_t run = std::min(n - i, layout.inner - within);
-      std::fill_n(tile + i, run, src[outer]);
+      std::fill_n(tile + i, run, static_cast<T>(src[outer]));
       i += run;
       ++outer;
       within = 0;
@@ -199,12 +205,21 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
   const size_t num_operands = ctx.inputs.size() - first_operand, num_steps = steps.size();
   std::vector<T*> step_output(num_steps, nullptr);  // the op's output buffer for output steps
   for (size_t o = 0; o < program.outputs.size(); ++o) step_output[program.outputs[o]] = static_cast<T*>(ctx.outputs[o].data_ptr());
-  std::vector<const T*> operand_data;
-  std::vector<std::vector<T>> widened;  // bool operands as 0 and 1 of T (moving a vector keeps its buffer)
+  std::vector<const T*> operand_data;   // null for 16-bit operands
+  std::vector<const void*> reduced_data;  // 16-bit float operands (of float32 programs), converted tile by tile
+  std::vector<std::vector<T>> widened;    // bool operands as 0 and 1 of T (moving a vector keeps its buffer)
   std::vector<fused::OperandLayout> layouts;
-  std::vector<bool> copy_tile;  // operands read through a tile copy: broadcast ones, and outputs read before being written
+  std::vector<bool> copy_tile;  // operands read through a tile copy: broadcast and 16-bit ones, and outputs read before being written
   for (size_t k = first_operand; k < ctx.inputs.size(); ++k) {
     const T* data = nullptr;
+    layouts.push_back(*fused::operand_layout(ctx.inputs[k].shape(), shape));
+    const bool reduced = is_reduced_floating(ctx.inputs[k].dtype());
+    reduced_data.push_back(reduced ? ctx.inputs[k].data_ptr() : nullptr);
+    if (reduced) {
+      operand_data.push_back(nullptr);
+      copy_tile.push_back(true);
+      continue;
+    }
     if (ctx.inputs[k].dtype() == kBool) {
       const Tensor& condition = ctx.inputs[k];
       const bool* flags = static_cast<const bool*>(condition.data_ptr());
@@ -214,7 +229,6 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
       data = static_cast<const T*>(ctx.inputs[k].data_ptr());
     }
     operand_data.push_back(data);
-    layouts.push_back(*fused::operand_layout(ctx.inputs[k].shape(), shape));
     // An operand that is also an output buffer must be copied if a step after the one writing it
     // reads it (the writing step itself reads each element before writing it).
     const auto writer = std::find(step_output.begin(), step_output.end(), data);
@@ -225,12 +239,22 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
     copy_tile.push_back(read_after_write || !(layouts.back().inner == 1 && layouts.back().size == numel));
   }
 
+  // Operand k's elements [start, start + n) of the output's order into tile, as T.
+  auto gather = [&](size_t k, int64_t start, int64_t n, T* tile) {
+    const DType dtype = ctx.inputs[first_operand + k].dtype();
+    if (dtype == kBFloat16) return gather_tile(static_cast<const BFloat16*>(reduced_data[k]), layouts[k], start, n, tile);
+    if (dtype == kFloat16) return gather_tile(static_cast<const Half*>(reduced_data[k]), layouts[k], start, n, tile);
+    gather_tile(operand_data[k], layouts[k], start, n, tile);
+  };
   parallel_for(0, numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {
     std::vector<T> scratch((num_operands + num_steps) * kTile);
     std::vector<const T*> operand_tile(num_operands);
     std::vector<T*> step_tile(num_steps);
     for (size_t k = 0; k < num_operands; ++k) {
-      if (layouts[k].size == 1) std::fill_n(scratch.data() + k * kTile, kTile, operand_data[k][0]);  // once per range
+      if (layouts[k].size != 1) continue;
+      T value;
+      gather(k, 0, 1, &value);
+      std::fill_n(scratch.data() + k * kTile, kTile, value);  // once per range
     }
     for (int64_t start = begin; start < end; start += kTile) {
       const int64_t n = std::min(kTile, end - start);
@@ -240,7 +264,7 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
           continue;
         }
         T* tile = scratch.data() + k * kTile;
-        gather_tile(operand_data[k], layouts[k], start, n, tile);
+        gather(k, start, n, tile);
         operand_tile[k] = tile;
       }
       for (size_t j = 0; j < num_steps; ++j) {
