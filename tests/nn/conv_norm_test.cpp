@@ -22,6 +22,9 @@ TEST(ConvNorm, GradientsOfConvPoolAndNorms) {
   EXPECT_TRUE(gradcheck([](const TensorList& v) { return flow::conv2d(v[0], v[1], v[2], {2, 1}, {1, 0}, {1, 2}, 2); },
                         {grad_input({2, 4, 5, 6}), grad_input({4, 2, 2, 2}), grad_input({4})}));
   EXPECT_TRUE(gradcheck([](const TensorList& v) { return flow::max_pool2d(v[0], {2, 2}, {1, 1}); }, {grad_input({1, 2, 4, 4})}));
+  // Windows that tile the plane (stride = window) write the gradient whole, odd sizes leaving
+  // rows and columns no window covers.
+  EXPECT_TRUE(gradcheck([](const TensorList& v) { return flow::max_pool2d(v[0], {2, 2}); }, {grad_input({1, 2, 5, 7})}));
   EXPECT_TRUE(gradcheck([](const TensorList& v) { return flow::avg_pool2d(v[0], {3, 3}, {2, 2}, {1, 1}); }, {grad_input({1, 2, 5, 5})}));
   auto bn = std::make_shared<nn::BatchNorm2d>(3);
   bn->to(flow::kFloat64);

@@ -109,6 +109,47 @@ TEST(Pooling, WideRowsOfTwoByTwoWindowsKeepTiesNanAndIndices) {
   }
 }
 
+TEST(Pooling, MaxPoolGradientGoesToEachWindowsArgmax) {
+  // max_pool2d_grad against a plain scatter of the output gradient onto the argmax indices, for
+  // windows that tile the plane (each window written whole; odd sizes leave rows and columns no
+  // window covers), overlapping and padded ones, and indices that are not in their windows.
+  flow::manual_seed(33);
+  const flow::OpDef& grad_op = flow::find_op("max_pool2d_grad");
+  auto scatter = [](const Tensor& dy, const Tensor& indices, const flow::Shape& input) {
+    const int64_t planes = input[0] * input[1], plane_in = input[2] * input[3], plane_out = dy.numel() / planes;
+    std::vector<double> dx(static_cast<size_t>(input.numel()), 0.0);
+    const std::vector<double> g = flow::testing::values(dy);
+    const std::vector<int64_t> idx = indices.contiguous().tolist<int64_t>();
+    for (int64_t p = 0; p < planes; ++p) {
+      for (int64_t o = 0; o < plane_out; ++o) dx[p * plane_in + idx[p * plane_out + o]] += g[p * plane_out + o];
+    }
+    return dx;
+  };
+  for (const PoolCase& c : {PoolCase{{2, 3, 5, 8}, {2, 2}, {2, 2}, {0, 0}}, PoolCase{{1, 2, 7, 10}, {3, 3}, {3, 3}, {0, 0}},
+                            PoolCase{{2, 2, 6, 37}, {2, 2}, {2, 2}, {0, 0}}, PoolCase{{1, 2, 5, 7}, {2, 3}, {2, 3}, {0, 0}},
+                            PoolCase{{1, 2, 7, 7}, {3, 3}, {2, 2}, {1, 1}}, PoolCase{{1, 1, 6, 6}, {2, 2}, {2, 2}, {1, 1}}}) {
+    SCOPED_TRACE(::testing::Message() << "input " << c.input << " kernel " << Shape(c.kernel) << " stride " << Shape(c.stride));
+    const Tensor x = flow::randn(c.input);
+    const TensorList pooled = max_pool_with_indices(x, c);
+    const flow::Attrs attrs =
+        flow::Attrs().set("kernel_size", c.kernel).set("stride", c.stride).set("padding", c.padding).set("input_shape", c.input.vec());
+    // Integer-valued gradients: exact in bfloat16 and in any order of summation.
+    const Tensor dy = (flow::randn(pooled[0].shape()) * 4).to(flow::kInt64).to(flow::kFloat32);
+    // Every output's index moved to its plane's first element: no longer in most windows.
+    const Tensor first = flow::zeros(pooled[1].shape(), flow::kInt64);
+    for (const Tensor& indices : {pooled[1], first}) {
+      for (flow::DType dtype : {flow::kFloat32, flow::kFloat64, flow::kBFloat16}) {
+        const Tensor dx = flow::apply(grad_op, {dy.to(dtype), indices}, attrs).at(0);
+        EXPECT_EQ(flow::testing::values(dx), scatter(dy, indices, c.input)) << flow::dtype_name(dtype);
+      }
+    }
+  }
+  const PoolCase tiled{{1, 1, 4, 4}, {2, 2}, {2, 2}, {0, 0}};
+  const flow::Attrs attrs = flow::Attrs().set("kernel_size", tiled.kernel).set("stride", tiled.stride).set("padding", tiled.padding).set("input_shape", tiled.input.vec());
+  EXPECT_THROW_MSG(flow::apply(grad_op, {flow::ones({1, 1, 2, 2}), flow::full({1, 1, 2, 2}, flow::Scalar(int64_t{16}), flow::kInt64)}, attrs),
+                   "[max_pool2d] argmax index 16 lies outside the input plane of 16 values");
+}
+
 TEST(Pooling, MaxPoolWithoutGradientSkipsIndicesWithTheSameValues) {
   // No gradient needed (no-grad mode, or an input that needs none): max_pool2d runs the values-only
   // op, which must give exactly what the op with indices gives, NaN and -inf planes included.
