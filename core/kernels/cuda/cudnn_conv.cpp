@@ -1,6 +1,7 @@
 // CUDA convolution through cuDNN's legacy API: conv2d (with its optional bias added by
 // cudnnAddTensor), conv2d_grad_input (backward data) and conv2d_grad_weight (backward filter),
-// float32 and float64 over dense NCHW / OIHW buffers. Descriptors are made per call; cuDNN's
+// float32 and float64 (and float16/bfloat16, accumulated in float on the tensor cores) over dense
+// NCHW / OIHW buffers. Descriptors are made per call; cuDNN's
 // heuristic ranking of algorithms (with their workspace sizes) is cached per (device, dtype,
 // shapes, attributes), and a run falls back down the ranking past algorithms that turn out not
 // to support the configuration. float32 runs with FMA math only: TF32 tensor cores would lose
@@ -38,10 +39,11 @@ class ConvolutionDescriptor
     const Shape window{s[0], s[1], p[0], p[1], d[0], d[1]};
     check(cudnnSetConvolution2dDescriptor(get(), to_int(p[0], op, window), to_int(p[1], op, window), to_int(s[0], op, window),
                                           to_int(s[1], op, window), to_int(d[0], op, window), to_int(d[1], op, window),
-                                          CUDNN_CROSS_CORRELATION, data_type(dtype, op)),
+                                          CUDNN_CROSS_CORRELATION, compute_type(dtype, op)),
           op, "cudnnSetConvolution2dDescriptor");
     check(cudnnSetConvolutionGroupCount(get(), to_int(attrs.get<int64_t>("groups"), op, window)), op, "cudnnSetConvolutionGroupCount");
-    check(cudnnSetConvolutionMathType(get(), CUDNN_FMA_MATH), op, "cudnnSetConvolutionMathType");
+    const bool reduced = dtype == kFloat16 || dtype == kBFloat16;  // what tensor cores are for
+    check(cudnnSetConvolutionMathType(get(), reduced ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH), op, "cudnnSetConvolutionMathType");
   }
 };
 
@@ -237,7 +239,7 @@ void backward_filter_kernel(KernelContext& ctx) {
                   });
 }
 
-const std::vector<DType> kFloating = {kFloat32, kFloat64};
+const std::vector<DType> kFloating = {kFloat32, kFloat64, kFloat16, kBFloat16};
 
 FLOW_REGISTER_KERNEL("conv2d", DeviceType::kCUDA, kFloating, forward_kernel);
 FLOW_REGISTER_KERNEL("conv2d_grad_input", DeviceType::kCUDA, kFloating, backward_data_kernel);

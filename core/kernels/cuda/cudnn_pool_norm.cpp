@@ -183,10 +183,12 @@ void train_grad_kernel(KernelContext& ctx) {
 }
 
 const std::vector<DType> kFloating = {kFloat32, kFloat64};
+// Max pooling selects values (and sums 16-bit gradients in float): autocast runs it in float16/bfloat16.
+const std::vector<DType> kPoolDtypes = {kFloat32, kFloat64, kFloat16, kBFloat16};
 
-FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCUDA, kFloating, max_pool_kernel);
-FLOW_REGISTER_KERNEL("max_pool2d_inference", DeviceType::kCUDA, kFloating, max_pool_kernel);
-FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCUDA, kFloating, max_pool_grad_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d", DeviceType::kCUDA, kPoolDtypes, max_pool_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d_inference", DeviceType::kCUDA, kPoolDtypes, max_pool_kernel);
+FLOW_REGISTER_KERNEL("max_pool2d_grad", DeviceType::kCUDA, kPoolDtypes, max_pool_grad_kernel);
 FLOW_REGISTER_KERNEL("avg_pool2d", DeviceType::kCUDA, kFloating, avg_pool_kernel);
 FLOW_REGISTER_KERNEL("avg_pool2d_grad", DeviceType::kCUDA, kFloating, avg_pool_grad_kernel);
 FLOW_REGISTER_KERNEL("batch_norm_eval", DeviceType::kCUDA, kFloating, eval_kernel);

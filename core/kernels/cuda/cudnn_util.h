@@ -48,14 +48,23 @@ inline cudnnDataType_t data_type(DType dtype, const char* op) {
   switch (dtype) {
     case kFloat32: return CUDNN_DATA_FLOAT;
     case kFloat64: return CUDNN_DATA_DOUBLE;
+    case kFloat16: return CUDNN_DATA_HALF;
+    case kBFloat16: return CUDNN_DATA_BFLOAT16;
     default: fail(op, "dtype ", dtype_name(dtype), " is not supported by cuDNN kernels");
   }
+}
+
+// The type a convolution accumulates in: float for the 16-bit types (cuDNN's "pseudo half").
+inline cudnnDataType_t compute_type(DType dtype, const char* op) {
+  return dtype == kFloat16 || dtype == kBFloat16 ? CUDNN_DATA_FLOAT : data_type(dtype, op);
 }
 
 inline ScalarType scalar_type(DType dtype, const char* op) {
   switch (dtype) {
     case kFloat32: return ScalarType::kFloat32;
     case kFloat64: return ScalarType::kFloat64;
+    case kFloat16: return ScalarType::kFloat16;
+    case kBFloat16: return ScalarType::kBFloat16;
     default: fail(op, "dtype ", dtype_name(dtype), " is not supported by cuDNN kernels");
   }
 }

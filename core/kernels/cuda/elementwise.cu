@@ -141,7 +141,9 @@ template <typename T>
 struct UnaryFn {
   UnaryOp op;
   __device__ T operator()(T x) const {
-    if constexpr (std::is_floating_point_v<T>) {
+    if constexpr (is_reduced_v<T>) {
+      return T(UnaryFn<float>{op}(static_cast<float>(x)));
+    } else if constexpr (std::is_floating_point_v<T>) {
       switch (op) {
         case UnaryOp::kNeg: return -x;
         case UnaryOp::kAbs: return x < T(0) ? -x : x;
@@ -189,17 +191,20 @@ __device__ T apply_binary(BinaryOp op, T a, T b) {
   return a;
 }
 
+// 16-bit values compute in float and round once, as the CPU's kernels for them do.
 template <typename T>
 struct BinaryFn {
   BinaryOp op;
-  __device__ T operator()(T a, T b) const { return apply_binary(op, a, b); }
+  __device__ T operator()(T a, T b) const {
+    return T(apply_binary<compute_t<T>>(op, static_cast<compute_t<T>>(a), static_cast<compute_t<T>>(b)));
+  }
 };
 
 template <typename T>
 struct BinaryScalarFn {
   BinaryOp op;
-  T scalar;
-  __device__ T operator()(T a) const { return apply_binary(op, a, scalar); }
+  compute_t<T> scalar;
+  __device__ T operator()(T a) const { return T(apply_binary<compute_t<T>>(op, static_cast<compute_t<T>>(a), scalar)); }
 };
 
 template <typename T>
@@ -218,21 +223,41 @@ __device__ bool apply_compare(CompareOp op, T a, T b) {
 template <typename T>
 struct CompareFn {
   CompareOp op;
-  __device__ bool operator()(T a, T b) const { return apply_compare(op, a, b); }
+  __device__ bool operator()(T a, T b) const {
+    return apply_compare<compute_t<T>>(op, static_cast<compute_t<T>>(a), static_cast<compute_t<T>>(b));
+  }
 };
 
 struct CompareScalarFn {
   CompareOp op;
   double scalar;
   template <typename T>
-  __device__ bool operator()(T a) const { return apply_compare(op, static_cast<double>(a), scalar); }
+  __device__ bool operator()(T a) const { return apply_compare(op, static_cast<double>(static_cast<compute_t<T>>(a)), scalar); }
 };
 
+// Conversions to and from the 16-bit types go through float.
 template <typename Out>
 struct CastFn {
   template <typename In>
-  __device__ Out operator()(In x) const { return static_cast<Out>(x); }
+  __device__ Out operator()(In x) const {
+    if constexpr (is_reduced_v<In> && is_reduced_v<Out>) {
+      return Out(static_cast<float>(x));
+    } else if constexpr (is_reduced_v<In>) {
+      return static_cast<Out>(static_cast<float>(x));
+    } else if constexpr (is_reduced_v<Out>) {
+      return Out(static_cast<float>(x));
+    } else {
+      return static_cast<Out>(x);
+    }
+  }
 };
+
+// value as T (16-bit types through float).
+template <typename T>
+__host__ __device__ T from_double(double value) {
+  if constexpr (is_reduced_v<T>) return T(static_cast<float>(value));
+  else return static_cast<T>(value);
+}
 
 template <typename T>
 __global__ void fill_kernel(T* data, int64_t numel, T value) {
@@ -250,7 +275,7 @@ __global__ void arange_kernel(T* data, int64_t numel, double start, double step)
 
 const char* unary(UnaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand in) {
   if (numel == 0) return nullptr;
-  return dispatch_all(type, [&](auto tag) {
+  return dispatch_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       return "unsupported dtype bool";
@@ -262,7 +287,7 @@ const char* unary(UnaryOp op, ScalarType type, const Geometry& g, int64_t numel,
 
 const char* binary(BinaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a, Operand b) {
   if (numel == 0) return nullptr;
-  return dispatch_all(type, [&](auto tag) {
+  return dispatch_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       return "unsupported dtype bool";
@@ -274,7 +299,7 @@ const char* binary(BinaryOp op, ScalarType type, const Geometry& g, int64_t nume
 
 const char* where_select(ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand condition, Operand a, Operand b) {
   if (numel == 0) return nullptr;
-  return dispatch_all(type, [&](auto tag) {
+  return dispatch_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
     select<T><<<blocks_for(numel), kThreads>>>(g, numel, out, condition, a, b);
     return launch_status();
@@ -284,19 +309,19 @@ const char* where_select(ScalarType type, const Geometry& g, int64_t numel, Oper
 const char* binary_scalar(BinaryOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a,
                           double scalar) {
   if (numel == 0) return nullptr;
-  return dispatch_all(type, [&](auto tag) {
+  return dispatch_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       return "unsupported dtype bool";
     } else {
-      return launch_map1<T, T>(g, numel, out, a, BinaryScalarFn<T>{op, static_cast<T>(scalar)});
+      return launch_map1<T, T>(g, numel, out, a, BinaryScalarFn<T>{op, static_cast<compute_t<T>>(scalar)});
     }
   });
 }
 
 const char* compare(CompareOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a, Operand b) {
   if (numel == 0) return nullptr;
-  return dispatch_all(type, [&](auto tag) {
+  return dispatch_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
     return launch_map2<bool, T>(g, numel, out, a, b, CompareFn<T>{op});
   });
@@ -305,7 +330,7 @@ const char* compare(CompareOp op, ScalarType type, const Geometry& g, int64_t nu
 const char* compare_scalar(CompareOp op, ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand a,
                            double scalar) {
   if (numel == 0) return nullptr;
-  return dispatch_all(type, [&](auto tag) {
+  return dispatch_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
     return launch_map1<bool, T>(g, numel, out, a, CompareScalarFn{op, scalar});
   });
@@ -313,9 +338,9 @@ const char* compare_scalar(CompareOp op, ScalarType type, const Geometry& g, int
 
 const char* cast(ScalarType from, ScalarType to, const Geometry& g, int64_t numel, Operand out, Operand in) {
   if (numel == 0) return nullptr;
-  return dispatch_all(from, [&](auto from_tag) {
+  return dispatch_with_reduced(from, [&](auto from_tag) {
     using In = decltype(from_tag);
-    return dispatch_all(to, [&](auto to_tag) {
+    return dispatch_with_reduced(to, [&](auto to_tag) {
       using Out = decltype(to_tag);
       return launch_map1<Out, In>(g, numel, out, in, CastFn<Out>{});
     });
@@ -324,9 +349,9 @@ const char* cast(ScalarType from, ScalarType to, const Geometry& g, int64_t nume
 
 const char* fill(ScalarType type, void* data, int64_t numel, double value) {
   if (numel == 0) return nullptr;
-  return dispatch_all(type, [&](auto tag) {
+  return dispatch_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
-    fill_kernel<T><<<blocks_for(numel), kThreads>>>(static_cast<T*>(data), numel, static_cast<T>(value));
+    fill_kernel<T><<<blocks_for(numel), kThreads>>>(static_cast<T*>(data), numel, from_double<T>(value));
     return launch_status();
   });
 }

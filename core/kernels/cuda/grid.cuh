@@ -1,9 +1,12 @@
 #pragma once
 // Launch geometry and error reporting shared by the .cu files: grid-stride kernels of kThreads
 // threads per block, and the launch's error as the string the host side turns into flow::Error.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/kernels/cuda/launch.h"
 
@@ -33,9 +36,28 @@ const char* dispatch_all(ScalarType type, F&& f) {
     case ScalarType::kUInt8: return f(uint8_t{});
     case ScalarType::kInt8: return f(int8_t{});
     case ScalarType::kBool: return f(bool{});
+    case ScalarType::kFloat16:
+    case ScalarType::kBFloat16: break;  // dispatch_with_reduced
   }
   return "unsupported dtype";
 }
+
+// dispatch_all plus the 16-bit floating types, for kernels that compute them in float.
+template <typename F>
+const char* dispatch_with_reduced(ScalarType type, F&& f) {
+  switch (type) {
+    case ScalarType::kFloat16: return f(__half{});
+    case ScalarType::kBFloat16: return f(__nv_bfloat16{});
+    default: return dispatch_all(type, std::forward<F>(f));
+  }
+}
+
+template <typename T>
+inline constexpr bool is_reduced_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+// The type T computes in: float for the 16-bit types, T itself otherwise.
+template <typename T>
+using compute_t = std::conditional_t<is_reduced_v<T>, float, T>;
 
 template <typename F>
 const char* dispatch_floating(ScalarType type, F&& f) {
@@ -43,6 +65,15 @@ const char* dispatch_floating(ScalarType type, F&& f) {
     case ScalarType::kFloat32: return f(float{});
     case ScalarType::kFloat64: return f(double{});
     default: return "unsupported dtype";
+  }
+}
+
+template <typename F>
+const char* dispatch_floating_with_reduced(ScalarType type, F&& f) {
+  switch (type) {
+    case ScalarType::kFloat16: return f(__half{});
+    case ScalarType::kBFloat16: return f(__nv_bfloat16{});
+    default: return dispatch_floating(type, std::forward<F>(f));
   }
 }
 

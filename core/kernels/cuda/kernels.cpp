@@ -50,6 +50,8 @@ ScalarType scalar_type(DType dtype, const char* op) {
     case kUInt8: return ScalarType::kUInt8;
     case kInt8: return ScalarType::kInt8;
     case kBool: return ScalarType::kBool;
+    case kFloat16: return ScalarType::kFloat16;
+    case kBFloat16: return ScalarType::kBFloat16;
     default: fail(op, "dtype ", dtype_name(dtype), " is not supported on CUDA");
   }
 }
@@ -203,7 +205,14 @@ void gemm(const Tensor& like, bool transpose_b, int64_t m, int64_t n, int64_t k,
   const cublasOperation_t tb = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int ldb = static_cast<int>(transpose_b ? k : n);
   cublasStatus_t status;
-  if (like.dtype() == kFloat32) {
+  if (like.dtype() == kFloat16 || like.dtype() == kBFloat16) {
+    // 16-bit operands on the tensor cores, accumulated in float32 and rounded once (as the CPU's
+    // bfloat16 products): alpha and beta are float for CUBLAS_COMPUTE_32F.
+    const cudaDataType_t type = like.dtype() == kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
+    const float alpha = 1.0f, beta_f = static_cast<float>(beta);
+    status = cublasGemmEx(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, type, ldb,
+                          a, type, static_cast<int>(k), &beta_f, c, type, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  } else if (like.dtype() == kFloat32) {
     const float alpha = 1.0f, beta_f = static_cast<float>(beta);
     status = cublasSgemm(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
                          static_cast<const float*>(b), ldb, static_cast<const float*>(a), static_cast<int>(k), &beta_f,
@@ -269,13 +278,21 @@ void linear_kernel(KernelContext& ctx) {
   gemm(out, true, rows, out_features, in_features, x.data_ptr(), w.data_ptr(), out.data_ptr(), has_bias ? 1.0 : 0.0, "linear");
 }
 
-const std::vector<DType> kFloating = floating_dtypes();
-const std::vector<DType> kNumeric = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8};
+// The element-wise kernels, casts, fills and products also take float16 and bfloat16 (computed
+// in float, rounded once): a mixed-precision step on CUDA runs in them.
+std::vector<DType> with_reduced(std::vector<DType> dtypes) {
+  dtypes.insert(dtypes.end(), {kFloat16, kBFloat16});
+  return dtypes;
+}
+const std::vector<DType> kFloating = with_reduced(floating_dtypes());
+const std::vector<DType> kNumeric = with_reduced({kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8});
+const std::vector<DType> kAllDtypes = with_reduced(kCudaDtypes);
+const std::vector<DType> kArangeDtypes = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8};
 
-FLOW_REGISTER_KERNEL("copy", DeviceType::kCUDA, kCudaDtypes, copy_kernel);
-FLOW_REGISTER_KERNEL("full", DeviceType::kCUDA, kCudaDtypes, full_kernel);
-FLOW_REGISTER_KERNEL("empty", DeviceType::kCUDA, kCudaDtypes, [](KernelContext&) {});
-FLOW_REGISTER_KERNEL("arange", DeviceType::kCUDA, kNumeric, arange_kernel);
+FLOW_REGISTER_KERNEL("copy", DeviceType::kCUDA, kAllDtypes, copy_kernel);
+FLOW_REGISTER_KERNEL("full", DeviceType::kCUDA, kAllDtypes, full_kernel);
+FLOW_REGISTER_KERNEL("empty", DeviceType::kCUDA, kAllDtypes, [](KernelContext&) {});
+FLOW_REGISTER_KERNEL("arange", DeviceType::kCUDA, kArangeDtypes, arange_kernel);
 FLOW_REGISTER_KERNEL("neg", DeviceType::kCUDA, kNumeric, unary_kernel(UnaryOp::kNeg, "neg"));
 FLOW_REGISTER_KERNEL("abs", DeviceType::kCUDA, kNumeric, unary_kernel(UnaryOp::kAbs, "abs"));
 FLOW_REGISTER_KERNEL("relu", DeviceType::kCUDA, kNumeric, unary_kernel(UnaryOp::kRelu, "relu"));
@@ -306,18 +323,18 @@ FLOW_REGISTER_KERNEL("rsub_scalar", DeviceType::kCUDA, kNumeric, scalar_kernel(B
 FLOW_REGISTER_KERNEL("rdiv_scalar", DeviceType::kCUDA, kFloating, scalar_kernel(BinaryOp::kRdiv, "rdiv_scalar"));
 FLOW_REGISTER_KERNEL("pow_scalar", DeviceType::kCUDA, kFloating, scalar_kernel(BinaryOp::kPow, "pow_scalar"));
 FLOW_REGISTER_KERNEL("rpow_scalar", DeviceType::kCUDA, kFloating, scalar_kernel(BinaryOp::kRpow, "rpow_scalar"));
-FLOW_REGISTER_KERNEL("eq", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kEq, "eq"));
-FLOW_REGISTER_KERNEL("ne", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kNe, "ne"));
-FLOW_REGISTER_KERNEL("lt", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kLt, "lt"));
-FLOW_REGISTER_KERNEL("le", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kLe, "le"));
-FLOW_REGISTER_KERNEL("gt", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kGt, "gt"));
-FLOW_REGISTER_KERNEL("ge", DeviceType::kCUDA, kCudaDtypes, compare_kernel(CompareOp::kGe, "ge"));
-FLOW_REGISTER_KERNEL("eq_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kEq, "eq_scalar"));
-FLOW_REGISTER_KERNEL("ne_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kNe, "ne_scalar"));
-FLOW_REGISTER_KERNEL("lt_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kLt, "lt_scalar"));
-FLOW_REGISTER_KERNEL("le_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kLe, "le_scalar"));
-FLOW_REGISTER_KERNEL("gt_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kGt, "gt_scalar"));
-FLOW_REGISTER_KERNEL("ge_scalar", DeviceType::kCUDA, kCudaDtypes, compare_scalar_kernel(CompareOp::kGe, "ge_scalar"));
+FLOW_REGISTER_KERNEL("eq", DeviceType::kCUDA, kAllDtypes, compare_kernel(CompareOp::kEq, "eq"));
+FLOW_REGISTER_KERNEL("ne", DeviceType::kCUDA, kAllDtypes, compare_kernel(CompareOp::kNe, "ne"));
+FLOW_REGISTER_KERNEL("lt", DeviceType::kCUDA, kAllDtypes, compare_kernel(CompareOp::kLt, "lt"));
+FLOW_REGISTER_KERNEL("le", DeviceType::kCUDA, kAllDtypes, compare_kernel(CompareOp::kLe, "le"));
+FLOW_REGISTER_KERNEL("gt", DeviceType::kCUDA, kAllDtypes, compare_kernel(CompareOp::kGt, "gt"));
+FLOW_REGISTER_KERNEL("ge", DeviceType::kCUDA, kAllDtypes, compare_kernel(CompareOp::kGe, "ge"));
+FLOW_REGISTER_KERNEL("eq_scalar", DeviceType::kCUDA, kAllDtypes, compare_scalar_kernel(CompareOp::kEq, "eq_scalar"));
+FLOW_REGISTER_KERNEL("ne_scalar", DeviceType::kCUDA, kAllDtypes, compare_scalar_kernel(CompareOp::kNe, "ne_scalar"));
+FLOW_REGISTER_KERNEL("lt_scalar", DeviceType::kCUDA, kAllDtypes, compare_scalar_kernel(CompareOp::kLt, "lt_scalar"));
+FLOW_REGISTER_KERNEL("le_scalar", DeviceType::kCUDA, kAllDtypes, compare_scalar_kernel(CompareOp::kLe, "le_scalar"));
+FLOW_REGISTER_KERNEL("gt_scalar", DeviceType::kCUDA, kAllDtypes, compare_scalar_kernel(CompareOp::kGt, "gt_scalar"));
+FLOW_REGISTER_KERNEL("ge_scalar", DeviceType::kCUDA, kAllDtypes, compare_scalar_kernel(CompareOp::kGe, "ge_scalar"));
 FLOW_REGISTER_KERNEL("matmul", DeviceType::kCUDA, kFloating, matmul_kernel);
 FLOW_REGISTER_KERNEL("linear", DeviceType::kCUDA, kFloating, linear_kernel);
 

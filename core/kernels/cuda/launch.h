@@ -7,7 +7,9 @@ namespace flow::cuda {
 
 constexpr int kMaxDims = 8;
 
-enum class ScalarType : int { kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8, kBool };
+// kFloat16 and kBFloat16 (storage types computed in float) are taken by the element-wise kernels,
+// casts, fills, sums and cuBLAS products: what a mixed-precision step runs in 16 bits.
+enum class ScalarType : int { kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8, kBool, kFloat16, kBFloat16 };
 
 // Output shape after merging dims; each operand's strides are in elements (0 where broadcast).
 struct Geometry {

@@ -26,16 +26,16 @@ __global__ void max_pool_kernel(PoolWindow g, const T* in, T* out, int64_t* indi
     const int64_t col_begin = max64(col_start, 0), col_end = min64(col_start + g.kw, g.w);
     const T* src = in + plane * g.h * g.w;
     int64_t best_index = row_begin * g.w + col_begin;
-    T best = src[best_index];
+    compute_t<T> best = static_cast<compute_t<T>>(src[best_index]);  // 16-bit values compare exactly as float
     for (int64_t iy = row_begin; iy < row_end; ++iy) {
       for (int64_t ix = col_begin; ix < col_end; ++ix) {
-        const T v = src[iy * g.w + ix];
+        const compute_t<T> v = static_cast<compute_t<T>>(src[iy * g.w + ix]);
         const bool take = (v > best) || (v != v && best == best);
         best = take ? v : best;
         best_index = take ? iy * g.w + ix : best_index;
       }
     }
-    out[i] = best;
+    out[i] = T(best);
     if (indices != nullptr) indices[i] = best_index;
   }
 }
@@ -58,14 +58,14 @@ __global__ void max_pool_grad_kernel(PoolWindow g, const T* grad, const int64_t*
     const int64_t plane = i / plane_in, flat = i % plane_in, iy = flat / g.w, ix = flat % g.w;
     const CoveringRange rows = covering(iy, g.sh, g.ph, g.kh, g.oh), cols = covering(ix, g.sw, g.pw, g.kw, g.ow);
     const int64_t first = plane * g.oh * g.ow;
-    T total_grad = T(0);
+    compute_t<T> total_grad = 0;  // 16-bit gradients sum in float, rounded once
     for (int64_t y = rows.begin; y < rows.end; ++y) {
       for (int64_t x = cols.begin; x < cols.end; ++x) {
         const int64_t o = first + y * g.ow + x;
-        if (indices[o] == flat) total_grad += grad[o];
+        if (indices[o] == flat) total_grad += static_cast<compute_t<T>>(grad[o]);
       }
     }
-    grad_input[i] = total_grad;
+    grad_input[i] = T(total_grad);
   }
 }
 
@@ -86,7 +86,7 @@ __global__ void statistics_grad_kernel(int64_t n, int64_t c, int64_t s, const T*
 const char* max_pool2d(ScalarType type, const PoolWindow& g, const void* in, void* out, int64_t* indices) {
   const int64_t numel = g.planes * g.oh * g.ow;
   if (numel == 0) return nullptr;
-  return dispatch_floating(type, [&](auto tag) {
+  return dispatch_floating_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
     max_pool_kernel<T><<<blocks_for(numel), kThreads>>>(g, static_cast<const T*>(in), static_cast<T*>(out), indices);
     return launch_status();
@@ -96,7 +96,7 @@ const char* max_pool2d(ScalarType type, const PoolWindow& g, const void* in, voi
 const char* max_pool2d_grad(ScalarType type, const PoolWindow& g, const void* grad, const int64_t* indices, void* grad_input) {
   const int64_t numel = g.planes * g.h * g.w;
   if (numel == 0) return nullptr;
-  return dispatch_floating(type, [&](auto tag) {
+  return dispatch_floating_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
     max_pool_grad_kernel<T><<<blocks_for(numel), kThreads>>>(g, static_cast<const T*>(grad), indices, static_cast<T*>(grad_input));
     return launch_status();

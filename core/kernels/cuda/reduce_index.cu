@@ -212,12 +212,16 @@ const char* dispatch_index(bool index64, F&& f) {
 const char* sum_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, void* out) {
   const int64_t outputs = outer * inner;
   if (outputs == 0) return nullptr;
-  return dispatch_numeric(type, [&](auto tag) {
+  // 16-bit sums accumulate in float and round once.
+  auto run = [&](auto tag) {
     using T = decltype(tag);
-    using Acc = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
+    using Acc = std::conditional_t<std::is_floating_point_v<T> || is_reduced_v<T>, compute_t<T>, int64_t>;
     sum_kernel<T, Acc><<<blocks_for_outputs(outputs), kReduceThreads>>>(outputs, n, inner, static_cast<const T*>(in), static_cast<T*>(out));
     return launch_status();
-  });
+  };
+  if (type == ScalarType::kFloat16) return run(__half{});
+  if (type == ScalarType::kBFloat16) return run(__nv_bfloat16{});
+  return dispatch_numeric(type, run);
 }
 
 const char* argmax_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, int64_t* out) {
