@@ -63,21 +63,11 @@ ConvPrimitives make_primitives(const ConvKey& key) {
                         dnnl::convolution_backward_weights(weights_pd)};
 }
 
-// bfloat16 multiply-adds (AVX512-BF16 pairs, AMX tiles of 32) pay off only on reductions of some
-// length: a convolution summing fewer than this many products per output (input channels per
-// group times the window) runs in float32. On the GPU machine's Xeon the LeNet's 1-channel 3x3
-// convolution took 0.80 ms forward and 1.39 ms backward-weights in bfloat16 (oneDNN 2.6,
-// jit_bf16 and AMX) against 0.46 and 0.44 ms in float32.
-constexpr int64_t kMinBFloat16Reduction = 32;
-
 // The primitives of the configuration; for bfloat16, nullopt where oneDNN has no optimized kernel
-// for one of the three on this CPU, or where the reduction is too short to gain (float32 always
-// has them).
+// for one of the three on this CPU (float32 always has them).
 std::optional<ConvPrimitives>& primitives(const ConvKey& key) {
   return cached_primitives<std::optional<ConvPrimitives>>(key, [](const ConvKey& key) -> std::optional<ConvPrimitives> {
     if (key.type == memory::data_type::f32) return make_primitives(key);
-    const auto window = key.weights.end() - 3;  // (input channels per group, kh, kw)
-    if (window[0] * window[1] * window[2] < kMinBFloat16Reduction) return std::nullopt;
     try {
       ConvPrimitives p = make_primitives(key);
       for (const char* impl : {p.forward.impl_info_str(), p.backward_data.impl_info_str(), p.backward_weights.impl_info_str()}) {
