@@ -81,6 +81,7 @@ TEST(CudaMixedPrecision, ElementwiseOpsComputeInFloatAndRoundOnce) {
     expect_same_bits(da * 0.3, a * 0.3);
     expect_same_bits(flow::gt(da, db), flow::gt(a, b));
     expect_same_bits(flow::where(flow::gt(da, db), da, db), flow::where(flow::gt(a, b), a, b));
+    EXPECT_EQ(flow::argmax(da, 2).cpu().tolist<int64_t>(), flow::argmax(a, 2).tolist<int64_t>());  // a classifier's accuracy
     const flow::OpDef& relu_grad = flow::find_op("relu_grad");
     expect_same_bits(flow::apply(relu_grad, {db.expand({4, 3, 37}).contiguous(), da.expand({4, 3, 37}).contiguous()}).at(0),
                      flow::apply(relu_grad, {b.expand({4, 3, 37}).contiguous(), a.expand({4, 3, 37}).contiguous()}).at(0));
@@ -160,7 +161,7 @@ TEST(CudaMixedPrecision, SixteenBitKernelsAreRegistered) {
 #ifndef FLOW_WITH_CUDA
   GTEST_SKIP() << "built without CUDA";
 #endif
-  for (const char* op : {"copy", "full", "add", "mul", "relu", "relu_grad", "mul_scalar", "gt", "matmul", "linear", "reduce_sum", "conv2d"}) {
+  for (const char* op : {"copy", "full", "add", "mul", "relu", "relu_grad", "mul_scalar", "gt", "matmul", "linear", "reduce_sum", "argmax", "conv2d"}) {
     for (flow::DType dtype : kReduced) EXPECT_NO_THROW(flow::find_op(op).kernel(flow::DeviceType::kCUDA, dtype)) << op;
   }
   // Softmax and the losses run in float32 under autocast.

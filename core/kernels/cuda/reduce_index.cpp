@@ -161,6 +161,7 @@ const std::vector<DType> kReducedFloating = {kFloat16, kBFloat16};
 FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCUDA, kSummable, sum_kernel);
 FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCUDA, kReducedFloating, sum_kernel);
 FLOW_REGISTER_KERNEL("argmax", DeviceType::kCUDA, kSummable, argmax_kernel);
+FLOW_REGISTER_KERNEL("argmax", DeviceType::kCUDA, kReducedFloating, argmax_kernel);
 FLOW_REGISTER_KERNEL("softmax", DeviceType::kCUDA, kFloating, softmax_kernel<false>);
 FLOW_REGISTER_KERNEL("log_softmax", DeviceType::kCUDA, kFloating, softmax_kernel<true>);
 FLOW_REGISTER_KERNEL("gather", DeviceType::kCUDA, kCudaDtypes, gather_kernel);

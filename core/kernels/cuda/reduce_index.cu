@@ -69,16 +69,18 @@ __device__ bool better(T v, int64_t i, T best, int64_t best_index) {
   return v > best || (v == best && i < best_index);
 }
 
+// 16-bit values compare as float (exactly).
 template <typename T>
 __global__ void argmax_kernel(int64_t outputs, int64_t n, int64_t inner, const T* in, int64_t* out) {
-  __shared__ T values[kReduceThreads];
+  using C = compute_t<T>;
+  __shared__ C values[kReduceThreads];
   __shared__ int64_t indices[kReduceThreads];
   for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
     const T* base = in + (o / inner) * n * inner + o % inner;
-    T best = base[0];
+    C best = static_cast<C>(base[0]);
     int64_t best_index = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const T v = base[i * inner];
+      const C v = static_cast<C>(base[i * inner]);
       if (better(v, i, best, best_index)) {
         best = v;
         best_index = i;
@@ -227,11 +229,14 @@ const char* sum_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner,
 const char* argmax_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, int64_t* out) {
   const int64_t outputs = outer * inner;
   if (outputs == 0) return nullptr;
-  return dispatch_numeric(type, [&](auto tag) {
+  auto run = [&](auto tag) {
     using T = decltype(tag);
     argmax_kernel<T><<<blocks_for_outputs(outputs), kReduceThreads>>>(outputs, n, inner, static_cast<const T*>(in), out);
     return launch_status();
-  });
+  };
+  if (type == ScalarType::kFloat16) return run(__half{});
+  if (type == ScalarType::kBFloat16) return run(__nv_bfloat16{});
+  return dispatch_numeric(type, run);
 }
 
 const char* softmax_middle(ScalarType type, bool log_output, int64_t outer, int64_t n, int64_t inner, const void* in, void* out) {
