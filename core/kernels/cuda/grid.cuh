@@ -42,14 +42,18 @@ const char* dispatch_all(ScalarType type, F&& f) {
   return "unsupported dtype";
 }
 
-// dispatch_all plus the 16-bit floating types, for kernels that compute them in float.
+// f(__half{}) or f(__nv_bfloat16{}) for the 16-bit floating types (kernels that compute them in
+// float), dispatch(type, f) for the others.
+template <typename F, typename Dispatch>
+const char* with_reduced(ScalarType type, F&& f, Dispatch&& dispatch) {
+  if (type == ScalarType::kFloat16) return f(__half{});
+  if (type == ScalarType::kBFloat16) return f(__nv_bfloat16{});
+  return dispatch(type, f);
+}
+
 template <typename F>
 const char* dispatch_with_reduced(ScalarType type, F&& f) {
-  switch (type) {
-    case ScalarType::kFloat16: return f(__half{});
-    case ScalarType::kBFloat16: return f(__nv_bfloat16{});
-    default: return dispatch_all(type, std::forward<F>(f));
-  }
+  return with_reduced(type, f, [](ScalarType t, auto& g) { return dispatch_all(t, g); });
 }
 
 template <typename T>
@@ -70,11 +74,7 @@ const char* dispatch_floating(ScalarType type, F&& f) {
 
 template <typename F>
 const char* dispatch_floating_with_reduced(ScalarType type, F&& f) {
-  switch (type) {
-    case ScalarType::kFloat16: return f(__half{});
-    case ScalarType::kBFloat16: return f(__nv_bfloat16{});
-    default: return dispatch_floating(type, std::forward<F>(f));
-  }
+  return with_reduced(type, f, [](ScalarType t, auto& g) { return dispatch_floating(t, g); });
 }
 
 }  // namespace flow::cuda

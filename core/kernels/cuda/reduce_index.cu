@@ -221,9 +221,7 @@ const char* sum_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner,
     sum_kernel<T, Acc><<<blocks_for_outputs(outputs), kReduceThreads>>>(outputs, n, inner, static_cast<const T*>(in), static_cast<T*>(out));
     return launch_status();
   };
-  if (type == ScalarType::kFloat16) return run(__half{});
-  if (type == ScalarType::kBFloat16) return run(__nv_bfloat16{});
-  return dispatch_numeric(type, run);
+  return with_reduced(type, run, [](ScalarType t, auto& f) { return dispatch_numeric(t, f); });
 }
 
 const char* argmax_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, int64_t* out) {
@@ -234,9 +232,7 @@ const char* argmax_middle(ScalarType type, int64_t outer, int64_t n, int64_t inn
     argmax_kernel<T><<<blocks_for_outputs(outputs), kReduceThreads>>>(outputs, n, inner, static_cast<const T*>(in), out);
     return launch_status();
   };
-  if (type == ScalarType::kFloat16) return run(__half{});
-  if (type == ScalarType::kBFloat16) return run(__nv_bfloat16{});
-  return dispatch_numeric(type, run);
+  return with_reduced(type, run, [](ScalarType t, auto& f) { return dispatch_numeric(t, f); });
 }
 
 const char* softmax_middle(ScalarType type, bool log_output, int64_t outer, int64_t n, int64_t inner, const void* in, void* out) {
