@@ -98,3 +98,29 @@ TEST(Autocast, ConvolutionAndItsGradientsMatchFloat32OnRoundedValues) {
   flow::testing::expect_bfloat16_product(x.grad().to(flow::kBFloat16), xr.grad());
   flow::testing::expect_bfloat16_product(w.grad().to(flow::kBFloat16), wr.grad());
 }
+
+// Ungrouped convolutions' weight gradients in bfloat16 (oneDNN's kernels where the CPU multiplies
+// bfloat16: AMX on the LeNet's 32->64 channels, jit_bf16 on one input channel): float32's on the
+// rounded values, with stride, padding and dilation.
+TEST(Autocast, UngroupedConvolutionWeightGradientsMatchFloat32OnRoundedValues) {
+  flow::manual_seed(7);
+  const auto rounded = [](const Tensor& t) { return t.to(flow::kBFloat16).to(flow::kFloat32); };
+  struct Case {
+    std::vector<int64_t> x, w, stride, padding, dilation;
+  };
+  for (const Case& c : {Case{{4, 32, 13, 13}, {64, 32, 3, 3}, {1, 1}, {0, 0}, {1, 1}}, Case{{3, 8, 11, 9}, {5, 8, 3, 2}, {2, 1}, {1, 1}, {1, 2}},
+                        Case{{2, 1, 12, 12}, {16, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}}}) {
+    SCOPED_TRACE(::testing::Message() << flow::Shape(c.x) << " * " << flow::Shape(c.w));
+    Tensor x = flow::randn(flow::Shape(c.x)), w = flow::randn(flow::Shape(c.w)).requires_grad_();
+    Tensor y;
+    {
+      const flow::autocast amp;
+      y = flow::conv2d(x, w, Tensor(), c.stride, c.padding, c.dilation);
+    }
+    const Tensor g = flow::randn(y.shape());
+    flow::sum(y * g).backward();
+    Tensor wr = rounded(w.detach()).requires_grad_();
+    flow::sum(flow::conv2d(rounded(x), wr, Tensor(), c.stride, c.padding, c.dilation) * rounded(g)).backward();
+    flow::testing::expect_bfloat16_product(w.grad().to(flow::kBFloat16), wr.grad());
+  }
+}
