@@ -1,10 +1,12 @@
 // float64 convolution as im2col + BLAS GEMM per image and group (forward, and both gradients
 // via col2im and GEMM). Images are split over the thread pool, each one's GEMM running
-// single-threaded so the split does not oversubscribe.
+// single-threaded so the split does not oversubscribe. float32 weight gradients of convolutions
+// on few input channels take the same route (conv_grad_weight_by_gemm, called by conv_dnnl.cpp).
 #include <cblas.h>
 
 #include <cstring>
 
+#include "core/kernels/cpu/conv_gemm.h"
 #include "core/op.h"
 #include "core/thread_pool.h"
 
@@ -136,7 +138,9 @@ void conv_grad_input_kernel(KernelContext& ctx) {
   });
 }
 
-void conv_grad_weight_kernel(KernelContext& ctx) {
+}  // namespace
+
+void conv_grad_weight_by_gemm(KernelContext& ctx) {
   const Tensor &grad = ctx.inputs[0], &x = ctx.inputs[1];
   Tensor& gw = ctx.outputs[0];
   const ConvGeometry g = geometry(x.shape(), gw.shape(), grad.shape(), ctx.attrs);
@@ -157,9 +161,11 @@ void conv_grad_weight_kernel(KernelContext& ctx) {
   });
 }
 
+namespace {
+
 FLOW_REGISTER_KERNEL("conv2d", DeviceType::kCPU, {kFloat64}, conv_kernel);
 FLOW_REGISTER_KERNEL("conv2d_grad_input", DeviceType::kCPU, {kFloat64}, conv_grad_input_kernel);
-FLOW_REGISTER_KERNEL("conv2d_grad_weight", DeviceType::kCPU, {kFloat64}, conv_grad_weight_kernel);
+FLOW_REGISTER_KERNEL("conv2d_grad_weight", DeviceType::kCPU, {kFloat64}, conv_grad_weight_by_gemm);
 
 }  // namespace
 }  // namespace flow::cpu
