@@ -45,6 +45,15 @@ inline std::optional<memory::data_type> data_type_of(DType dtype) {
   return std::nullopt;
 }
 
+// Whether oneDNN runs its AVX-512 kernels here (brgemm products, 16-channel blocked convolutions).
+inline bool has_avx512_core() {
+  static const bool avx512 = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), wanted = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & wanted) == wanted;
+  }();
+  return avx512;
+}
+
 // oneDNN's reference implementations ("ref:any") are plain loops, slower than widening to float32
 // for flow's float32 kernels: 16-bit floats take oneDNN only where it has optimized kernels.
 inline bool is_reference_implementation(const char* impl_info) { return std::string_view(impl_info).starts_with("ref"); }

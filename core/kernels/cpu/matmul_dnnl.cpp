@@ -54,13 +54,7 @@ const std::optional<Product>& product(const ProductKey& key) {
 }
 
 // oneDNN's brgemm kernels need AVX-512; below it no float32 product is worth a lookup.
-bool has_brgemm() {
-  static const bool avx512 = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), wanted = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    return (isa & wanted) == wanted;
-  }();
-  return avx512;
-}
+bool has_brgemm() { return has_avx512_core(); }
 
 // The product's key when oneDNN could take operands of `operands` into `result`.
 std::optional<ProductKey> key_for(DType operands, DType result, int64_t m, int64_t k, int64_t n, Dims a_strides, Dims b_strides,
