@@ -1,9 +1,10 @@
 #!/bin/sh
 # The benchmark tools' command lines: --help, usage errors (exit status 2, the message naming the
-# argument), and a run; oneflow_lite_run then benchmarks a model export_bench_models wrote.
-# Usage: command_line_test.sh EXPORT_BENCH_MODELS TCP_PINGPONG ONEFLOW_LITE_RUN
+# argument), and a run; oneflow_lite_run then benchmarks a model export_bench_models wrote, and
+# flow_step_profile profiles two Graph steps of the small MLP.
+# Usage: command_line_test.sh EXPORT_BENCH_MODELS TCP_PINGPONG ONEFLOW_LITE_RUN FLOW_STEP_PROFILE
 set -eu
-export_models=$1 pingpong=$2 lite_run=$3
+export_models=$1 pingpong=$2 lite_run=$3 step_profile=$4
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -25,4 +26,10 @@ usage_error --bogus "$pingpong" 10 --bogus
 "$pingpong" 20 | grep -q "over 20 round trips"
 "$export_models" "$work/repository" | grep -q "cnn/1"
 "$lite_run" "$work/repository/cnn/1" --batch 2 --bench 2 --warmup 0 | grep -q "latency over 2 runs"
+usage_error "--case: nope not in" "$step_profile" --case nope
+usage_error "--mode: fast not in" "$step_profile" --mode fast
+"$step_profile" --case mlp_b8 --mode graph --steps 2 --warmup 1 --rows -1 --trace "$work/trace.json" > "$work/profile"
+grep -q "mlp_b8 graph, 1 thread(s)" "$work/profile"
+grep -q "fused_elementwise_inplace" "$work/profile"  # the Graph's fused optimizer updates, by node type
+grep -q "traceEvents" "$work/trace.json"
 echo "bench command lines: ok"
