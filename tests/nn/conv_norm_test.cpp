@@ -100,7 +100,8 @@ TEST(ConvNorm, Float32ConvGradientsMatchFloat64Path) {
   // float32 convolution runs in oneDNN (its weight gradient with under 8 input channels per group
   // in im2col + GEMM, as float64 does), float64 in im2col + GEMM: their gradients must agree.
   flow::manual_seed(24);
-  for (auto [channels, groups] : {std::pair<int64_t, int64_t>{4, 1}, {4, 2}, {1, 1}, {12, 1}, {12, 2}}) {
+  for (const auto& layout : {std::pair<int64_t, int64_t>{4, 1}, {4, 2}, {1, 1}, {12, 1}, {12, 2}}) {
+    const int64_t channels = layout.first, groups = layout.second;  // clang 14: lambdas capture no structured bindings
     SCOPED_TRACE(::testing::Message() << channels << " channels, " << groups << " groups");
     Tensor x64 = flow::randn({3, channels, 9, 8}, flow::kFloat64), w64 = flow::randn({6, channels / groups, 3, 3}, flow::kFloat64);
     Tensor b64 = flow::randn({6}, flow::kFloat64), g64 = flow::randn({3, 6, 5, 8}, flow::kFloat64);
