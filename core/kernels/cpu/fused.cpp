@@ -2,7 +2,6 @@
 // every step runs as its own tight (vectorisable) loop over tile buffers that stay in L1, and
 // only the program's outputs are written to memory.
 #include <algorithm>
-#include <bit>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -170,19 +169,6 @@ void run_step(const CompiledStep<T>& step, const T* a, const T* b, const T* c, T
   }
 }
 
-// dst[i] = src[i] as T. bfloat16 widens by a shift of its bits, written out so that GCC
-// vectorises it (through BFloat16's conversion the loop stayed scalar: an update reading bfloat16
-// gradients ran 1.6x slower than one reading float32).
-template <typename T, typename S>
-void convert_run(const S* __restrict src, int64_t n, T* __restrict dst) {
-  if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<T, float>) {
-    const auto* bits = reinterpret_cast<const uint16_t*>(src);
-    for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16);
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
-  }
-}
-
 // tile[i] = src[((start + i) / inner) % size] converted to T, as contiguous runs: copied where the
 // operand runs along the output (inner == 1), repeated where one operand value covers `inner`
 // outputs.
@@ -192,11 +178,7 @@ void gather_tile(const S* src, const fused::OperandLayout& layout, int64_t start
   for (int64_t i = 0; i < n;) {
     if (layout.inner == 1) {
       const int64_t run = std::min(n - i, layout.size - outer);
-      if constexpr (std::is_same_v<S, T>) {
-        std::copy_n(src + outer, run, tile + i);
-      } else {
-        convert_run(src + outer, run, tile + i);
-      }
+      std::transform(src + outer, src + outer + run, tile + i, [](S v) { return static_cast<T>(v); });
       i += run;
       outer += run;
     } else {
