@@ -20,6 +20,13 @@ struct Group {
   bool open = true;
 };
 
+// Whether every reader of `value` is a member of the group.
+bool only_group_reads(const JobIndex& index, const Group& group, const std::string& value) {
+  const auto& consumers = index.consumers(value);
+  return std::all_of(consumers.begin(), consumers.end(),
+                     [&](int consumer) { return std::binary_search(group.members.begin(), group.members.end(), consumer); });
+}
+
 bool same_layout(const proto::TensorDesc& a, const proto::TensorDesc& b) {
   return std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end()) && a.dtype() == b.dtype() &&
          a.device() == b.device();
@@ -104,11 +111,7 @@ proto::Node fuse(const proto::Job& job, const JobIndex& index, const Group& grou
     const std::string value = value_name(node.name(), 0);
     step_of[value] = static_cast<int>(program.steps.size());
     program.steps.push_back(std::move(step));
-    bool read_outside = false;
-    for (int consumer : index.consumers(value)) {
-      read_outside = read_outside || !std::binary_search(group.members.begin(), group.members.end(), consumer);
-    }
-    if (read_outside) {
+    if (!only_group_reads(index, group, value)) {
       renamed[assign ? value_name(assign->name(), 0) : value] = value_name(fused_node.name(), static_cast<int>(program.outputs.size()));
       program.outputs.push_back(step_of[value]);
       *fused_node.add_outputs() = assign ? assign->outputs(0) : node.outputs(0);
@@ -162,12 +165,8 @@ const proto::Node* absorbable_linear(const proto::Job& job, const JobIndex& inde
       if (producer.op() != "linear" || producer.outputs_size() != 1 || !same_layout(producer.outputs(0), group.desc)) continue;
       const TensorMeta meta = meta_of(group.desc);
       if (!has_kernel("fused_linear", meta)) continue;
-      bool only_group_reads = true;
-      for (int consumer : index.consumers(input)) {
-        only_group_reads = only_group_reads && std::binary_search(group.members.begin(), group.members.end(), consumer);
-      }
       const std::set<std::string> linear_inputs(producer.inputs().begin(), producer.inputs().end());
-      if (only_group_reads && !written_between(job, index.position(producer.name()), group.members.back(), linear_inputs)) return &producer;
+      if (only_group_reads(index, group, input) && !written_between(job, index.position(producer.name()), group.members.back(), linear_inputs)) return &producer;
     }
   }
   return nullptr;
@@ -211,11 +210,9 @@ std::map<std::string, const proto::Node*> absorbable_copies(const proto::Job& jo
     for (const auto& input : job.nodes(position).inputs()) {
       const proto::Node& producer = index.node(parse_value_name(input).first);
       if (group.values.count(input) || copies.count(input) || !widening_copy(producer, index)) continue;
-      bool only_group_reads = true;
-      for (int consumer : index.consumers(input)) {
-        only_group_reads = only_group_reads && std::binary_search(group.members.begin(), group.members.end(), consumer);
+      if (only_group_reads(index, group, input) && !written_between(job, index.position(producer.name()), at, {producer.inputs(0)})) {
+        copies[input] = &producer;
       }
-      if (only_group_reads && !written_between(job, index.position(producer.name()), at, {producer.inputs(0)})) copies[input] = &producer;
     }
   }
   return copies;
