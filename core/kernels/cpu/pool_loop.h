@@ -126,9 +126,9 @@ inline void visit(__m256& best, __m256i& best_offset, __m256 v, __m256i offset) 
 }  // namespace pool_simd
 
 // 2x2 windows of column stride 2 whole inside the plane, 8 at a time: outputs [x0, end) of the
-// row whose windows start at input row `row`. Same values and indices as max_pool_window's scan, which took 2.7-4.6 ms per call of
-// the LeNet pools (64x32x26x26) on the GPU machine's Xeon: a chain of dependent selections per
-// window.
+// row whose windows start at input row `row`. Same values and indices as max_pool_window's scan,
+// which took 2.7-4.6 ms per call of the LeNet pools (64x32x26x26) on the GPU machine's Xeon: a
+// chain of dependent selections per window.
 template <typename T>
 void max_pool_row_2x2(const PoolGeometry& g, const T* src, int64_t row, int64_t x0, int64_t end, T* out_row, int64_t* index_row) {
   using namespace pool_simd;
@@ -153,12 +153,12 @@ void max_pool_row_2x2(const PoolGeometry& g, const T* src, int64_t row, int64_t 
     visit(best, offset, top_right, right);
     visit(best, offset, bottom_left, below);
     visit(best, offset, bottom_right, diagonal);
-    const __m256i index = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(row * g.w + column)), _mm256_add_epi32(lane_columns, offset));
     alignas(32) T best_copy[8];
     alignas(32) int64_t index_copy[8];
     const bool whole = outputs == 8;
     store8(whole ? out : best_copy, best);
     if (indices != nullptr) {
+      const __m256i index = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(row * g.w + column)), _mm256_add_epi32(lane_columns, offset));
       int64_t* index_out = whole ? indices : index_copy;
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(index_out), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(index)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(index_out + 4), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(index, 1)));
