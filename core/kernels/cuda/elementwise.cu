@@ -239,25 +239,16 @@ struct CompareScalarFn {
 template <typename Out>
 struct CastFn {
   template <typename In>
-  __device__ Out operator()(In x) const {
-    if constexpr (is_reduced_v<In> && is_reduced_v<Out>) {
+  __host__ __device__ Out operator()(In x) const {
+    if constexpr (is_reduced_v<Out>) {
       return Out(static_cast<float>(x));
     } else if constexpr (is_reduced_v<In>) {
       return static_cast<Out>(static_cast<float>(x));
-    } else if constexpr (is_reduced_v<Out>) {
-      return Out(static_cast<float>(x));
     } else {
       return static_cast<Out>(x);
     }
   }
 };
-
-// value as T (16-bit types through float).
-template <typename T>
-__host__ __device__ T from_double(double value) {
-  if constexpr (is_reduced_v<T>) return T(static_cast<float>(value));
-  else return static_cast<T>(value);
-}
 
 template <typename T>
 __global__ void fill_kernel(T* data, int64_t numel, T value) {
@@ -351,7 +342,7 @@ const char* fill(ScalarType type, void* data, int64_t numel, double value) {
   if (numel == 0) return nullptr;
   return dispatch_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
-    fill_kernel<T><<<blocks_for(numel), kThreads>>>(static_cast<T*>(data), numel, from_double<T>(value));
+    fill_kernel<T><<<blocks_for(numel), kThreads>>>(static_cast<T*>(data), numel, CastFn<T>{}(value));
     return launch_status();
   });
 }

@@ -10,6 +10,8 @@ namespace flow::cuda {
 
 // The dtypes CUDA kernels take (those scalar_type maps).
 inline const std::vector<DType> kCudaDtypes = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8, kBool};
+// The 16-bit floating dtypes, which the kernels that take them compute in float.
+inline const std::vector<DType> kReducedFloating = {kFloat16, kBFloat16};
 ScalarType scalar_type(DType dtype, const char* op);
 // Turns a launcher's error string into flow::Error naming the op.
 void check(const char* error, const char* op);

@@ -280,14 +280,14 @@ void linear_kernel(KernelContext& ctx) {
 
 // The element-wise kernels, casts, fills and products also take float16 and bfloat16 (computed
 // in float, rounded once): a mixed-precision step on CUDA runs in them.
-std::vector<DType> with_reduced(std::vector<DType> dtypes) {
-  dtypes.insert(dtypes.end(), {kFloat16, kBFloat16});
+std::vector<DType> and_reduced(std::vector<DType> dtypes) {
+  dtypes.insert(dtypes.end(), kReducedFloating.begin(), kReducedFloating.end());
   return dtypes;
 }
-const std::vector<DType> kFloating = with_reduced(floating_dtypes());
-const std::vector<DType> kNumeric = with_reduced({kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8});
-const std::vector<DType> kAllDtypes = with_reduced(kCudaDtypes);
 const std::vector<DType> kArangeDtypes = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8};
+const std::vector<DType> kFloating = and_reduced(floating_dtypes());
+const std::vector<DType> kNumeric = and_reduced(kArangeDtypes);
+const std::vector<DType> kAllDtypes = and_reduced(kCudaDtypes);
 
 FLOW_REGISTER_KERNEL("copy", DeviceType::kCUDA, kAllDtypes, copy_kernel);
 FLOW_REGISTER_KERNEL("full", DeviceType::kCUDA, kAllDtypes, full_kernel);

@@ -156,7 +156,6 @@ void sgd_update_kernel(KernelContext& ctx) {
 
 const std::vector<DType> kFloating = floating_dtypes();
 const std::vector<DType> kSummable = {kFloat32, kFloat64, kInt64, kInt32};
-const std::vector<DType> kReducedFloating = {kFloat16, kBFloat16};
 
 FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCUDA, kSummable, sum_kernel);
 FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCUDA, kReducedFloating, sum_kernel);
