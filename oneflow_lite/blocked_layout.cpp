@@ -18,255 +18,190 @@ namespace {
 using namespace cpu::dnnl_util;
 using Pair = std::vector<int64_t>;
 
-enum class Kind {
-  kConv,
-  kDirectConv,
-  kMatmul,
-  kPool,
-  kMaxPool,
-  kRelu,
-  kAdd,
-  kAlias
-};
+enum class Kind { kConv, kDirectConv, kMatmul, kPool, kMaxPool, kRelu, kAdd, kAlias };
 
-// Where a primitive reads one input: a blocked value's memory or a plain
-// tensor, reordered into the primitive's layout when the two differ.
+// Where a primitive reads one input: a blocked value's memory or a plain tensor, reordered into
+// the primitive's layout when the two differ.
 struct Operand {
   int value = -1;
   bool blocked = false;
-  memory::desc layout; // the value's layout
-  memory::desc wanted; // the primitive's
+  memory::desc layout;  // the value's layout
+  memory::desc wanted;  // the primitive's
   std::optional<dnnl::reorder> reorder;
-  int scratch = -1; // the arena buffer the reorder writes
+  int scratch = -1;  // the arena buffer the reorder writes
 };
 
 struct Kernel {
   Kind kind = Kind::kAlias;
   std::optional<dnnl::primitive> primitive;
-  // Convolution: what the primitive was made from, to remake it with a sum
-  // post-op (sum_into).
+  // Convolution: what the primitive was made from, to remake it with a sum post-op (sum_into).
   std::optional<dnnl::convolution_forward::desc> conv_desc;
   std::vector<Operand> operands;
-  // Convolution and matmul: the weights reordered once (unless already in the
-  // primitive's layout) and the bias as exported; the tensors keep the buffers
-  // those may point into alive.
+  // Convolution and matmul: the weights reordered once (unless already in the primitive's layout)
+  // and the bias as exported; the tensors keep the buffers those may point into alive.
   memory weights, bias;
   Tensor weight_values, bias_values;
   int output = -1;
   TensorMeta out_meta;
   memory::desc out_layout;
-  bool plain_needed =
-      false; // an op's kernel or a model output reads the result
+  bool plain_needed = false;  // an op's kernel or a model output reads the result
   std::optional<dnnl::reorder> to_plain;
-  // Max pooling runs flow's loop over the channel blocks (cpu/pool_loop.h), not
-  // oneDNN's: oneDNN skips NaN and gives the lowest finite value for a window
-  // of -inf where flow propagates NaN and keeps -inf, and it measured 7x slower
-  // here.
+  // Max pooling runs flow's loop over the channel blocks (cpu/pool_loop.h), not oneDNN's: oneDNN
+  // skips NaN and gives the lowest finite value for a window of -inf where flow propagates NaN
+  // and keeps -inf, and it measured 7x slower here.
   cpu::PoolGeometry pool{};
   int block = 0;
-  // Convolutions from nChw8c to nChw8c on AVX2 run flow's direct convolution
-  // (cpu/conv_blocked.h), which applies the ReLU after and the residual sum
-  // itself.
+  // Convolutions from nChw8c to nChw8c on AVX2 run flow's direct convolution (cpu/conv_blocked.h),
+  // which applies the ReLU after and the residual sum itself.
   std::optional<cpu::BlockedConv> direct_conv;
-  // Too little work to be worth a fork-join: created and run on the calling
-  // thread alone.
+  // Too little work to be worth a fork-join: created and run on the calling thread alone.
   bool single_thread = false;
-  // Convolution, matmul, residual add, max pooling: the ReLU that alone reads
-  // the result (or the fused add's, or the one moved from before the pooling),
-  // applied in place by flow's own loop right after the primitive. Not a oneDNN
-  // post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT code) turns NaN into 0,
-  // where flow's relu, like PyTorch's, keeps it.
+  // Convolution, matmul, residual add, max pooling: the ReLU that alone reads the result (or the
+  // fused add's, or the one moved from before the pooling), applied in place by flow's own loop
+  // right after the primitive. Not a oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT
+  // code) turns NaN into 0, where flow's relu, like PyTorch's, keeps it.
   bool relu_after = false;
-  // Convolution: the value whose buffer the result is added onto and written to
-  // (a residual add folded into the convolution as oneDNN's sum post-op); -1
-  // for none.
+  // Convolution: the value whose buffer the result is added onto and written to (a residual add
+  // folded into the convolution as oneDNN's sum post-op); -1 for none.
   int sum_into = -1;
 };
 
-// Below these, splitting a step over threads costs more than it saves (and
-// under machine load a descheduled team member stalls the barrier):
-// multiply-adds of a convolution or linear, elements otherwise. 2^18 measured
-// best of 2^16-2^20 at 2 threads (ResNet-style batch 8: 0.25 -> 0.18 ms from
-// 2^20; batches 1-2 of the CNN and ResNet unchanged).
+// Below these, splitting a step over threads costs more than it saves (and under machine load a
+// descheduled team member stalls the barrier): multiply-adds of a convolution or linear, elements
+// otherwise. 2^18 measured best of 2^16-2^20 at 2 threads (ResNet-style batch 8: 0.25 -> 0.18 ms
+// from 2^20; batches 1-2 of the CNN and ResNet unchanged).
 constexpr int64_t kParallelConvMacs = int64_t{1} << 18;
 constexpr int64_t kParallelElements = kElementwiseGrain;
 
-bool is_small(const std::string &op, const std::vector<TensorMeta> &in,
-              const TensorMeta &out) {
+bool is_small(const std::string& op, const std::vector<TensorMeta>& in, const TensorMeta& out) {
   if (op == "conv2d") {
-    const Shape &w = in[1].shape;
+    const Shape& w = in[1].shape;
     return out.shape.numel() * w[1] * w[2] * w[3] < kParallelConvMacs;
   }
-  if (op == "linear" || op == "fused_linear")
-    return out.shape.numel() * in[1].shape[1] < kParallelConvMacs;
-  return std::max(in.empty() ? 0 : in[0].shape.numel(), out.shape.numel()) <
-         kParallelElements;
+  if (op == "linear" || op == "fused_linear") return out.shape.numel() * in[1].shape[1] < kParallelConvMacs;
+  return std::max(in.empty() ? 0 : in[0].shape.numel(), out.shape.numel()) < kParallelElements;
 }
 
-Dims dims_of(const Shape &shape) { return Dims(shape.begin(), shape.end()); }
+Dims dims_of(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
 
-bool is_cpu_float_4d(const TensorMeta &meta) {
-  return meta.dtype == kFloat32 && meta.device.type == DeviceType::kCPU &&
-         meta.shape.size() == 4 && meta.shape.numel() > 0;
+bool is_cpu_float_4d(const TensorMeta& meta) {
+  return meta.dtype == kFloat32 && meta.device.type == DeviceType::kCPU && meta.shape.size() == 4 && meta.shape.numel() > 0;
 }
 
-// Whether a step is a residual add: an add, or a fused_elementwise program a +
-// b or relu(a + b), of two operands of the result's shape. Returns whether a
-// ReLU follows the sum.
-std::optional<bool> residual_add(const std::string &name, const Attrs &attrs,
-                                 const std::vector<TensorMeta> &in,
-                                 const TensorMeta &out) {
-  if ((name != "add" && name != "fused_elementwise") || in.size() != 2)
-    return std::nullopt;
-  for (const TensorMeta &meta : in) {
-    if (!is_cpu_float_4d(meta) || !(meta.shape == out.shape))
-      return std::nullopt;
+// Whether a step is a residual add: an add, or a fused_elementwise program a + b or relu(a + b),
+// of two operands of the result's shape. Returns whether a ReLU follows the sum.
+std::optional<bool> residual_add(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in, const TensorMeta& out) {
+  if ((name != "add" && name != "fused_elementwise") || in.size() != 2) return std::nullopt;
+  for (const TensorMeta& meta : in) {
+    if (!is_cpu_float_4d(meta) || !(meta.shape == out.shape)) return std::nullopt;
   }
-  if (name == "add")
-    return false;
-  if (attrs.has("destinations"))
-    return std::nullopt;
-  const fused::Program program =
-      fused::decode(attrs.get<std::string>("program"));
-  const auto &steps = program.steps;
-  if (steps.empty() || steps.size() > 2 || steps[0].op != "add" ||
-      steps[0].args != std::vector<int>{0, 1} ||
-      !steps[0].attrs.values().empty()) {
+  if (name == "add") return false;
+  if (attrs.has("destinations")) return std::nullopt;
+  const fused::Program program = fused::decode(attrs.get<std::string>("program"));
+  const auto& steps = program.steps;
+  if (steps.empty() || steps.size() > 2 || steps[0].op != "add" || steps[0].args != std::vector<int>{0, 1} || !steps[0].attrs.values().empty()) {
     return std::nullopt;
   }
   const bool relu = steps.size() == 2;
-  if (relu && (steps[1].op != "relu" ||
-               steps[1].args != std::vector<int>{fused::step_arg(0)} ||
-               !steps[1].attrs.values().empty()))
-    return std::nullopt;
-  if (program.outputs != std::vector<int>{static_cast<int>(steps.size()) - 1})
-    return std::nullopt;
+  if (relu && (steps[1].op != "relu" || steps[1].args != std::vector<int>{fused::step_arg(0)} || !steps[1].attrs.values().empty())) return std::nullopt;
+  if (program.outputs != std::vector<int>{static_cast<int>(steps.size()) - 1}) return std::nullopt;
   return relu;
 }
 
-// Linears of 2 to this many rows run as a oneDNN matmul on weights packed once:
-// OpenBLAS packs the weight matrix again on every call, which dominates few-row
-// products. Measured, 1 thread, x @ W^T with W 512x784: 8 rows 135 us packed vs
-// 166 OpenBLAS, 2 rows 70 vs 150; from 32 rows on OpenBLAS is faster (436 vs
-// 385 us). One row stays on flow's GEMV, as fast as either.
+// Linears of 2 to this many rows run as a oneDNN matmul on weights packed once: OpenBLAS packs the
+// weight matrix again on every call, which dominates few-row products. Measured, 1 thread, x @ W^T
+// with W 512x784: 8 rows 135 us packed vs 166 OpenBLAS, 2 rows 70 vs 150; from 32 rows on
+// OpenBLAS is faster (436 vs 385 us). One row stays on flow's GEMV, as fast as either.
 constexpr int64_t kMaxPackedLinearRows = 16;
 
-// Whether a linear step (or a fused_linear whose program is relu of the product
-// alone, the fusion pass's Linear + ReLU) runs as a packed matmul: float32 on
-// the CPU, a 2-d input of a few rows, and constant contiguous weights and bias.
-// Returns whether a ReLU follows the product.
-std::optional<bool>
-packed_linear(const std::string &name, const Attrs &attrs,
-              const std::vector<TensorMeta> &in, const std::vector<int> &ids,
-              const std::vector<const Tensor *> &constant_of) {
+// Whether a linear step (or a fused_linear whose program is relu of the product alone, the fusion
+// pass's Linear + ReLU) runs as a packed matmul: float32 on the CPU, a 2-d input of a few rows,
+// and constant contiguous weights and bias. Returns whether a ReLU follows the product.
+std::optional<bool> packed_linear(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in,
+                                  const std::vector<int>& ids, const std::vector<const Tensor*>& constant_of) {
   bool relu = false;
   size_t linear_inputs = in.size();
   if (name == "fused_linear") {
     linear_inputs = static_cast<size_t>(attrs.get<int64_t>("linear_inputs"));
-    const fused::Program program =
-        fused::decode(attrs.get<std::string>("program"));
-    if (linear_inputs != in.size() || program.steps.size() != 1 ||
-        program.steps[0].op != "relu" ||
-        program.steps[0].args != std::vector<int>{0} ||
-        !program.steps[0].attrs.values().empty() ||
-        program.outputs != std::vector<int>{0}) {
+    const fused::Program program = fused::decode(attrs.get<std::string>("program"));
+    if (linear_inputs != in.size() || program.steps.size() != 1 || program.steps[0].op != "relu" ||
+        program.steps[0].args != std::vector<int>{0} || !program.steps[0].attrs.values().empty() || program.outputs != std::vector<int>{0}) {
       return std::nullopt;
     }
     relu = true;
   } else if (name != "linear") {
     return std::nullopt;
   }
-  const TensorMeta &x = in[0];
-  if (x.dtype != kFloat32 || x.device.type != DeviceType::kCPU ||
-      x.shape.size() != 2 || x.shape[0] < 2 ||
-      x.shape[0] > kMaxPackedLinearRows || x.shape[1] == 0 ||
-      in[1].shape[0] == 0) {
+  const TensorMeta& x = in[0];
+  if (x.dtype != kFloat32 || x.device.type != DeviceType::kCPU || x.shape.size() != 2 || x.shape[0] < 2 ||
+      x.shape[0] > kMaxPackedLinearRows || x.shape[1] == 0 || in[1].shape[0] == 0) {
     return std::nullopt;
   }
   for (size_t i = 1; i < linear_inputs; ++i) {
-    if (!constant_of[ids[i]] || !constant_of[ids[i]]->is_contiguous() ||
-        in[i].dtype != kFloat32)
-      return std::nullopt;
+    if (!constant_of[ids[i]] || !constant_of[ids[i]]->is_contiguous() || in[i].dtype != kFloat32) return std::nullopt;
   }
   return relu;
 }
 
 // The 4-d layout nChw<block>c (block 1: plain NCHW).
-memory::desc channel_blocked(const Dims &dims, int block) {
-  const auto tag = block == 1   ? memory::format_tag::abcd
-                   : block == 8 ? memory::format_tag::aBcd8b
-                                : memory::format_tag::aBcd16b;
+memory::desc channel_blocked(const Dims& dims, int block) {
+  const auto tag = block == 1 ? memory::format_tag::abcd : block == 8 ? memory::format_tag::aBcd8b : memory::format_tag::aBcd16b;
   return memory::desc(dims, memory::data_type::f32, tag);
 }
 
-// The channel block of a 4-d layout nChw<block>c (1: plain NCHW); 0 for any
-// other layout.
-int channel_block(const memory::desc &layout) {
+// The channel block of a 4-d layout nChw<block>c (1: plain NCHW); 0 for any other layout.
+int channel_block(const memory::desc& layout) {
   for (int block : {1, 8, 16}) {
-    if (layout == channel_blocked(layout.dims(), block))
-      return block;
+    if (layout == channel_blocked(layout.dims(), block)) return block;
   }
   return 0;
 }
 
-// A plain operand as the primitive reads it: a value an op's kernel made may be
-// a strided view.
-Tensor &contiguous(Tensor &value) {
-  if (!value.is_contiguous())
-    value = value.contiguous();
+// A plain operand as the primitive reads it: a value an op's kernel made may be a strided view.
+Tensor& contiguous(Tensor& value) {
+  if (!value.is_contiguous()) value = value.contiguous();
   return value;
 }
 
-} // namespace
+}  // namespace
 
 struct BlockedLayouts::Impl {
-  std::vector<std::unique_ptr<Kernel>>
-      kernels;                   // by step; null: the op's kernel runs it
-  std::vector<TensorMeta> metas; // by value
-  std::vector<int> slot_of;      // by value: its arena buffer, -1 when plain
+  std::vector<std::unique_ptr<Kernel>> kernels;  // by step; null: the op's kernel runs it
+  std::vector<TensorMeta> metas;                 // by value
+  std::vector<int> slot_of;                      // by value: its arena buffer, -1 when plain
   std::vector<size_t> slot_bytes;
   std::vector<size_t> scratch_bytes;
   int64_t blocked_steps = 0;
 };
 
 class BlockedArena {
-public:
+ public:
   std::vector<memory> slots;
-  std::vector<memory> values; // by value id; blocked values only
+  std::vector<memory> values;  // by value id; blocked values only
   std::vector<memory> scratch;
 };
 
-void BlockedArenaDeleter::operator()(BlockedArena *arena) const {
-  delete arena;
-}
+void BlockedArenaDeleter::operator()(BlockedArena* arena) const { delete arena; }
 
 namespace {
 
-Operand make_operand(int value, const memory::desc &layout, bool blocked,
-                     const memory::desc &wanted,
-                     std::vector<size_t> &scratch_bytes) {
+Operand make_operand(int value, const memory::desc& layout, bool blocked, const memory::desc& wanted, std::vector<size_t>& scratch_bytes) {
   Operand operand{value, blocked, layout, wanted, std::nullopt, -1};
   if (!(layout == wanted)) {
-    operand.reorder.emplace(dnnl::reorder::primitive_desc(
-        engine(), layout, engine(), wanted, user_scratchpad()));
+    operand.reorder.emplace(dnnl::reorder::primitive_desc(engine(), layout, engine(), wanted, user_scratchpad()));
     operand.scratch = static_cast<int>(scratch_bytes.size());
     scratch_bytes.push_back(wanted.get_size());
   }
   return operand;
 }
 
-// The constant weights (input 1) reordered once from `weight_plain` into the
-// primitive's layout, and the bias (input 2, when `bias_desc` is set) used as
-// exported.
-void bind_parameters(Kernel &kernel, const memory::desc &weight_plain,
-                     const memory::desc &weight_wanted,
-                     const memory::desc &bias_desc, const std::vector<int> &in,
-                     const std::vector<const Tensor *> &constant_of) {
+// The constant weights (input 1) reordered once from `weight_plain` into the primitive's layout,
+// and the bias (input 2, when `bias_desc` is set) used as exported.
+void bind_parameters(Kernel& kernel, const memory::desc& weight_plain, const memory::desc& weight_wanted, const memory::desc& bias_desc,
+                     const std::vector<int>& in, const std::vector<const Tensor*>& constant_of) {
   dnnl::stream stream(engine());
   kernel.weight_values = *constant_of[in[1]];
-  kernel.weights = bind_memory(weight_plain, kernel.weight_values.data_ptr(),
-                               weight_wanted, stream, true)
-                       .inner;
+  kernel.weights = bind_memory(weight_plain, kernel.weight_values.data_ptr(), weight_wanted, stream, true).inner;
   stream.wait();
   if (!bias_desc.is_zero()) {
     kernel.bias_values = *constant_of[in[2]];
@@ -274,116 +209,86 @@ void bind_parameters(Kernel &kernel, const memory::desc &weight_plain,
   }
 }
 
-} // namespace
+}  // namespace
 
-std::shared_ptr<const BlockedLayouts>
-BlockedLayouts::plan(const std::vector<LayoutStep> &steps,
-                     const std::vector<TensorMeta> &metas,
-                     const std::vector<std::pair<int, Tensor>> &constants,
-                     const std::vector<int> &model_outputs) {
-  // oneDNN fixes a primitive's threads when it is created: those of the calling
-  // thread.
+std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
+                                                           const std::vector<std::pair<int, Tensor>>& constants,
+                                                           const std::vector<int>& model_outputs) {
+  // oneDNN fixes a primitive's threads when it is created: those of the calling thread.
   sync_openmp_threads();
   auto impl = std::make_unique<Impl>();
   impl->metas = metas;
   impl->kernels.resize(steps.size());
   const size_t num_values = metas.size();
-  std::vector<const Tensor *> constant_of(num_values, nullptr);
-  for (const auto &[id, weight] : constants)
-    constant_of[id] = &weight;
+  std::vector<const Tensor*> constant_of(num_values, nullptr);
+  for (const auto& [id, weight] : constants) constant_of[id] = &weight;
   std::vector<std::vector<size_t>> readers(num_values);
   std::vector<int> producer(num_values, -1);
   for (size_t s = 0; s < steps.size(); ++s) {
-    for (int id : *steps[s].inputs)
-      readers[id].push_back(s);
-    for (int id : *steps[s].outputs)
-      producer[id] = static_cast<int>(s);
+    for (int id : *steps[s].inputs) readers[id].push_back(s);
+    for (int id : *steps[s].outputs) producer[id] = static_cast<int>(s);
   }
   std::vector<bool> is_model_output(num_values, false);
-  for (int id : model_outputs)
-    is_model_output[id] = true;
+  for (int id : model_outputs) is_model_output[id] = true;
 
-  std::vector<memory::desc> layouts(num_values); // zero: plain
+  std::vector<memory::desc> layouts(num_values);  // zero: plain
   std::vector<bool> blocked(num_values, false);
   std::vector<bool> fused_relu_step(steps.size(), false);
-  auto operand = [&](int value, const memory::desc &wanted) {
-    return make_operand(value,
-                        blocked[value] ? layouts[value]
-                                       : plain(dims_of(metas[value].shape)),
-                        blocked[value], wanted, impl->scratch_bytes);
+  auto operand = [&](int value, const memory::desc& wanted) {
+    return make_operand(value, blocked[value] ? layouts[value] : plain(dims_of(metas[value].shape)), blocked[value], wanted, impl->scratch_bytes);
   };
-  // Takes the ReLU a convolution applies after itself (relu_after) away from it
-  // when that ReLU's result is `value` and a max pooling alone reads it. The
-  // maximum of a window of ReLU outputs is the ReLU of its maximum, NaN
-  // (propagated by both) and -inf (0 either way) included, so the pooling
-  // applies it to its own, smaller result instead: one pass over the
-  // convolution's output fewer.
+  // Takes the ReLU a convolution applies after itself (relu_after) away from it when that ReLU's
+  // result is `value` and a max pooling alone reads it. The maximum of a window of ReLU outputs is
+  // the ReLU of its maximum, NaN (propagated by both) and -inf (0 either way) included, so the
+  // pooling applies it to its own, smaller result instead: one pass over the convolution's output
+  // fewer.
   auto take_relu_before_pooling = [&](int value) {
     const int relu_step = producer[value];
-    if (relu_step < 0 || !fused_relu_step[relu_step] ||
-        readers[value].size() != 1 || is_model_output[value])
-      return false;
-    Kernel *conv =
-        impl->kernels[producer[steps[relu_step].inputs->front()]].get();
-    if (!conv || !conv->relu_after)
-      return false;
+    if (relu_step < 0 || !fused_relu_step[relu_step] || readers[value].size() != 1 || is_model_output[value]) return false;
+    Kernel* conv = impl->kernels[producer[steps[relu_step].inputs->front()]].get();
+    if (!conv || !conv->relu_after) return false;
     conv->relu_after = false;
     return true;
   };
-  // A residual add of a convolution's result read by nothing else and of
-  // another value that is ready before that convolution, in its output layout
-  // and read by nothing after it: the convolution adds its result onto the
-  // other value's buffer (oneDNN's sum post-op; then the add's ReLU, if any, as
-  // relu_after) and the add is that buffer: one pass over memory fewer. Returns
-  // the convolution's result, or -1 when neither operand qualifies.
-  auto sum_into_convolution = [&](size_t s, const std::vector<int> &in,
-                                  bool relu) {
+  // A residual add of a convolution's result read by nothing else and of another value that is
+  // ready before that convolution, in its output layout and read by nothing after it: the
+  // convolution adds its result onto the other value's buffer (oneDNN's sum post-op; then the
+  // add's ReLU, if any, as relu_after) and the add is that buffer: one pass over memory fewer.
+  // Returns the convolution's result, or -1 when neither operand qualifies.
+  auto sum_into_convolution = [&](size_t s, const std::vector<int>& in, bool relu) {
     for (int k : {0, 1}) {
       const int result = in[k], other = in[1 - k];
       const int conv_step = producer[result];
-      Kernel *conv = conv_step < 0 ? nullptr : impl->kernels[conv_step].get();
-      if (!conv ||
-          (conv->kind != Kind::kConv && conv->kind != Kind::kDirectConv) ||
-          conv->relu_after || readers[result].size() != 1 ||
+      Kernel* conv = conv_step < 0 ? nullptr : impl->kernels[conv_step].get();
+      if (!conv || (conv->kind != Kind::kConv && conv->kind != Kind::kDirectConv) || conv->relu_after || readers[result].size() != 1 ||
           is_model_output[result]) {
         continue;
       }
-      if (!blocked[other] || is_model_output[other] ||
-          !(layouts[other] == conv->out_layout) || producer[other] >= conv_step)
-        continue;
-      const std::vector<size_t> &other_readers = readers[other];
-      if (std::any_of(other_readers.begin(), other_readers.end(),
-                      [&](size_t r) {
-                        return r != s && static_cast<int>(r) >= conv_step;
-                      })) {
+      if (!blocked[other] || is_model_output[other] || !(layouts[other] == conv->out_layout) || producer[other] >= conv_step) continue;
+      const std::vector<size_t>& other_readers = readers[other];
+      if (std::any_of(other_readers.begin(), other_readers.end(), [&](size_t r) { return r != s && static_cast<int>(r) >= conv_step; })) {
         continue;
       }
-      if (conv->kind == Kind::kDirectConv) {
+      if (conv->kind == Kind::kDirectConv) {  // accumulates onto the buffer itself
         conv->sum_into = other;
         conv->relu_after = relu;
         return result;
       }
       // Remade with the thread count it was made with.
       std::optional<ThreadCapScope> cap;
-      if (conv->single_thread)
-        cap.emplace(1);
+      if (conv->single_thread) cap.emplace(1);
       dnnl::post_ops sum;
       sum.append_sum(1.f);
       dnnl::primitive_attr attr = user_scratchpad();
       attr.set_post_ops(sum);
       try {
-        dnnl::convolution_forward::primitive_desc pd(*conv->conv_desc, attr,
-                                                     engine());
-        if (!(pd.src_desc() == conv->operands[0].wanted) ||
-            !(pd.weights_desc() == conv->weights.get_desc()) ||
-            !(pd.dst_desc() == conv->out_layout)) {
+        dnnl::convolution_forward::primitive_desc pd(*conv->conv_desc, attr, engine());
+        if (!(pd.src_desc() == conv->operands[0].wanted) || !(pd.weights_desc() == conv->weights.get_desc()) || !(pd.dst_desc() == conv->out_layout)) {
           continue;
         }
         conv->primitive.emplace(dnnl::convolution_forward(pd));
-      } catch (const dnnl::error &e) {
-        VLOG(1) << "oneflow_lite: a residual add stays a separate step: oneDNN "
-                   "refuses the convolution with a sum post-op ("
-                << e.what() << ")";
+      } catch (const dnnl::error& e) {
+        VLOG(1) << "oneflow_lite: a residual add stays a separate step: oneDNN refuses the convolution with a sum post-op (" << e.what() << ")";
         continue;
       }
       conv->sum_into = other;
@@ -394,192 +299,120 @@ BlockedLayouts::plan(const std::vector<LayoutStep> &steps,
   };
 
   for (size_t s = 0; s < steps.size(); ++s) {
-    const LayoutStep &step = steps[s];
-    const std::string &name = step.op->name;
-    if (step.outputs->size() != 1)
-      continue;
+    const LayoutStep& step = steps[s];
+    const std::string& name = step.op->name;
+    if (step.outputs->size() != 1) continue;
     const int out = step.outputs->front();
-    const TensorMeta &out_meta = metas[out];
-    const std::vector<int> &in = *step.inputs;
+    const TensorMeta& out_meta = metas[out];
+    const std::vector<int>& in = *step.inputs;
     std::vector<TensorMeta> in_metas;
-    for (int id : in)
-      in_metas.push_back(metas[id]);
+    for (int id : in) in_metas.push_back(metas[id]);
     auto kernel = std::make_unique<Kernel>();
     kernel->output = out;
     kernel->out_meta = out_meta;
     kernel->single_thread = is_small(name, in_metas, out_meta);
     std::optional<ThreadCapScope> cap;
-    if (kernel->single_thread)
-      cap.emplace(1);
+    if (kernel->single_thread) cap.emplace(1);
     try {
       if (fused_relu_step[s]) {
         kernel->kind = Kind::kAlias;
         kernel->out_layout = layouts[in[0]];
       } else if (name == "conv2d") {
-        if (!is_cpu_float_4d(in_metas[0]) || !is_cpu_float_4d(out_meta) ||
-            !constant_of[in[1]] || !constant_of[in[1]]->is_contiguous() ||
-            (in.size() == 3 &&
-             !(constant_of[in[2]] && constant_of[in[2]]->is_contiguous()))) {
+        if (!is_cpu_float_4d(in_metas[0]) || !is_cpu_float_4d(out_meta) || !constant_of[in[1]] || !constant_of[in[1]]->is_contiguous() ||
+            (in.size() == 3 && !(constant_of[in[2]] && constant_of[in[2]]->is_contiguous()))) {
           continue;
         }
-        const Attrs &attrs = *step.attrs;
-        const Pair &stride = attrs.get<Pair>("stride"),
-                   &padding = attrs.get<Pair>("padding"),
-                   &dilation = attrs.get<Pair>("dilation");
+        const Attrs& attrs = *step.attrs;
+        const Pair &stride = attrs.get<Pair>("stride"), &padding = attrs.get<Pair>("padding"), &dilation = attrs.get<Pair>("dilation");
         const int64_t groups = attrs.get<int64_t>("groups");
-        const Shape &w = in_metas[1].shape;
-        const Dims weight_dims =
-            groups == 1 ? Dims{w[0], w[1], w[2], w[3]}
-                        : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
-        // A ReLU that alone reads the result is applied right after the
-        // convolution (relu_after).
-        const std::vector<size_t> &next = readers[out];
-        const bool relu = next.size() == 1 && !is_model_output[out] &&
-                          steps[next[0]].op->name == "relu";
+        const Shape& w = in_metas[1].shape;
+        const Dims weight_dims = groups == 1 ? Dims{w[0], w[1], w[2], w[3]} : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
+        // A ReLU that alone reads the result is applied right after the convolution (relu_after).
+        const std::vector<size_t>& next = readers[out];
+        const bool relu = next.size() == 1 && !is_model_output[out] && steps[next[0]].op->name == "relu";
         const bool has_bias = in.size() == 3;
-        dnnl::convolution_forward::desc desc(
-            dnnl::prop_kind::forward_inference,
-            dnnl::algorithm::convolution_direct,
-            any(dims_of(in_metas[0].shape)), any(weight_dims),
-            has_bias ? any({out_meta.shape[1]}) : memory::desc(),
-            any(dims_of(out_meta.shape)), {stride[0], stride[1]},
-            {dilation[0] - 1, dilation[1] - 1}, {padding[0], padding[1]},
-            {padding[0], padding[1]});
-        dnnl::convolution_forward::primitive_desc pd(desc, user_scratchpad(),
-                                                     engine());
-        const Shape &x = in_metas[0].shape;
-        const cpu::BlockedConvShape direct{x[0],
-                                           x[1],
-                                           x[2],
-                                           x[3],
-                                           out_meta.shape[1],
-                                           out_meta.shape[2],
-                                           out_meta.shape[3],
-                                           w[2],
-                                           w[3],
-                                           stride[0],
-                                           stride[1],
-                                           padding[0],
-                                           padding[1]};
-        // Where oneDNN chose nChw8c in and out (AVX2) and the shape suits
-        // flow's direct convolution, that runs instead: measured faster on 8-16
-        // channels, as fast on 32 -> 64 (docs/performance.md).
-        if (groups == 1 && dilation == Pair{1, 1} && !has_avx512_core() &&
-            cpu::BlockedConv::supports(direct) &&
-            pd.src_desc() == channel_blocked(dims_of(x), 8) &&
-            pd.dst_desc() == channel_blocked(dims_of(out_meta.shape), 8)) {
+        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(dims_of(in_metas[0].shape)),
+                                             any(weight_dims), has_bias ? any({out_meta.shape[1]}) : memory::desc(), any(dims_of(out_meta.shape)),
+                                             {stride[0], stride[1]}, {dilation[0] - 1, dilation[1] - 1}, {padding[0], padding[1]},
+                                             {padding[0], padding[1]});
+        dnnl::convolution_forward::primitive_desc pd(desc, user_scratchpad(), engine());
+        const Shape& x = in_metas[0].shape;
+        const cpu::BlockedConvShape direct{x[0], x[1], x[2], x[3], out_meta.shape[1], out_meta.shape[2], out_meta.shape[3],
+                                           w[2], w[3], stride[0], stride[1], padding[0], padding[1]};
+        // Where oneDNN chose nChw8c in and out (AVX2) and the shape suits flow's direct convolution,
+        // that runs instead: 0.55-0.8 of oneDNN's time on 8-16 channels, 0.9 on 32 -> 64 (docs/performance.md).
+        if (groups == 1 && dilation == Pair{1, 1} && !has_avx512_core() && cpu::BlockedConv::supports(direct) &&
+            pd.src_desc() == channel_blocked(dims_of(x), 8) && pd.dst_desc() == channel_blocked(dims_of(out_meta.shape), 8)) {
           kernel->kind = Kind::kDirectConv;
-          kernel->direct_conv.emplace(
-              direct, constant_of[in[1]]->data_ptr<float>(),
-              has_bias ? constant_of[in[2]]->data_ptr<float>() : nullptr);
+          kernel->direct_conv.emplace(direct, constant_of[in[1]]->data_ptr<float>(), has_bias ? constant_of[in[2]]->data_ptr<float>() : nullptr);
           kernel->operands.push_back(operand(in[0], pd.src_desc()));
           kernel->out_layout = pd.dst_desc();
-          kernel->relu_after = relu;
-          if (relu)
-            fused_relu_step[next[0]] = true;
-          layouts[out] = kernel->out_layout;
-          blocked[out] = true;
-          impl->kernels[s] = std::move(kernel);
-          ++impl->blocked_steps;
-          continue;
+        } else {
+          kernel->kind = Kind::kConv;
+          kernel->conv_desc.emplace(desc);
+          kernel->primitive.emplace(dnnl::convolution_forward(pd));
+          kernel->operands.push_back(operand(in[0], pd.src_desc()));
+          bind_parameters(*kernel, plain(weight_dims), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
+          kernel->out_layout = pd.dst_desc();
         }
-        kernel->kind = Kind::kConv;
-        kernel->conv_desc.emplace(desc);
-        kernel->primitive.emplace(dnnl::convolution_forward(pd));
-        kernel->operands.push_back(operand(in[0], pd.src_desc()));
-        bind_parameters(*kernel, plain(weight_dims), pd.weights_desc(),
-                        has_bias ? pd.bias_desc() : memory::desc(), in,
-                        constant_of);
-        kernel->out_layout = pd.dst_desc();
         kernel->relu_after = relu;
-        if (relu)
-          fused_relu_step[next[0]] = true;
-      } else if (const std::optional<bool> relu = packed_linear(
-                     name, *step.attrs, in_metas, in, constant_of)) {
-        const int64_t rows = in_metas[0].shape[0],
-                      in_features = in_metas[0].shape[1],
-                      out_features = in_metas[1].shape[0];
+        if (relu) fused_relu_step[next[0]] = true;
+      } else if (const std::optional<bool> relu = packed_linear(name, *step.attrs, in_metas, in, constant_of)) {
+        const int64_t rows = in_metas[0].shape[0], in_features = in_metas[0].shape[1], out_features = in_metas[1].shape[0];
         const bool has_bias = in.size() == 3;
-        // x (rows, in) @ W^T: the (out, in) row-major weight is the (in, out)
-        // matrix in layout "ba".
-        const memory::desc weight_plain({in_features, out_features},
-                                        memory::data_type::f32,
-                                        memory::format_tag::ba);
-        dnnl::matmul::desc desc(
-            plain({rows, in_features}), any({in_features, out_features}),
-            has_bias ? plain({1, out_features}) : memory::desc(),
-            plain({rows, out_features}));
+        // x (rows, in) @ W^T: the (out, in) row-major weight is the (in, out) matrix in layout "ba".
+        const memory::desc weight_plain({in_features, out_features}, memory::data_type::f32, memory::format_tag::ba);
+        dnnl::matmul::desc desc(plain({rows, in_features}), any({in_features, out_features}),
+                                has_bias ? plain({1, out_features}) : memory::desc(), plain({rows, out_features}));
         dnnl::matmul::primitive_desc pd(desc, user_scratchpad(), engine());
         kernel->kind = Kind::kMatmul;
         kernel->relu_after = *relu;
         kernel->primitive.emplace(dnnl::matmul(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
-        bind_parameters(*kernel, weight_plain, pd.weights_desc(),
-                        has_bias ? pd.bias_desc() : memory::desc(), in,
-                        constant_of);
+        bind_parameters(*kernel, weight_plain, pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
         kernel->out_layout = pd.dst_desc();
       } else if (name == "max_pool2d_inference") {
-        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta))
-          continue;
+        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
         const int block = channel_block(layouts[in[0]]);
-        if (block == 0)
-          continue;
+        if (block == 0) continue;
         kernel->kind = Kind::kMaxPool;
         kernel->block = block;
-        kernel->pool = cpu::blocked_pool_geometry(
-            in_metas[0].shape, out_meta.shape, *step.attrs, block);
+        kernel->pool = cpu::blocked_pool_geometry(in_metas[0].shape, out_meta.shape, *step.attrs, block);
         kernel->operands.push_back(operand(in[0], layouts[in[0]]));
         kernel->out_layout = channel_blocked(dims_of(out_meta.shape), block);
         kernel->relu_after = take_relu_before_pooling(in[0]);
       } else if (name == "avg_pool2d") {
-        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta))
-          continue;
-        const Attrs &attrs = *step.attrs;
-        const Pair &kernel_size = attrs.get<Pair>("kernel_size"),
-                   &stride = attrs.get<Pair>("stride"),
-                   &padding = attrs.get<Pair>("padding");
-        dnnl::pooling_forward::desc desc(
-            dnnl::prop_kind::forward_inference,
-            dnnl::algorithm::pooling_avg_include_padding, layouts[in[0]],
-            any(dims_of(out_meta.shape)), stride, kernel_size, padding,
-            padding);
-        dnnl::pooling_forward::primitive_desc pd(desc, user_scratchpad(),
-                                                 engine());
+        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
+        const Attrs& attrs = *step.attrs;
+        const Pair &kernel_size = attrs.get<Pair>("kernel_size"), &stride = attrs.get<Pair>("stride"), &padding = attrs.get<Pair>("padding");
+        dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_include_padding, layouts[in[0]],
+                                         any(dims_of(out_meta.shape)), stride, kernel_size, padding, padding);
+        dnnl::pooling_forward::primitive_desc pd(desc, user_scratchpad(), engine());
         kernel->kind = Kind::kPool;
         kernel->primitive.emplace(dnnl::pooling_forward(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
         kernel->out_layout = pd.dst_desc();
       } else if (name == "relu") {
-        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta))
-          continue;
-        dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                         dnnl::algorithm::eltwise_relu,
-                                         layouts[in[0]], 0.f, 0.f);
-        dnnl::eltwise_forward::primitive_desc pd(desc, user_scratchpad(),
-                                                 engine());
+        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
+        dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, layouts[in[0]], 0.f, 0.f);
+        dnnl::eltwise_forward::primitive_desc pd(desc, user_scratchpad(), engine());
         kernel->kind = Kind::kRelu;
         kernel->primitive.emplace(dnnl::eltwise_forward(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
         kernel->out_layout = pd.dst_desc();
-      } else if (const std::optional<bool> relu =
-                     residual_add(name, *step.attrs, in_metas, out_meta)) {
-        if (!blocked[in[0]] && !blocked[in[1]])
-          continue;
+      } else if (const std::optional<bool> relu = residual_add(name, *step.attrs, in_metas, out_meta)) {
+        if (!blocked[in[0]] && !blocked[in[1]]) continue;
         cap.reset();
         const int summed = sum_into_convolution(s, in, *relu);
-        if (kernel->single_thread)
-          cap.emplace(1);
+        if (kernel->single_thread) cap.emplace(1);
         if (summed >= 0) {
           kernel->kind = Kind::kAlias;
           kernel->out_layout = layouts[summed];
         } else {
-          // The sum reads and writes the layout of a blocked operand; the other
-          // is reordered to it.
-          const int first = blocked[in[0]] ? in[0] : in[1],
-                    second = first == in[0] ? in[1] : in[0];
-          const memory::desc &layout = layouts[first];
-          dnnl::binary::desc desc(dnnl::algorithm::binary_add, layout, layout,
-                                  layout);
+          // The sum reads and writes the layout of a blocked operand; the other is reordered to it.
+          const int first = blocked[in[0]] ? in[0] : in[1], second = first == in[0] ? in[1] : in[0];
+          const memory::desc& layout = layouts[first];
+          dnnl::binary::desc desc(dnnl::algorithm::binary_add, layout, layout, layout);
           dnnl::binary::primitive_desc pd(desc, user_scratchpad(), engine());
           kernel->kind = Kind::kAdd;
           kernel->relu_after = *relu;
@@ -591,10 +424,8 @@ BlockedLayouts::plan(const std::vector<LayoutStep> &steps,
       } else {
         continue;
       }
-    } catch (const dnnl::error &e) {
-      VLOG(1) << "oneflow_lite: " << name
-              << " stays on its kernel: oneDNN refuses it on blocked layouts ("
-              << e.what() << ")";
+    } catch (const dnnl::error& e) {
+      VLOG(1) << "oneflow_lite: " << name << " stays on its kernel: oneDNN refuses it on blocked layouts (" << e.what() << ")";
       continue;
     }
     layouts[out] = kernel->out_layout;
@@ -603,40 +434,32 @@ BlockedLayouts::plan(const std::vector<LayoutStep> &steps,
     ++impl->blocked_steps;
   }
 
-  // Results read by an op's kernel or returned by the model are also written in
-  // plain NCHW.
+  // Results read by an op's kernel or returned by the model are also written in plain NCHW.
   for (size_t s = 0; s < steps.size(); ++s) {
-    Kernel *kernel = impl->kernels[s].get();
-    if (!kernel)
-      continue;
+    Kernel* kernel = impl->kernels[s].get();
+    if (!kernel) continue;
     const int out = kernel->output;
     bool plain_needed = is_model_output[out];
-    for (size_t reader : readers[out])
-      plain_needed |= !impl->kernels[reader];
+    for (size_t reader : readers[out]) plain_needed |= !impl->kernels[reader];
     kernel->plain_needed = plain_needed;
     if (plain_needed) {
-      kernel->to_plain.emplace(dnnl::reorder::primitive_desc(
-          engine(), kernel->out_layout, engine(),
-          plain(dims_of(metas[out].shape)), user_scratchpad()));
+      kernel->to_plain.emplace(
+          dnnl::reorder::primitive_desc(engine(), kernel->out_layout, engine(), plain(dims_of(metas[out].shape)), user_scratchpad()));
     }
   }
 
-  // Arena buffers: a value takes a free buffer when its step runs and gives it
-  // back after its last blocked reader; a fused ReLU's result lives in its
-  // convolution's buffer.
+  // Arena buffers: a value takes a free buffer when its step runs and gives it back after its last
+  // blocked reader; a fused ReLU's result lives in its convolution's buffer.
   impl->slot_of.assign(num_values, -1);
   std::vector<size_t> last_reader(num_values, 0);
   for (size_t s = 0; s < steps.size(); ++s) {
-    if (!impl->kernels[s])
-      continue;
-    for (int id : *steps[s].inputs)
-      last_reader[id] = s;
+    if (!impl->kernels[s]) continue;
+    for (int id : *steps[s].inputs) last_reader[id] = s;
   }
   std::vector<int> free_slots;
   for (size_t s = 0; s < steps.size(); ++s) {
-    const Kernel *kernel = impl->kernels[s].get();
-    if (!kernel)
-      continue;
+    const Kernel* kernel = impl->kernels[s].get();
+    if (!kernel) continue;
     const int out = kernel->output;
     std::vector<int> released;
     if (kernel->kind == Kind::kAlias) {
@@ -653,155 +476,114 @@ BlockedLayouts::plan(const std::vector<LayoutStep> &steps,
         free_slots.pop_back();
       }
       impl->slot_of[out] = slot;
-      impl->slot_bytes[slot] =
-          std::max(impl->slot_bytes[slot], kernel->out_layout.get_size());
-      for (const Operand &operand : kernel->operands) {
-        if (operand.blocked && last_reader[operand.value] == s)
-          released.push_back(impl->slot_of[operand.value]);
+      impl->slot_bytes[slot] = std::max(impl->slot_bytes[slot], kernel->out_layout.get_size());
+      for (const Operand& operand : kernel->operands) {
+        if (operand.blocked && last_reader[operand.value] == s) released.push_back(impl->slot_of[operand.value]);
       }
     }
-    if (last_reader[out] <= s)
-      released.push_back(impl->slot_of[out]);
+    if (last_reader[out] <= s) released.push_back(impl->slot_of[out]);
     for (int slot : released) {
-      if (std::find(free_slots.begin(), free_slots.end(), slot) ==
-          free_slots.end())
-        free_slots.push_back(slot);
+      if (std::find(free_slots.begin(), free_slots.end(), slot) == free_slots.end()) free_slots.push_back(slot);
     }
   }
-  return std::shared_ptr<const BlockedLayouts>(
-      new BlockedLayouts(std::move(impl)));
+  return std::shared_ptr<const BlockedLayouts>(new BlockedLayouts(std::move(impl)));
 }
 
-BlockedLayouts::BlockedLayouts(std::unique_ptr<Impl> impl)
-    : impl_(std::move(impl)) {}
+BlockedLayouts::BlockedLayouts(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 BlockedLayouts::~BlockedLayouts() = default;
 
-bool BlockedLayouts::runs(size_t s) const {
-  return impl_->kernels[s] != nullptr;
-}
+bool BlockedLayouts::runs(size_t s) const { return impl_->kernels[s] != nullptr; }
 int64_t BlockedLayouts::blocked_steps() const { return impl_->blocked_steps; }
 
 std::vector<int> BlockedLayouts::blocked_only_values() const {
   std::vector<int> values;
-  for (const auto &kernel : impl_->kernels) {
-    if (kernel && !kernel->plain_needed)
-      values.push_back(kernel->output);
+  for (const auto& kernel : impl_->kernels) {
+    if (kernel && !kernel->plain_needed) values.push_back(kernel->output);
   }
   return values;
 }
 
 int64_t BlockedLayouts::arena_bytes() const {
   int64_t bytes = 0;
-  for (size_t size : impl_->slot_bytes)
-    bytes += static_cast<int64_t>(size);
-  for (size_t size : impl_->scratch_bytes)
-    bytes += static_cast<int64_t>(size);
+  for (size_t size : impl_->slot_bytes) bytes += static_cast<int64_t>(size);
+  for (size_t size : impl_->scratch_bytes) bytes += static_cast<int64_t>(size);
   return bytes;
 }
 
 BlockedArenaPtr BlockedLayouts::make_arena() const {
   BlockedArenaPtr arena(new BlockedArena);
-  for (size_t size : impl_->slot_bytes)
-    arena->slots.emplace_back(memory::desc({static_cast<int64_t>(size)},
-                                           memory::data_type::u8,
-                                           memory::format_tag::a),
-                              engine());
+  for (size_t size : impl_->slot_bytes) arena->slots.emplace_back(memory::desc({static_cast<int64_t>(size)}, memory::data_type::u8, memory::format_tag::a), engine());
   arena->scratch.resize(impl_->scratch_bytes.size());
   arena->values.resize(impl_->metas.size());
-  for (const auto &kernel : impl_->kernels) {
-    if (!kernel)
-      continue;
+  for (const auto& kernel : impl_->kernels) {
+    if (!kernel) continue;
     const int slot = impl_->slot_of[kernel->output];
-    arena->values[kernel->output] = memory(
-        kernel->out_layout, engine(), arena->slots[slot].get_data_handle());
-    for (const Operand &operand : kernel->operands) {
-      if (operand.scratch >= 0)
-        arena->scratch[operand.scratch] = memory(operand.wanted, engine());
+    arena->values[kernel->output] = memory(kernel->out_layout, engine(), arena->slots[slot].get_data_handle());
+    for (const Operand& operand : kernel->operands) {
+      if (operand.scratch >= 0) arena->scratch[operand.scratch] = memory(operand.wanted, engine());
     }
   }
   return arena;
 }
 
-void BlockedLayouts::run(size_t s, BlockedArena &arena, TensorList &values,
-                         const Tensor &plain_output) const {
-  const Kernel &kernel = *impl_->kernels[s];
+void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, const Tensor& plain_output) const {
+  const Kernel& kernel = *impl_->kernels[s];
   std::optional<ThreadCapScope> cap;
-  if (kernel.single_thread)
-    cap.emplace(1);
+  if (kernel.single_thread) cap.emplace(1);
   dnnl::stream stream = stream_for_call();
-  memory &out = arena.values[kernel.output];
+  memory& out = arena.values[kernel.output];
   if (kernel.kind != Kind::kAlias) {
     std::vector<memory> sources;
-    for (const Operand &operand : kernel.operands) {
-      memory source =
-          operand.blocked
-              ? arena.values[operand.value]
-              : memory(operand.layout, engine(),
-                       contiguous(values[operand.value]).data_ptr());
+    for (const Operand& operand : kernel.operands) {
+      memory source = operand.blocked ? arena.values[operand.value] : memory(operand.layout, engine(), contiguous(values[operand.value]).data_ptr());
       if (operand.reorder) {
-        memory &reordered = arena.scratch[operand.scratch];
-        run_primitive(*operand.reorder, stream,
-                      {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, reordered}});
+        memory& reordered = arena.scratch[operand.scratch];
+        run_primitive(*operand.reorder, stream, {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, reordered}});
         source = reordered;
       }
       sources.push_back(source);
     }
     if (kernel.kind == Kind::kMaxPool) {
-      cpu::max_pool_blocked(
-          kernel.pool, kernel.block,
-          static_cast<const float *>(sources[0].get_data_handle()),
-          static_cast<float *>(out.get_data_handle()));
+      cpu::max_pool_blocked(kernel.pool, kernel.block, static_cast<const float*>(sources[0].get_data_handle()),
+                            static_cast<float*>(out.get_data_handle()));
     } else if (kernel.kind == Kind::kDirectConv) {
-      stream.wait(); // the source's reorder, if any
-      kernel.direct_conv->run(
-          static_cast<const float *>(sources[0].get_data_handle()),
-          static_cast<float *>(out.get_data_handle()), kernel.sum_into >= 0,
-          kernel.relu_after);
+      stream.wait();  // the source's reorder, if any
+      kernel.direct_conv->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),
+                              kernel.sum_into >= 0, kernel.relu_after);
     } else {
       std::unordered_map<int, memory> args{{DNNL_ARG_DST, out}};
       switch (kernel.kind) {
-      case Kind::kConv:
-      case Kind::kMatmul:
-        args.emplace(DNNL_ARG_SRC, sources[0]);
-        args.emplace(DNNL_ARG_WEIGHTS, kernel.weights);
-        if (kernel.bias_values.defined())
-          args.emplace(DNNL_ARG_BIAS, kernel.bias);
-        break;
-      case Kind::kAdd:
-        args.emplace(DNNL_ARG_SRC_0, sources[0]);
-        args.emplace(DNNL_ARG_SRC_1, sources[1]);
-        break;
-      default:
-        args.emplace(DNNL_ARG_SRC, sources[0]);
+        case Kind::kConv:
+        case Kind::kMatmul:
+          args.emplace(DNNL_ARG_SRC, sources[0]);
+          args.emplace(DNNL_ARG_WEIGHTS, kernel.weights);
+          if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);
+          break;
+        case Kind::kAdd:
+          args.emplace(DNNL_ARG_SRC_0, sources[0]);
+          args.emplace(DNNL_ARG_SRC_1, sources[1]);
+          break;
+        default:
+          args.emplace(DNNL_ARG_SRC, sources[0]);
       }
       run_primitive(*kernel.primitive, stream, std::move(args));
     }
     if (kernel.relu_after && kernel.kind != Kind::kDirectConv) {
       stream.wait();
-      // Every element of the layout: padding channels of a blocked one hold
-      // zeros, kept zero.
-      float *data = static_cast<float *>(out.get_data_handle());
-      parallel_for(
-          0, static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(float)),
-          kElementwiseGrain, [data](int64_t lo, int64_t hi) {
-            for (int64_t i = lo; i < hi; ++i)
-              data[i] = cpu::math::relu(data[i]);
-          });
+      // Every element of the layout: padding channels of a blocked one hold zeros, kept zero.
+      float* data = static_cast<float*>(out.get_data_handle());
+      parallel_for(0, static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(float)), kElementwiseGrain, [data](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) data[i] = cpu::math::relu(data[i]);
+      });
     }
   }
   if (kernel.plain_needed) {
-    Tensor result =
-        plain_output.defined()
-            ? plain_output
-            : make_tensor(kernel.out_meta.shape, kernel.out_meta.dtype,
-                          kernel.out_meta.device);
-    memory result_plain(plain(dims_of(kernel.out_meta.shape)), engine(),
-                        result.data_ptr());
-    run_primitive(*kernel.to_plain, stream,
-                  {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, result_plain}});
+    Tensor result = plain_output.defined() ? plain_output : make_tensor(kernel.out_meta.shape, kernel.out_meta.dtype, kernel.out_meta.device);
+    memory result_plain(plain(dims_of(kernel.out_meta.shape)), engine(), result.data_ptr());
+    run_primitive(*kernel.to_plain, stream, {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, result_plain}});
     values[kernel.output] = std::move(result);
   }
   stream.wait();
 }
 
-} // namespace flow::lite
+}  // namespace flow::lite

@@ -6,6 +6,8 @@
 // output reads it. Convolution weights are reordered once, when the program for a batch size is
 // built, and a ReLU that alone reads a convolution's result runs in place right after it (flow's
 // loop, which keeps NaN; oneDNN's ReLU post-op would turn NaN into 0).
+// On AVX2, convolutions from nChw8c to nChw8c run flow's direct convolution (cpu/conv_blocked.h)
+// instead of oneDNN's primitive, the ReLU and a folded residual sum inside it.
 // ONNX Runtime's NCHWc transformer does the same for its CPU provider; without it every conv and
 // pool reorders its input, output and weights on each call. Linears of a few rows (2-16, with the
 // fusion pass's ReLU) run the same way as oneDNN matmuls on weights packed once, their results
