@@ -9,6 +9,7 @@
 #include "core/kernels/cpu/conv_blocked.h"
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/elementwise_math.h"
+#include "core/kernels/cpu/linear_packed.h"
 #include "core/kernels/cpu/pool_loop.h"
 #include "core/ops/fused.h"
 
@@ -18,7 +19,7 @@ namespace {
 using namespace cpu::dnnl_util;
 using Pair = std::vector<int64_t>;
 
-enum class Kind { kConv, kDirectConv, kMatmul, kPool, kMaxPool, kRelu, kAdd, kAlias };
+enum class Kind { kConv, kDirectConv, kPackedLinear, kPool, kMaxPool, kRelu, kAdd, kAlias };
 
 // Where a primitive reads one input: a blocked value's memory or a plain tensor, reordered into
 // the primitive's layout when the two differ.
@@ -37,7 +38,7 @@ struct Kernel {
   // Convolution: what the primitive was made from, to remake it with a sum post-op (sum_into).
   std::optional<dnnl::convolution_forward::desc> conv_desc;
   std::vector<Operand> operands;
-  // Convolution and matmul: the weights reordered once (unless already in the primitive's layout)
+  // oneDNN's convolution: the weights reordered once (unless already in the primitive's layout)
   // and the bias as exported; the tensors keep the buffers those may point into alive.
   memory weights, bias;
   Tensor weight_values, bias_values;
@@ -54,11 +55,14 @@ struct Kernel {
   // Convolutions from nChw8c to nChw8c on AVX2 run flow's direct convolution (cpu/conv_blocked.h),
   // which applies the ReLU after and the residual sum itself.
   std::optional<cpu::BlockedConv> direct_conv;
+  // Linears of a few rows on constant weights: flow's product on the weights packed once
+  // (cpu/linear_packed.h), the ReLU after in it; plain row-major in and out.
+  std::optional<cpu::PackedLinear> packed_linear;
   // Too little work to be worth a fork-join: created and run on the calling thread alone.
   bool single_thread = false;
-  // Convolution, matmul, residual add, max pooling: the ReLU that alone reads the result (or the
+  // Convolution, linear, residual add, max pooling: the ReLU that alone reads the result (or the
   // fused add's, or the one moved from before the pooling), applied in place by flow's own loop
-  // right after the primitive. Not a oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT
+  // right after the primitive (by the kernel itself for flow's convolution and linear). Not a oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT
   // code) turns NaN into 0, where flow's relu, like PyTorch's, keeps it.
   bool relu_after = false;
   // Convolution: the value whose buffer the result is added onto and written to (a residual add
@@ -108,16 +112,16 @@ std::optional<bool> residual_add(const std::string& name, const Attrs& attrs, co
   return relu;
 }
 
-// Linears of 2 to this many rows run as a oneDNN matmul on weights packed once: OpenBLAS packs the
-// weight matrix again on every call, which dominates few-row products. Measured, 1 thread, x @ W^T
-// with W 512x784: 8 rows 135 us packed vs 166 OpenBLAS, 2 rows 70 vs 150; from 32 rows on
-// OpenBLAS is faster (436 vs 385 us). One row stays on flow's GEMV, as fast as either.
-constexpr int64_t kMaxPackedLinearRows = 16;
+// Linears of 2 to this many rows run flow's product on weights packed once (cpu/linear_packed.h):
+// OpenBLAS packs the weight matrix again on every call. Measured, 1 thread, x @ W^T with W
+// 512x784: 8 rows 0.6 of OpenBLAS's time, 2 rows 0.26, 64 rows 0.9 (docs/performance.md); larger
+// batches are not measured and stay with OpenBLAS. One row stays on flow's GEMV.
+constexpr int64_t kMaxPackedLinearRows = 64;
 
 // Whether a linear step (or a fused_linear whose program is relu of the product alone, the fusion
-// pass's Linear + ReLU) runs as a packed matmul: float32 on the CPU, a 2-d input of a few rows,
+// pass's Linear + ReLU) runs on packed weights: an AVX2 build, float32 on the CPU, a 2-d input of a few rows,
 // and constant contiguous weights and bias. Returns whether a ReLU follows the product.
-std::optional<bool> packed_linear(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in,
+std::optional<bool> as_packed_linear(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in,
                                   const std::vector<int>& ids, const std::vector<const Tensor*>& constant_of) {
   bool relu = false;
   size_t linear_inputs = in.size();
@@ -133,7 +137,7 @@ std::optional<bool> packed_linear(const std::string& name, const Attrs& attrs, c
     return std::nullopt;
   }
   const TensorMeta& x = in[0];
-  if (x.dtype != kFloat32 || x.device.type != DeviceType::kCPU || x.shape.size() != 2 || x.shape[0] < 2 ||
+  if (!cpu::PackedLinear::available() || x.dtype != kFloat32 || x.device.type != DeviceType::kCPU || x.shape.size() != 2 || x.shape[0] < 2 ||
       x.shape[0] > kMaxPackedLinearRows || x.shape[1] == 0 || in[1].shape[0] == 0) {
     return std::nullopt;
   }
@@ -357,20 +361,14 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         }
         kernel->relu_after = relu;
         if (relu) fused_relu_step[next[0]] = true;
-      } else if (const std::optional<bool> relu = packed_linear(name, *step.attrs, in_metas, in, constant_of)) {
+      } else if (const std::optional<bool> relu = as_packed_linear(name, *step.attrs, in_metas, in, constant_of)) {
         const int64_t rows = in_metas[0].shape[0], in_features = in_metas[0].shape[1], out_features = in_metas[1].shape[0];
-        const bool has_bias = in.size() == 3;
-        // x (rows, in) @ W^T: the (out, in) row-major weight is the (in, out) matrix in layout "ba".
-        const memory::desc weight_plain({in_features, out_features}, memory::data_type::f32, memory::format_tag::ba);
-        dnnl::matmul::desc desc(plain({rows, in_features}), any({in_features, out_features}),
-                                has_bias ? plain({1, out_features}) : memory::desc(), plain({rows, out_features}));
-        dnnl::matmul::primitive_desc pd(desc, user_scratchpad(), engine());
-        kernel->kind = Kind::kMatmul;
+        kernel->kind = Kind::kPackedLinear;
         kernel->relu_after = *relu;
-        kernel->primitive.emplace(dnnl::matmul(pd));
-        kernel->operands.push_back(operand(in[0], pd.src_desc()));
-        bind_parameters(*kernel, weight_plain, pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
-        kernel->out_layout = pd.dst_desc();
+        kernel->packed_linear.emplace(in_features, out_features, constant_of[in[1]]->data_ptr<float>(),
+                                      in.size() == 3 ? constant_of[in[2]]->data_ptr<float>() : nullptr);
+        kernel->operands.push_back(operand(in[0], plain({rows, in_features})));
+        kernel->out_layout = plain({rows, out_features});
       } else if (name == "max_pool2d_inference") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
         const int block = channel_block(layouts[in[0]]);
@@ -550,11 +548,14 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       stream.wait();  // the source's reorder, if any
       kernel.direct_conv->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),
                               kernel.sum_into >= 0, kernel.relu_after);
+    } else if (kernel.kind == Kind::kPackedLinear) {
+      const Shape& x = impl_->metas[kernel.operands[0].value].shape;
+      kernel.packed_linear->run(static_cast<const float*>(sources[0].get_data_handle()), x[0], x[1], static_cast<float*>(out.get_data_handle()),
+                                kernel.relu_after);
     } else {
       std::unordered_map<int, memory> args{{DNNL_ARG_DST, out}};
       switch (kernel.kind) {
         case Kind::kConv:
-        case Kind::kMatmul:
           args.emplace(DNNL_ARG_SRC, sources[0]);
           args.emplace(DNNL_ARG_WEIGHTS, kernel.weights);
           if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);
@@ -568,7 +569,7 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       }
       run_primitive(*kernel.primitive, stream, std::move(args));
     }
-    if (kernel.relu_after && kernel.kind != Kind::kDirectConv) {
+    if (kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear) {
       stream.wait();
       // Every element of the layout: padding channels of a blocked one hold zeros, kept zero.
       float* data = static_cast<float*>(out.get_data_handle());
