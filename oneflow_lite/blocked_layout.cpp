@@ -114,9 +114,9 @@ std::optional<bool> residual_add(const std::string& name, const Attrs& attrs, co
 
 // Linears of 2 to this many rows run flow's product on weights packed once (cpu/linear_packed.h):
 // OpenBLAS packs the weight matrix again on every call. Measured, 1 thread, x @ W^T with W
-// 512x784: 8 rows 0.6 of OpenBLAS's time, 2 rows 0.26, 64 rows 0.9 (docs/performance.md); larger
-// batches are not measured and stay with OpenBLAS. One row stays on flow's GEMV.
-constexpr int64_t kMaxPackedLinearRows = 64;
+// 512x784: 2 rows 0.26 of OpenBLAS's time, 8 rows 0.6, 32 rows 0.8-0.9, 64 rows 0.9-1.25 (no
+// better; docs/performance.md). One row stays on flow's GEMV.
+constexpr int64_t kMaxPackedLinearRows = 32;
 
 // Whether a linear step (or a fused_linear whose program is relu of the product alone, the fusion
 // pass's Linear + ReLU) runs on packed weights: an AVX2 build, float32 on the CPU, a 2-d input of a few rows,

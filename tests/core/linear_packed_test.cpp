@@ -1,5 +1,5 @@
 // flow's product on packed weights (core/kernels/cpu/linear_packed.h, oneflow_lite's linears of
-// 2-64 rows) against a float64 loop: every row tile (1-6 rows), partial panels of output
+// 2-32 rows) against a float64 loop: every row tile (1-6 rows), partial panels of output
 // features, K in several slices, rows of x further apart than K, ReLU keeping NaN, bias or none,
 // and the panels split over threads.
 #include <gtest/gtest.h>

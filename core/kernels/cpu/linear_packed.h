@@ -1,6 +1,6 @@
 #pragma once
 // y = x @ W^T + bias (then ReLU) in float32 on weights packed once (AVX2 + FMA), for oneflow_lite's
-// linears on constant weights. OpenBLAS packs W again on every call (most of a few-row product's
+// linears of 2-32 rows on constant weights. OpenBLAS packs W again on every call (most of a few-row product's
 // time) and oneDNN 2.6's matmul on its own packed weights runs at 0.8 of OpenBLAS's rate from 32
 // rows on; this keeps W in panels of 16 output features and runs register tiles of up to 6 rows x
 // 16 features over slices of K whose panel fits 16 KiB of L1, reading x where it is.
