@@ -115,8 +115,9 @@ std::optional<bool> residual_add(const std::string& name, const Attrs& attrs, co
 // Linears of 2 to this many rows run flow's product on weights packed once (cpu/linear_packed.h):
 // OpenBLAS packs the weight matrix again on every call. Measured, 1 thread, x @ W^T with W
 // 512x784: 2 rows 0.26 of OpenBLAS's time, 8 rows 0.6, 32 rows 0.8-0.9, 64 rows 0.9-1.25 (no
-// better; docs/performance.md). One row stays on flow's GEMV.
-constexpr int64_t kMaxPackedLinearRows = 32;
+// better); on 2 threads, where flow splits the panels and OpenBLAS its own way, 64 rows too (the
+// MLP at batch 64: 0.93 of the time; docs/performance.md). One row stays on flow's GEMV.
+int64_t max_packed_linear_rows() { return current_num_threads() > 1 ? 64 : 32; }
 
 // Whether a linear step (or a fused_linear whose program is relu of the product alone, the fusion
 // pass's Linear + ReLU) runs on packed weights: an AVX2 build, float32 on the CPU, a 2-d input of a few rows,
@@ -138,7 +139,7 @@ std::optional<bool> as_packed_linear(const std::string& name, const Attrs& attrs
   }
   const TensorMeta& x = in[0];
   if (!cpu::PackedLinear::available() || x.dtype != kFloat32 || x.device.type != DeviceType::kCPU || x.shape.size() != 2 || x.shape[0] < 2 ||
-      x.shape[0] > kMaxPackedLinearRows || x.shape[1] == 0 || in[1].shape[0] == 0) {
+      x.shape[0] > max_packed_linear_rows() || x.shape[1] == 0 || in[1].shape[0] == 0) {
     return std::nullopt;
   }
   for (size_t i = 1; i < linear_inputs; ++i) {

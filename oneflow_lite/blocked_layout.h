@@ -9,9 +9,9 @@
 // On AVX2, convolutions from nChw8c to nChw8c run flow's direct convolution (cpu/conv_blocked.h)
 // instead of oneDNN's primitive, the ReLU and a folded residual sum inside it.
 // ONNX Runtime's NCHWc transformer does the same for its CPU provider; without it every conv and
-// pool reorders its input, output and weights on each call. Linears of a few rows (2-16, with the
-// fusion pass's ReLU) run the same way as oneDNN matmuls on weights packed once, their results
-// plain row-major.
+// pool reorders its input, output and weights on each call. Linears of a few rows (2-32, with the
+// fusion pass's ReLU) run flow's product on weights packed once (cpu/linear_packed.h), their
+// results plain row-major.
 #include <cstdint>
 #include <memory>
 #include <vector>

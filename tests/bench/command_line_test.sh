@@ -1,12 +1,13 @@
 #!/bin/sh
 # The benchmark tools' command lines: --help, usage errors (exit status 2, the message naming the
 # argument), and a run; oneflow_lite_run then benchmarks a model export_bench_models wrote, and
-# flow_step_profile profiles two Graph steps of the small MLP, and flow_conv_blocked_bench times one
-# round of one call per side (its table has every case, outputs within float rounding of oneDNN's).
+# flow_step_profile profiles two Graph steps of the small MLP, and flow_lite_kernels_bench times one
+# round of one call per side (its tables have every case, outputs within float rounding of the
+# libraries').
 # Usage: command_line_test.sh EXPORT_BENCH_MODELS TCP_PINGPONG ONEFLOW_LITE_RUN FLOW_STEP_PROFILE
-#        FLOW_CONV_BLOCKED_BENCH
+#        FLOW_LITE_KERNELS_BENCH
 set -eu
-export_models=$1 pingpong=$2 lite_run=$3 step_profile=$4 conv_bench=$5
+export_models=$1 pingpong=$2 lite_run=$3 step_profile=$4 kernels_bench=$5
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -34,11 +35,13 @@ usage_error "--mode: fast not in" "$step_profile" --mode fast
 grep -q "mlp_b8 graph, 1 thread(s)" "$work/profile"
 grep -q "fused_elementwise_inplace" "$work/profile"  # the Graph's fused optimizer updates, by node type
 grep -q "traceEvents" "$work/trace.json"
-usage_error "--rounds" "$conv_bench" --rounds 0
+usage_error "--rounds" "$kernels_bench" --rounds 0
 if grep -qw avx2 /proc/cpuinfo; then
-  "$conv_bench" --rounds 1 --reps 1 > "$work/conv"
-  [ "$(grep -c '^| batch' "$work/conv")" -eq 6 ] || { echo "FAIL: flow_conv_blocked_bench rows:" >&2; cat "$work/conv" >&2; exit 1; }
-  # The last column, the largest difference from oneDNN's output, stays at float rounding.
-  awk -F'|' '/^\| batch/ { if ($7 + 0 > 1e-4) { print "FAIL: " $0; bad = 1 } } END { exit bad }' "$work/conv"
+  "$kernels_bench" --rounds 1 --reps 1 > "$work/kernels"
+  [ "$(grep -c '^| batch' "$work/kernels")" -eq 6 ] && [ "$(grep -c '^| [0-9]* x ' "$work/kernels")" -eq 8 ] ||
+    { echo "FAIL: flow_lite_kernels_bench rows:" >&2; cat "$work/kernels" >&2; exit 1; }
+  # The last column, the largest difference from the libraries' outputs, stays at float rounding.
+  awk -F'|' '/^\| batch/ { if ($(NF - 1) + 0 > 1e-4) { print "FAIL: " $0; bad = 1 } }
+             /^\| [0-9]+ x / { if ($(NF - 1) + 0 > 1e-3) { print "FAIL: " $0; bad = 1 } } END { exit bad }' "$work/kernels"
 fi
 echo "bench command lines: ok"

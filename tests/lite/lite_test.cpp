@@ -69,13 +69,13 @@ TEST_F(LiteTest, MlpMatchesGraphAndRunsAnyBatch) {
   EXPECT_EQ(model->inputs()[0].shape, (std::vector<int64_t>{-1, 1, 28, 28}));
   EXPECT_EQ(model->outputs()[0].name, "logits");
   EXPECT_EQ(model->outputs()[0].shape, (std::vector<int64_t>{-1, 10}));
-  EXPECT_GT(model->planned_bytes(33), 0);  // below 33 rows the linears' values live in the layout pass's arena
+  EXPECT_GT(model->planned_bytes(65), 0);  // up to 32 rows (64 on several threads) the linears' values live in the layout pass's arena
   net->eval();
-  for (int64_t batch : {1, 3, 33}) {
+  for (int64_t batch : {1, 3, 65}) {
     const Tensor x = flow::randn({batch, 1, 28, 28});
     expect_close(model->run({x}).at(0), net->forward(x));
   }
-  EXPECT_GT(model->planned_bytes(33), model->planned_bytes(1));
+  EXPECT_GT(model->planned_bytes(65), model->planned_bytes(1));
 }
 
 TEST_F(LiteTest, CnnWithBatchNormMatchesGraph) {
