@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
       onednn.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_BIAS, bias_memory}, {DNNL_ARG_DST, dst}});
       stream.wait();
     };
-    const flow::cpu::BlockedConvShape shape{c.batch, c.in, c.size, c.size, c.out, out_size, out_size, c.kernel, c.kernel, c.stride, c.stride, c.pad, c.pad};
+    const flow::cpu::BlockedConvShape shape{c.batch,  c.in,     c.size,   c.size,   c.out, out_size, out_size,
+                                            c.kernel, c.kernel, c.stride, c.stride, c.pad, c.pad};
     if (!flow::cpu::BlockedConv::supports(shape)) {
       std::fprintf(stderr, "flow_lite_kernels_bench: this build has no direct convolution (AVX2)\n");
       return 1;
@@ -172,7 +173,8 @@ int main(int argc, char** argv) {
     run_blas();
     run_onednn();
     run_flow();
-    const double diff = std::max(max_abs_diff(y_flow.data(), y_blas.data(), y_flow.size()), max_abs_diff(y_flow.data(), y_onednn.data(), y_flow.size()));
+    const double diff =
+        std::max(max_abs_diff(y_flow.data(), y_blas.data(), y_flow.size()), max_abs_diff(y_flow.data(), y_onednn.data(), y_flow.size()));
     const auto medians = alternate({run_blas, run_flow, run_onednn}, rounds, reps);
     std::printf("| %lld x %lld -> %lld | %s | %s | %.1g |\n", static_cast<long long>(rows), static_cast<long long>(in), static_cast<long long>(out),
                 compare(medians[0], medians[1]).c_str(), compare(medians[2], medians[1]).c_str(), diff);

@@ -62,8 +62,9 @@ struct Kernel {
   bool single_thread = false;
   // Convolution, linear, residual add, max pooling: the ReLU that alone reads the result (or the
   // fused add's, or the one moved from before the pooling), applied in place by flow's own loop
-  // right after the primitive (by the kernel itself for flow's convolution and linear). Not a oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT
-  // code) turns NaN into 0, where flow's relu, like PyTorch's, keeps it.
+  // right after the primitive (by the kernel itself for flow's convolution and linear). Not a
+  // oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT code) turns NaN into 0, where flow's
+  // relu, like PyTorch's, keeps it.
   bool relu_after = false;
   // Convolution: the value whose buffer the result is added onto and written to (a residual add
   // folded into the convolution as oneDNN's sum post-op); -1 for none.
@@ -120,10 +121,10 @@ std::optional<bool> residual_add(const std::string& name, const Attrs& attrs, co
 int64_t max_packed_linear_rows() { return current_num_threads() > 1 ? 64 : 32; }
 
 // Whether a linear step (or a fused_linear whose program is relu of the product alone, the fusion
-// pass's Linear + ReLU) runs on packed weights: an AVX2 build, float32 on the CPU, a 2-d input of a few rows,
-// and constant contiguous weights and bias. Returns whether a ReLU follows the product.
+// pass's Linear + ReLU) runs on packed weights: an AVX2 build, float32 on the CPU, a 2-d input of a
+// few rows, and constant contiguous weights and bias. Returns whether a ReLU follows the product.
 std::optional<bool> as_packed_linear(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in,
-                                  const std::vector<int>& ids, const std::vector<const Tensor*>& constant_of) {
+                                     const std::vector<int>& ids, const std::vector<const Tensor*>& constant_of) {
   bool relu = false;
   size_t linear_inputs = in.size();
   if (name == "fused_linear") {
@@ -345,7 +346,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         const cpu::BlockedConvShape direct{x[0], x[1], x[2], x[3], out_meta.shape[1], out_meta.shape[2], out_meta.shape[3],
                                            w[2], w[3], stride[0], stride[1], padding[0], padding[1]};
         // Where oneDNN chose nChw8c in and out (AVX2) and the shape suits flow's direct convolution,
-        // that runs instead: 0.55-0.8 of oneDNN's time on 8-16 channels, 0.9 on 32 -> 64 (docs/performance.md).
+        // that runs instead: 0.55-0.8 of oneDNN's time on 8-16 channels, 0.83-0.9 on 32 -> 64
+        // (docs/performance.md).
         if (groups == 1 && dilation == Pair{1, 1} && !has_avx512_core() && cpu::BlockedConv::supports(direct) &&
             pd.src_desc() == channel_blocked(dims_of(x), 8) && pd.dst_desc() == channel_blocked(dims_of(out_meta.shape), 8)) {
           kernel->kind = Kind::kDirectConv;
