@@ -142,20 +142,15 @@ BlockedConv::BlockedConv(const BlockedConvShape& shape, const float* weight, con
   in_blocks_per_slice_ = std::clamp<int64_t>(kSliceBytes / block_bytes, 1, in_blocks);
 }
 
-void BlockedConv::run_unit(const float* src, float* dst, int64_t image, const Group& group, int64_t row_begin, int64_t row_end,
-                           bool accumulate, bool relu) const {
+void BlockedConv::run_rows(const float* src, float* dst, int64_t image, int64_t row_begin, int64_t row_end, bool accumulate,
+                           bool relu) const {
   const BlockedConvShape& s = shape_;
   const int64_t in_blocks = s.in_channels / kBlock, out_blocks = s.out_channels / kBlock;
-  // A row's tiles as even as they come (7 columns in tiles of up to 6: 4 and 3, not 6 and 1): a
-  // tile of few pixels has too few accumulators to cover the FMA latency.
-  const int64_t tiles = (s.out_width + max_pixels(static_cast<int>(group.blocks)) - 1) / max_pixels(static_cast<int>(group.blocks));
-  const int64_t short_tile = s.out_width / tiles, long_tiles = s.out_width % tiles;
-  const TileRow& fns = kTiles[static_cast<size_t>(s.stride_w - 1)][static_cast<size_t>(group.blocks - 1)];
   const float* image_src = src + image * in_blocks * s.height * s.width * kBlock;
   int64_t height = s.height, width = s.width, first_row = 0;  // of the source that image_src starts at
   if (s.pad_h > 0 || s.pad_w > 0) {
-    // A zero-padded copy of the image's rows that the unit's windows read: every tile then runs
-    // the whole window, and no tile is cut down to one pixel at the edges.
+    // A zero-padded copy of the image's rows that the windows read, shared by every group: each
+    // tile then runs the whole window, and no tile is cut down to one pixel at the edges.
     first_row = row_begin * s.stride_h;  // in padded rows
     height = (row_end - 1) * s.stride_h + s.kernel_h - first_row;
     width = s.width + 2 * s.pad_w;
@@ -171,32 +166,38 @@ void BlockedConv::run_unit(const float* src, float* dst, int64_t image, const Gr
     }
     image_src = padded.data();
   }
-  float* group_dst = dst + (image * out_blocks + group.first_block) * s.out_height * s.out_width * kBlock;
-  const int64_t weight_block_stride = s.kernel_h * s.kernel_w * kBlock * group.blocks * kBlock;
   Tile t{};
   t.src_block_stride = height * width * kBlock;
-  t.weight_block_stride = weight_block_stride;
   t.row_stride = width * kBlock;
   t.kernel_h = s.kernel_h;
   t.kernel_w = s.kernel_w;
   t.dst_block_stride = s.out_height * s.out_width * kBlock;
-  for (int64_t first_in = 0; first_in < in_blocks; first_in += in_blocks_per_slice_) {
-    const bool first_slice = first_in == 0, last_slice = first_in + in_blocks_per_slice_ >= in_blocks;
-    const float* slice_src = image_src + first_in * t.src_block_stride;
-    t.weight = packed_.data() + group.weight_offset + first_in * weight_block_stride;
-    t.in_blocks = std::min(in_blocks_per_slice_, in_blocks - first_in);
-    t.bias = first_slice && !bias_.empty() ? bias_.data() + group.first_block * kBlock : nullptr;
-    t.load_dst = accumulate || !first_slice;
-    t.relu = relu && last_slice;
-    for (int64_t oh = row_begin; oh < row_end; ++oh) {
-      const float* row_src = slice_src + (oh * s.stride_h - first_row) * t.row_stride;
-      float* row_dst = group_dst + oh * s.out_width * kBlock;
-      for (int64_t tile = 0, ow = 0; tile < tiles; ++tile) {
-        const int64_t pixels = short_tile + (tile < long_tiles ? 1 : 0);
-        t.src = row_src + ow * s.stride_w * kBlock;
-        t.dst = row_dst + ow * kBlock;
-        fns[static_cast<size_t>(pixels - 1)](t);
-        ow += pixels;
+  for (const Group& group : groups_) {
+    // A row's tiles as even as they come (7 columns in tiles of up to 6: 4 and 3, not 6 and 1):
+    // a tile of few pixels has too few accumulators to cover the FMA latency.
+    const int64_t max_p = max_pixels(static_cast<int>(group.blocks));
+    const int64_t tiles = (s.out_width + max_p - 1) / max_p, short_tile = s.out_width / tiles, long_tiles = s.out_width % tiles;
+    const TileRow& fns = kTiles[static_cast<size_t>(s.stride_w - 1)][static_cast<size_t>(group.blocks - 1)];
+    float* group_dst = dst + (image * out_blocks + group.first_block) * s.out_height * s.out_width * kBlock;
+    t.weight_block_stride = s.kernel_h * s.kernel_w * kBlock * group.blocks * kBlock;
+    for (int64_t first_in = 0; first_in < in_blocks; first_in += in_blocks_per_slice_) {
+      const bool first_slice = first_in == 0, last_slice = first_in + in_blocks_per_slice_ >= in_blocks;
+      const float* slice_src = image_src + first_in * t.src_block_stride;
+      t.weight = packed_.data() + group.weight_offset + first_in * t.weight_block_stride;
+      t.in_blocks = std::min(in_blocks_per_slice_, in_blocks - first_in);
+      t.bias = first_slice && !bias_.empty() ? bias_.data() + group.first_block * kBlock : nullptr;
+      t.load_dst = accumulate || !first_slice;
+      t.relu = relu && last_slice;
+      for (int64_t oh = row_begin; oh < row_end; ++oh) {
+        const float* row_src = slice_src + (oh * s.stride_h - first_row) * t.row_stride;
+        float* row_dst = group_dst + oh * s.out_width * kBlock;
+        for (int64_t tile = 0, ow = 0; tile < tiles; ++tile) {
+          const int64_t pixels = short_tile + (tile < long_tiles ? 1 : 0);
+          t.src = row_src + ow * s.stride_w * kBlock;
+          t.dst = row_dst + ow * kBlock;
+          fns[static_cast<size_t>(pixels - 1)](t);
+          ow += pixels;
+        }
       }
     }
   }
@@ -204,24 +205,17 @@ void BlockedConv::run_unit(const float* src, float* dst, int64_t image, const Gr
 
 void BlockedConv::run(const float* src, float* dst, bool accumulate, bool relu) const {
   const BlockedConvShape& s = shape_;
-  const int64_t groups = static_cast<int64_t>(groups_.size()), planes = s.batch * groups;
-  const int64_t threads = current_num_threads();
-  // Enough units for the threads to balance: whole output planes when the batch gives that many,
-  // else planes split into row ranges.
-  const int64_t row_chunks = std::clamp<int64_t>((4 * threads + planes - 1) / planes, 1, s.out_height);
-  const int64_t rows_per_chunk = (s.out_height + row_chunks - 1) / row_chunks;
-  const auto body = [&](int64_t begin, int64_t end) {
+  // Enough units for the threads to balance: whole images when the batch gives that many, else
+  // images split into ranges of rows (none empty: 11 rows in 8 wanted chunks are 6 of 2 rows).
+  const int64_t wanted_chunks = std::clamp<int64_t>((4 * current_num_threads() + s.batch - 1) / s.batch, 1, s.out_height);
+  const int64_t rows_per_chunk = (s.out_height + wanted_chunks - 1) / wanted_chunks;
+  const int64_t row_chunks = (s.out_height + rows_per_chunk - 1) / rows_per_chunk;
+  parallel_for(0, s.batch * row_chunks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t unit = begin; unit < end; ++unit) {
-      const int64_t plane = unit / row_chunks, row_begin = unit % row_chunks * rows_per_chunk;
-      const int64_t row_end = std::min(s.out_height, row_begin + rows_per_chunk);
-      if (row_begin < row_end) run_unit(src, dst, plane / groups, groups_[static_cast<size_t>(plane % groups)], row_begin, row_end, accumulate, relu);
+      const int64_t row_begin = unit % row_chunks * rows_per_chunk;
+      run_rows(src, dst, unit / row_chunks, row_begin, std::min(s.out_height, row_begin + rows_per_chunk), accumulate, relu);
     }
-  };
-  if (threads == 1) {
-    body(0, planes * row_chunks);
-  } else {
-    parallel_for(0, planes * row_chunks, 1, body);
-  }
+  });
 }
 
 #else
@@ -230,7 +224,7 @@ bool BlockedConv::supports(const BlockedConvShape&) { return false; }
 BlockedConv::BlockedConv(const BlockedConvShape& shape, const float*, const float*) : shape_(shape) {
   LOG(FATAL) << "BlockedConv: built without AVX2";
 }
-void BlockedConv::run_unit(const float*, float*, int64_t, const Group&, int64_t, int64_t, bool, bool) const {}
+void BlockedConv::run_rows(const float*, float*, int64_t, int64_t, int64_t, bool, bool) const {}
 void BlockedConv::run(const float*, float*, bool, bool) const {}
 
 #endif

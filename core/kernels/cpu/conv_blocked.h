@@ -34,8 +34,8 @@ class BlockedConv {
     int64_t first_block, blocks;  // output channel blocks of 8
     int64_t weight_offset;        // into packed_: [in block][kh][kw][in channel of block][blocks * 8]
   };
-  void run_unit(const float* src, float* dst, int64_t image, const Group& group, int64_t row_begin, int64_t row_end, bool accumulate,
-                bool relu) const;
+  // Output rows [row_begin, row_end) of one image, every group.
+  void run_rows(const float* src, float* dst, int64_t image, int64_t row_begin, int64_t row_end, bool accumulate, bool relu) const;
 
   BlockedConvShape shape_;
   std::vector<Group> groups_;

@@ -133,11 +133,7 @@ void PackedLinear::run(const float* x, int64_t rows, int64_t x_stride, float* y,
       }
     }
   };
-  if (current_num_threads() == 1) {
-    body(0, panels_);
-  } else {
-    parallel_for(0, panels_, 1, body);
-  }
+  parallel_for(0, panels_, 1, body);
 }
 
 #else
