@@ -10,10 +10,10 @@
 #include "autograd/grad_mode.h"
 #include "bench/bench_cases.h"
 #include "bench/bench_models.h"
-#include "bench/predict_graph.h"
 #include "core/flow.h"
 #include "graph/export.h"
 #include "oneflow_lite/model.h"
+#include "tests/common/graphs.h"
 
 namespace {
 namespace nn = flow::nn;
@@ -31,7 +31,7 @@ void infer(benchmark::State& state, ModulePtr (*make_model)(), int64_t batch, Mo
     flow::autograd::NoGradGuard no_grad;
     for (auto _ : state) benchmark::DoNotOptimize(model->forward(x));
   } else {
-    bench::PredictGraph graph(model);
+    test_graphs::PredictGraph graph(model);
     graph(x);
     if (mode == Mode::kGraph) {
       for (auto _ : state) benchmark::DoNotOptimize(graph(x));

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "bench/bench_models.h"
-#include "bench/predict_graph.h"
 #include "cli/cli.h"
 #include "core/flow.h"
 #include "graph/export.h"
+#include "tests/common/graphs.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Writes the deploy benchmarks' models (untrained) as a model repository: <repository>/mlp/1 and\n"
@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   flow::manual_seed(0);
   using MakeModel = std::shared_ptr<flow::nn::Module> (*)();
   for (const auto& [name, make] : {std::pair<const char*, MakeModel>{"mlp", bench::mlp}, {"cnn", bench::cnn}}) {
-    bench::PredictGraph graph(make());
+    test_graphs::PredictGraph graph(make());
     graph(flow::rand({2, 1, 28, 28}));
     const std::filesystem::path dir = std::filesystem::path(repository) / name / "1";
     flow::save(graph, dir.string(), flow::ExportOptions().input_names({"image"}).output_names({"logits"}));

@@ -24,7 +24,7 @@ void train_steps(benchmark::State& state, ModulePtr (*make_model)(), int64_t bat
   const flow::Tensor x = flow::rand({batch, 1, 28, 28}), y = flow::randint(0, 10, {batch});
   auto optimizer = std::make_shared<flow::optim::SGD>(model->parameters(), flow::optim::SGDOptions(1e-3));
   if (mode != Mode::kEager) {
-    bench::TrainGraph train_graph(model, optimizer);
+    test_graphs::TrainGraph train_graph(model, optimizer);
     train_graph.config().enable_amp(mode == Mode::kGraphAmp);
     if (mode == Mode::kGraphScaler) train_graph.set_grad_scaler(std::make_shared<flow::amp::GradScaler>());
     train_graph(x, y);  // traces and compiles, outside the timed loop

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "bench/bench_models.h"
-#include "bench/predict_graph.h"
 #include "cli/cli.h"
 #include "core/flow.h"
 #include "graph/export.h"
 #include "graph/onnx/onnx_export.h"
+#include "tests/common/graphs.h"
 #include "tests/common/models.h"
 
 namespace {
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
       {"relu", relu}, {"mlp", bench::mlp}, {"cnn", bench::cnn}, {"resnet", resnet}};
   for (const auto& [name, make] : models) {
     flow::manual_seed(0);
-    bench::PredictGraph graph(make());
+    test_graphs::PredictGraph graph(make());
     graph(flow::rand({2, 1, 28, 28}));
     const auto options = flow::ExportOptions().input_names({"image"}).output_names({"logits"});
     const std::filesystem::path dir = std::filesystem::path(out) / name;
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     std::printf("%s %s\n", dir.c_str(), onnx.c_str());
     if (std::string(name) == "relu") continue;
     flow::manual_seed(0);
-    bench::PredictGraph amp_graph(make());
+    test_graphs::PredictGraph amp_graph(make());
     amp_graph.config().enable_amp();
     amp_graph(flow::rand({2, 1, 28, 28}));
     const std::filesystem::path amp_dir = std::filesystem::path(out) / (std::string(name) + "_bf16");

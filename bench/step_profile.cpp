@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   auto model = chosen->make();
   const flow::Tensor x = flow::rand({chosen->batch, 1, 28, 28}), y = flow::randint(0, 10, {chosen->batch});
   auto optimizer = std::make_shared<flow::optim::SGD>(model->parameters(), flow::optim::SGDOptions(1e-3));
-  bench::TrainGraph train_graph(model, optimizer);
+  test_graphs::TrainGraph train_graph(model, optimizer);
   train_graph.config().enable_amp(mode == "graph_amp");
   flow::nn::CrossEntropyLoss loss_fn;
   auto step = [&] {

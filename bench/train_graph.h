@@ -1,15 +1,16 @@
 #pragma once
-// The training cases of bench/graph_bench.cpp and bench/step_profile.cpp: the models, their batch
-// sizes, and the nn::Graph that trains them (forward, cross-entropy, backward, SGD update).
+// The training cases of bench/graph_bench.cpp and bench/step_profile.cpp: the models and their
+// batch sizes. The nn::Graph that trains them is the tests' test_graphs::TrainGraph (forward,
+// cross-entropy, backward, optimizer update), included from here.
 #include <array>
 #include <memory>
 #include <vector>
 
 #include "bench/bench_models.h"
-#include "graph/graph.h"
 #include "nn/conv_norm.h"
 #include "nn/modules.h"
 #include "optim/optimizer.h"
+#include "tests/common/graphs.h"
 
 namespace bench {
 
@@ -50,19 +51,5 @@ struct TrainCase {
 inline constexpr std::array<TrainCase, 5> kTrainCases{TrainCase{"mlp_b64", mlp, 64}, TrainCase{"mlp_b8", mlp, 8},
                                                       TrainCase{"cnn_b64", cnn, 64}, TrainCase{"ln_b32", layer_norm_mlp, 32},
                                                       TrainCase{"wide_b256", wide_mlp, 256}};
-
-struct TrainGraph : flow::nn::Graph {
-  TrainGraph(std::shared_ptr<flow::nn::Module> net, std::shared_ptr<flow::optim::Optimizer> optimizer)
-      : model(register_module("model", std::move(net))) {
-    add_optimizer(std::move(optimizer));
-  }
-  flow::TensorList build(const flow::TensorList& in) override {
-    flow::Tensor loss = loss_fn(model->forward(in[0]), in[1]);
-    loss.backward();
-    return {loss};
-  }
-  std::shared_ptr<flow::nn::Module> model;
-  flow::nn::CrossEntropyLoss loss_fn;
-};
 
 }  // namespace bench
