@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/kernels/cpu/conv_gemm.h"
+#include "core/kernels/cpu/conv_shallow.h"
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/reduced_float.h"
 #include "core/op.h"
@@ -85,12 +86,32 @@ std::optional<ConvPrimitives>& primitives(const ConvKey& key) {
 // backward_weights_kernel).
 constexpr int64_t kMinBlockedChannels = 8;
 
+// The shape for shallow_conv_forward/_grad_weight where they take the call (conv_shallow.h).
+std::optional<ShallowConvShape> shallow_shape(const Shape& x, const Shape& w, const Shape& y, const Attrs& attrs) {
+  const Pair &s = attrs.get<Pair>("stride"), &p = attrs.get<Pair>("padding"), &d = attrs.get<Pair>("dilation");
+  if (attrs.get<int64_t>("groups") != 1 || s != Pair{1, 1} || d != Pair{1, 1}) return std::nullopt;
+  const ShallowConvShape shape{x[0], x[1], x[2], x[3], y[1], y[2], y[3], w[2], w[3], p[0], p[1]};
+  if (!shallow_conv_supports(shape)) return std::nullopt;
+  return shape;
+}
+
+template <typename T>
+const T* data_of(const Tensor& t) {
+  return static_cast<const T*>(t.data_ptr());
+}
+
 // Only the batch may be empty (conv2d's inference refuses the rest); oneDNN wants none empty.
 void forward_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
   Tensor& y = ctx.outputs[0];
   if (y.numel() == 0) return;
   const bool has_bias = ctx.inputs.size() == 3;
+  if (const std::optional<ShallowConvShape> shallow = shallow_shape(x.shape(), w.shape(), y.shape(), ctx.attrs)) {
+    const auto run = [&]<typename T>() {
+      shallow_conv_forward<T>(*shallow, data_of<T>(x), data_of<T>(w), has_bias ? data_of<T>(ctx.inputs[2]) : nullptr, static_cast<T*>(y.data_ptr()));
+    };
+    return x.dtype() == kFloat32 ? run.operator()<float>() : run.operator()<BFloat16>();
+  }
   const ConvKey key = make_key(x.shape(), w.shape(), y.shape(), ctx.attrs, has_bias, x.dtype());
   std::optional<ConvPrimitives>& found = primitives(key);
   if (!found) return in_float32<forward_kernel>(ctx);
@@ -135,6 +156,12 @@ void backward_weights_kernel(KernelContext& ctx) {
   // 1-3) its backward-weights does several times the work. On an AMD EPYC (AVX2) the LeNet's
   // 1-channel layer took 4.5 ms in oneDNN and 1.06 ms as im2col + GEMM (one thread); on the GPU
   // machine's Xeon (AVX-512) oneDNN's took 0.9 ms and im2col + GEMM 4.1.
+  if (const std::optional<ShallowConvShape> shallow = shallow_shape(x.shape(), grad_weight.shape(), grad.shape(), ctx.attrs)) {
+    const auto run = [&]<typename T>() {
+      shallow_conv_grad_weight<T>(*shallow, data_of<T>(grad), data_of<T>(x), static_cast<T*>(grad_weight.data_ptr()));
+    };
+    return grad.dtype() == kFloat32 ? run.operator()<float>() : run.operator()<BFloat16>();
+  }
   if (grad.dtype() == kFloat32 && !has_avx512_core() && x.size(1) / ctx.attrs.get<int64_t>("groups") < kMinBlockedChannels) {
     return conv_grad_weight_by_gemm(ctx);
   }
