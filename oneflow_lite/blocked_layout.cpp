@@ -52,6 +52,7 @@ struct Kernel {
   // and keeps -inf, and it measured 7x slower here.
   cpu::PoolGeometry pool{};
   int block = 0;
+  bool channels_last = false;  // NHWC (oneDNN's choice with AVX-512) rather than nChw<block>c
   // Convolutions from nChw8c to nChw8c on AVX2 run flow's direct convolution (cpu/conv_blocked.h),
   // which applies the ReLU after and the residual sum itself.
   std::optional<cpu::BlockedConv> direct_conv;
@@ -154,6 +155,9 @@ memory::desc channel_blocked(const Dims& dims, int block) {
   const auto tag = block == 1 ? memory::format_tag::abcd : block == 8 ? memory::format_tag::aBcd8b : memory::format_tag::aBcd16b;
   return memory::desc(dims, memory::data_type::f32, tag);
 }
+
+// The 4-d layout NHWC, which oneDNN's convolutions choose on AVX-512.
+memory::desc channels_last_layout(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::acdb); }
 
 // The channel block of a 4-d layout nChw<block>c (1: plain NCHW); 0 for any other layout.
 int channel_block(const memory::desc& layout) {
@@ -374,13 +378,16 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->out_layout = plain({rows, out_features});
       } else if (name == "max_pool2d_inference") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
-        const int block = channel_block(layouts[in[0]]);
+        const Dims out_dims = dims_of(out_meta.shape);
+        const bool channels_last = layouts[in[0]] == channels_last_layout(layouts[in[0]].dims());
+        const int block = channels_last ? cpu::channels_last_block(in_metas[0].shape[1]) : channel_block(layouts[in[0]]);
         if (block == 0) continue;
         kernel->kind = Kind::kMaxPool;
         kernel->block = block;
+        kernel->channels_last = channels_last;
         kernel->pool = cpu::blocked_pool_geometry(in_metas[0].shape, out_meta.shape, *step.attrs, block);
         kernel->operands.push_back(operand(in[0], layouts[in[0]]));
-        kernel->out_layout = channel_blocked(dims_of(out_meta.shape), block);
+        kernel->out_layout = channels_last ? channels_last_layout(out_dims) : channel_blocked(out_dims, block);
         kernel->relu_after = take_relu_before_pooling(in[0]);
       } else if (name == "avg_pool2d") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
@@ -545,8 +552,13 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       sources.push_back(source);
     }
     if (kernel.kind == Kind::kMaxPool) {
-      cpu::max_pool_blocked(kernel.pool, kernel.block, static_cast<const float*>(sources[0].get_data_handle()),
-                            static_cast<float*>(out.get_data_handle()));
+      const auto* src = static_cast<const float*>(sources[0].get_data_handle());
+      auto* dst = static_cast<float*>(out.get_data_handle());
+      if (kernel.channels_last) {
+        cpu::max_pool_channels_last(kernel.pool, kernel.out_meta.shape[1], src, dst);
+      } else {
+        cpu::max_pool_blocked(kernel.pool, kernel.block, src, dst);
+      }
     } else if (kernel.kind == Kind::kDirectConv) {
       stream.wait();  // the source's reorder, if any
       kernel.direct_conv->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),

@@ -237,11 +237,11 @@ inline __m256 max_keeping_nan(__m256 best, __m256 v) {
 // The max of 8 channels over a whole Kh x Kw window, reduced as a tree of max_keeping_nan (each
 // pair an earlier part and a later one, so the scan's result): independent compares, where a
 // chain would wait on each load in turn (the input of a pooling usually comes from memory).
-template <int Kh, int Kw, int Block>
-__m256 window_max(const float* corner, int64_t row_stride) {
+template <int Kh, int Kw>
+__m256 window_max(const float* corner, int64_t row_stride, int64_t pixel) {
   __m256 v[Kh * Kw];
 #pragma GCC unroll 16
-  for (int i = 0; i < Kh * Kw; ++i) v[i] = _mm256_loadu_ps(corner + (i / Kw) * row_stride + (i % Kw) * Block);
+  for (int i = 0; i < Kh * Kw; ++i) v[i] = _mm256_loadu_ps(corner + (i / Kw) * row_stride + (i % Kw) * pixel);
 #pragma GCC unroll 4
   for (int width = 1; width < Kh * Kw; width *= 2) {
 #pragma GCC unroll 8
@@ -251,34 +251,47 @@ __m256 window_max(const float* corner, int64_t row_stride) {
 }
 #endif
 
-// The max of every window over a channel-blocked layout (planes, H, W, Block): Block channels side
-// by side (Block 1 is NCHW). Planes [begin, end) of g.planes, each one block of channels. NaN wins
-// and stays, and a window of -inf gives -inf, as in max_pool_plane. With AVX2, blocks of 8 run as
+// Where the planes of a pooling over channel blocks lie. nChw<Block>c keeps one block's pixels side
+// by side, plane after plane; channels-last (NHWC) interleaves an image's blocks, so a pixel of one
+// block is C floats from the next and the image's blocks are Block floats apart.
+struct BlockedPlanes {
+  int64_t pixel;                // floats from one pixel of a plane to the next
+  int64_t per_image;            // planes one image interleaves (1: none)
+  int64_t image_in, image_out;  // floats from one image (or plane, when per_image is 1) to the next
+  int64_t block;                // floats between an image's interleaved planes
+  int64_t in_offset(int64_t plane) const { return plane / per_image * image_in + plane % per_image * block; }
+  int64_t out_offset(int64_t plane) const { return plane / per_image * image_out + plane % per_image * block; }
+};
+
+// The max of every window over a channel-blocked layout: Block channels side by side in each of
+// the planes [begin, end) of g.planes (Block 1 is NCHW), laid out as `planes` says. NaN wins and
+// stays, and a window of -inf gives -inf, as in max_pool_plane. With AVX2, blocks of 8 run as
 // vector compare-and-blends: oneDNN 2.6's AVX2 max pooling on nChw8c measured 7x slower than this
 // on an AMD EPYC (64x32x26x26, 2x2 windows: 1.85 vs 0.26 ms), and it skips NaN. Kh, Kw > 0 fix
 // the window size at compile time for windows that lie whole inside the plane.
 template <int Block, int Kh = 0, int Kw = 0>
-void max_pool_blocked(const PoolGeometry& g, const float* src, float* out, int64_t begin, int64_t end) {
+void max_pool_blocked(const PoolGeometry& g, const BlockedPlanes& planes, const float* src, float* out, int64_t begin, int64_t end) {
   const WholeColumns whole = whole_columns(g);
+  const int64_t pixel = planes.pixel;
   for (int64_t plane = begin; plane < end; ++plane) {
-    const float* in = src + plane * g.plane_in() * Block;
-    float* result = out + plane * g.plane_out() * Block;
+    const float* in = src + planes.in_offset(plane);
+    float* result = out + planes.out_offset(plane);
     for (int64_t y = 0; y < g.oh; ++y) {
       const WindowRange rows = window(y, g.sh, g.ph, g.kh, g.h);
-      float* out_row = result + y * g.ow * Block;
+      float* out_row = result + y * g.ow * pixel;
       int64_t x0 = 0;
       auto pool_window = [&] {
         const WindowRange cols = window(x0, g.sw, g.pw, g.kw, g.w);
         const int64_t width = cols.end - cols.begin;
-        const float* row = in + (rows.begin * g.w + cols.begin) * Block;
-        float* o = out_row + x0 * Block;
+        const float* row = in + (rows.begin * g.w + cols.begin) * pixel;
+        float* o = out_row + x0 * pixel;
 #if defined(__AVX2__)
         if constexpr (Block % 8 == 0) {
           __m256 best[Block / 8];
           for (int k = 0; k < Block / 8; ++k) best[k] = _mm256_loadu_ps(row + 8 * k);
-          for (int64_t iy = rows.begin; iy < rows.end; ++iy, row += g.w * Block) {
+          for (int64_t iy = rows.begin; iy < rows.end; ++iy, row += g.w * pixel) {
             for (int64_t ix = 0; ix < width; ++ix) {
-              for (int k = 0; k < Block / 8; ++k) best[k] = max_keeping_nan(best[k], _mm256_loadu_ps(row + ix * Block + 8 * k));
+              for (int k = 0; k < Block / 8; ++k) best[k] = max_keeping_nan(best[k], _mm256_loadu_ps(row + ix * pixel + 8 * k));
             }
           }
           for (int k = 0; k < Block / 8; ++k) _mm256_storeu_ps(o + 8 * k, best[k]);
@@ -287,10 +300,10 @@ void max_pool_blocked(const PoolGeometry& g, const float* src, float* out, int64
 #endif
         float best[Block];
         for (int lane = 0; lane < Block; ++lane) best[lane] = row[lane];
-        for (int64_t iy = rows.begin; iy < rows.end; ++iy, row += g.w * Block) {
+        for (int64_t iy = rows.begin; iy < rows.end; ++iy, row += g.w * pixel) {
           for (int64_t ix = 0; ix < width; ++ix) {
             for (int lane = 0; lane < Block; ++lane) {
-              const float v = row[ix * Block + lane];
+              const float v = row[ix * pixel + lane];
               best[lane] = ((v > best[lane]) | (v != v)) ? v : best[lane];
             }
           }
@@ -302,10 +315,10 @@ void max_pool_blocked(const PoolGeometry& g, const float* src, float* out, int64
         // Whole windows: a tight loop, so that many outputs' loads are in flight at once.
         if (rows.end - rows.begin == Kh) {
           for (; x0 < whole.begin; ++x0) pool_window();
-          const float* corner = in + (rows.begin * g.w + x0 * g.sw - g.pw) * Block;
-          for (; x0 < whole.end; ++x0, corner += g.sw * Block) {
+          const float* corner = in + (rows.begin * g.w + x0 * g.sw - g.pw) * pixel;
+          for (; x0 < whole.end; ++x0, corner += g.sw * pixel) {
             for (int k = 0; k < Block / 8; ++k) {
-              _mm256_storeu_ps(out_row + x0 * Block + 8 * k, window_max<Kh, Kw, Block>(corner + 8 * k, g.w * Block));
+              _mm256_storeu_ps(out_row + x0 * pixel + 8 * k, window_max<Kh, Kw>(corner + 8 * k, g.w * pixel, pixel));
             }
           }
         }
@@ -317,18 +330,34 @@ void max_pool_blocked(const PoolGeometry& g, const float* src, float* out, int64
 }
 
 // max_pool_blocked over all g.planes on flow's threads; `block` is 1, 8 or 16.
-inline void max_pool_blocked(const PoolGeometry& g, int block, const float* src, float* out) {
+inline void max_pool_blocked(const PoolGeometry& g, const BlockedPlanes& planes, int block, const float* src, float* out) {
   CHECK(block == 1 || block == 8 || block == 16) << "no blocked max pooling for blocks of " << block;
   const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in() * block, 1));
   with_fixed_window(g, [&]<int Kh, int Kw>() {
     parallel_for(0, g.planes, grain, [&](int64_t begin, int64_t end) {
       switch (block) {
-        case 1: max_pool_blocked<1>(g, src, out, begin, end); break;
-        case 8: max_pool_blocked<8, Kh, Kw>(g, src, out, begin, end); break;
-        default: max_pool_blocked<16, Kh, Kw>(g, src, out, begin, end);
+        case 1: max_pool_blocked<1>(g, planes, src, out, begin, end); break;
+        case 8: max_pool_blocked<8, Kh, Kw>(g, planes, src, out, begin, end); break;
+        default: max_pool_blocked<16, Kh, Kw>(g, planes, src, out, begin, end);
       }
     });
   });
+}
+
+// Max pooling over nChw<block>c (block 1: NCHW); g from blocked_pool_geometry.
+inline void max_pool_blocked(const PoolGeometry& g, int block, const float* src, float* out) {
+  max_pool_blocked(g, BlockedPlanes{block, 1, g.plane_in() * block, g.plane_out() * block, 0}, block, src, out);
+}
+
+// The channels a max pooling over channels-last (NHWC) takes together: 16 or 8 where they divide
+// the channel count (vectors), else 1.
+inline int channels_last_block(int64_t channels) { return channels % 16 == 0 ? 16 : channels % 8 == 0 ? 8 : 1; }
+
+// Max pooling over channels-last (NHWC) with `channels` channels; g from blocked_pool_geometry
+// with channels_last_block(channels).
+inline void max_pool_channels_last(const PoolGeometry& g, int64_t channels, const float* src, float* out) {
+  const int block = channels_last_block(channels);
+  max_pool_blocked(g, BlockedPlanes{channels, channels / block, g.plane_in() * channels, g.plane_out() * channels, block}, block, src, out);
 }
 
 }  // namespace flow::cpu
