@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <unordered_map>
 
@@ -19,7 +20,7 @@ namespace {
 using namespace cpu::dnnl_util;
 using Pair = std::vector<int64_t>;
 
-enum class Kind { kConv, kDirectConv, kPackedLinear, kPool, kMaxPool, kRelu, kAdd, kAlias };
+enum class Kind { kConv, kDirectConv, kPackedLinear, kMatmul, kPool, kMaxPool, kRelu, kAdd, kAlias };
 
 // Where a primitive reads one input: a blocked value's memory or a plain tensor, reordered into
 // the primitive's layout when the two differ.
@@ -118,12 +119,20 @@ std::optional<bool> residual_add(const std::string& name, const Attrs& attrs, co
 // OpenBLAS packs the weight matrix again on every call. Measured, 1 thread, x @ W^T with W
 // 512x784: 2 rows 0.26 of OpenBLAS's time, 8 rows 0.6, 32 rows 0.8-0.9, 64 rows 0.9-1.25 (no
 // better); on 2 threads, where flow splits the panels and OpenBLAS its own way, 64 rows too (the
-// MLP at batch 64: 0.93 of the time; docs/performance.md). One row stays on flow's GEMV.
-int64_t max_packed_linear_rows() { return current_num_threads() > 1 ? 64 : 32; }
+// MLP at batch 64: 0.93 of the time; docs/performance.md). With AVX-512 every linear of 2 rows or
+// more is a oneDNN matmul (brgemm) on weights packed once instead: on a Xeon (AVX-512, 2 vCPUs),
+// 8x784x512 took 38 us there against ~90 for flow's AVX2 product, and 64 rows 0.8-0.85 of oneDNN
+// on the unpacked weights. One row stays on flow's GEMV (OpenBLAS), whose threads keep their
+// share of the weights in their own caches.
+int64_t max_packed_linear_rows() {
+  if (has_avx512_core()) return std::numeric_limits<int64_t>::max();
+  return current_num_threads() > 1 ? 64 : 32;
+}
 
 // Whether a linear step (or a fused_linear whose program is relu of the product alone, the fusion
-// pass's Linear + ReLU) runs on packed weights: an AVX2 build, float32 on the CPU, a 2-d input of a
-// few rows, and constant contiguous weights and bias. Returns whether a ReLU follows the product.
+// pass's Linear + ReLU) runs on packed weights: float32 on the CPU, a 2-d input of a few rows (an
+// AVX2 build: flow's product) or more (AVX-512: oneDNN's), and constant contiguous weights and
+// bias. Returns whether a ReLU follows the product.
 std::optional<bool> as_packed_linear(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in,
                                      const std::vector<int>& ids, const std::vector<const Tensor*>& constant_of) {
   bool relu = false;
@@ -140,7 +149,7 @@ std::optional<bool> as_packed_linear(const std::string& name, const Attrs& attrs
     return std::nullopt;
   }
   const TensorMeta& x = in[0];
-  if (!cpu::PackedLinear::available() || x.dtype != kFloat32 || x.device.type != DeviceType::kCPU || x.shape.size() != 2 || x.shape[0] < 2 ||
+  if ((!cpu::PackedLinear::available() && !has_avx512_core()) || x.dtype != kFloat32 || x.device.type != DeviceType::kCPU || x.shape.size() != 2 || x.shape[0] < 2 ||
       x.shape[0] > max_packed_linear_rows() || x.shape[1] == 0 || in[1].shape[0] == 0) {
     return std::nullopt;
   }
@@ -370,12 +379,25 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         if (relu) fused_relu_step[next[0]] = true;
       } else if (const std::optional<bool> relu = as_packed_linear(name, *step.attrs, in_metas, in, constant_of)) {
         const int64_t rows = in_metas[0].shape[0], in_features = in_metas[0].shape[1], out_features = in_metas[1].shape[0];
-        kernel->kind = Kind::kPackedLinear;
         kernel->relu_after = *relu;
-        kernel->packed_linear.emplace(in_features, out_features, constant_of[in[1]]->data_ptr<float>(),
-                                      in.size() == 3 ? constant_of[in[2]]->data_ptr<float>() : nullptr);
-        kernel->operands.push_back(operand(in[0], plain({rows, in_features})));
         kernel->out_layout = plain({rows, out_features});
+        if (has_avx512_core()) {
+          const bool has_bias = in.size() == 3;
+          // x (rows, in) @ W^T: the (out, in) row-major weight is the (in, out) matrix in layout "ba".
+          const memory::desc weight_plain({in_features, out_features}, memory::data_type::f32, memory::format_tag::ba);
+          dnnl::matmul::desc desc(plain({rows, in_features}), any({in_features, out_features}),
+                                  has_bias ? plain({1, out_features}) : memory::desc(), kernel->out_layout);
+          dnnl::matmul::primitive_desc pd(desc, user_scratchpad(), engine());
+          kernel->kind = Kind::kMatmul;
+          kernel->primitive.emplace(dnnl::matmul(pd));
+          kernel->operands.push_back(operand(in[0], pd.src_desc()));
+          bind_parameters(*kernel, weight_plain, pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
+        } else {
+          kernel->kind = Kind::kPackedLinear;
+          kernel->packed_linear.emplace(in_features, out_features, constant_of[in[1]]->data_ptr<float>(),
+                                        in.size() == 3 ? constant_of[in[2]]->data_ptr<float>() : nullptr);
+          kernel->operands.push_back(operand(in[0], plain({rows, in_features})));
+        }
       } else if (name == "max_pool2d_inference") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
         const Dims out_dims = dims_of(out_meta.shape);
@@ -571,6 +593,7 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       std::unordered_map<int, memory> args{{DNNL_ARG_DST, out}};
       switch (kernel.kind) {
         case Kind::kConv:
+        case Kind::kMatmul:
           args.emplace(DNNL_ARG_SRC, sources[0]);
           args.emplace(DNNL_ARG_WEIGHTS, kernel.weights);
           if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);

@@ -13,6 +13,7 @@
 #include "common/graphs.h"
 #include "common/models.h"
 #include "core/flow.h"
+#include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/linear_packed.h"
 #include "core/profiler.h"
 #include "graph/export.h"
@@ -265,27 +266,33 @@ TEST_F(BlockedLayoutTest, ConcurrentRunsAndTheirArenas) {
 
 }  // namespace
 
-// Linears of 2-32 rows (2-64 on several threads) run flow's product on weights packed at load
-// (cpu/linear_packed.h, the ReLU in it; AVX2 builds), one row and more rows on the linear
-// kernels; all agree with the plain load and eager, and a NaN input reaches the output as it does
-// there.
+// Linears of 2 rows or more run on weights packed at load: with AVX-512 oneDNN's matmul at any
+// number of rows, else flow's product (cpu/linear_packed.h, the ReLU in it; AVX2 builds) for 2-32
+// rows (2-64 on several threads), the rest on the linear kernels; all agree with the plain load
+// and eager, and a NaN input reaches the output as it does there.
 TEST_F(BlockedLayoutTest, FewRowLinearsRunPackedAndMatchThePlainKernels) {
   flow::manual_seed(7);
   auto mlp = test_models::mlp();
   export_net(mlp, {8, 1, 28, 28});
-  const int64_t packed = flow::cpu::PackedLinear::available() ? 3 : 0;
+  const bool onednn = flow::cpu::dnnl_util::has_avx512_core();
+  const int64_t packed = onednn || flow::cpu::PackedLinear::available() ? 3 : 0;
   const int threads = flow::get_num_threads();
   flow::set_num_threads(2);
-  // The last linear (512 -> 10) is too small for two threads: on one, 64 rows stay with OpenBLAS.
-  EXPECT_EQ(blocked_->blocked_steps(64), packed == 0 ? 0 : 2);
-  EXPECT_EQ(blocked_->blocked_steps(65), 0);
+  if (onednn) {
+    EXPECT_EQ(blocked_->blocked_steps(64), 3);
+    EXPECT_EQ(blocked_->blocked_steps(65), 3);
+  } else {
+    // The last linear (512 -> 10) is too small for two threads: on one, 64 rows stay with OpenBLAS.
+    EXPECT_EQ(blocked_->blocked_steps(64), packed == 0 ? 0 : 2);
+    EXPECT_EQ(blocked_->blocked_steps(65), 0);
+  }
   for (int64_t batch : {33, 64, 65}) expect_same(mlp, flow::randn({batch, 1, 28, 28}));
   flow::set_num_threads(1);
   EXPECT_EQ(blocked_->blocked_steps(8), packed);
   EXPECT_EQ(blocked_->blocked_steps(2), packed);
   EXPECT_EQ(blocked_->blocked_steps(32), packed);
   EXPECT_EQ(blocked_->blocked_steps(1), 0);
-  EXPECT_EQ(blocked_->blocked_steps(33), 0);
+  EXPECT_EQ(blocked_->blocked_steps(33), onednn ? 3 : 0);
   for (int64_t batch : {1, 2, 5, 7, 16, 17, 32, 33}) expect_same(mlp, flow::randn({batch, 1, 28, 28}));
   flow::set_num_threads(threads);
   Tensor x = flow::randn({4, 1, 28, 28}).contiguous();

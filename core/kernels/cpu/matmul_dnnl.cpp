@@ -61,7 +61,7 @@ std::optional<ProductKey> key_for(DType operands, DType result, int64_t m, int64
                                   bool bias) {
   const auto operand_type = data_type_of(operands), result_type = data_type_of(result);
   if (!operand_type || !result_type || (result != operands && result != kFloat32) || m == 0 || k == 0 || n == 0) return std::nullopt;
-  if (operands == kFloat32 && !has_brgemm()) return std::nullopt;
+  if (operands == kFloat32 && (!has_brgemm() || m == 1)) return std::nullopt;
   return ProductKey{m, k, n, std::move(a_strides), std::move(b_strides), bias, *operand_type, *result_type};
 }
 
