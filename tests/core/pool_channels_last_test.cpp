@@ -1,6 +1,6 @@
 // Max pooling over channels-last (NHWC) buffers (cpu::max_pool_channels_last in
 // core/kernels/cpu/pool_loop.h, oneflow_lite's pooling where oneDNN's convolutions chose NHWC)
-// against a scan over NCHW: channel counts taken 16, 8 and 1 at a time, whole and clipped windows,
+// against a scan over NCHW: channel counts taken 64, 32, 16, 8 and 1 at a time, whole and clipped windows,
 // windows fixed at compile time and not, NaN kept and -inf windows giving -inf.
 #include <gtest/gtest.h>
 
@@ -88,10 +88,12 @@ void check(const Case& c, int threads) {
 }
 
 TEST(PoolChannelsLast, MatchesAScanOverNchw) {
+  EXPECT_EQ(flow::cpu::channels_last_block(128), 64);
+  EXPECT_EQ(flow::cpu::channels_last_block(96), 32);
   EXPECT_EQ(flow::cpu::channels_last_block(48), 16);
   EXPECT_EQ(flow::cpu::channels_last_block(24), 8);
   EXPECT_EQ(flow::cpu::channels_last_block(3), 1);
-  for (int64_t channels : {1, 3, 8, 16, 24, 48}) {
+  for (int64_t channels : {1, 3, 8, 16, 24, 32, 48, 64, 96}) {
     check({2, channels, 8, 9, 2, 2, 2, 2, 0, 0}, 1);  // whole 2x2 windows, an odd column left out
     check({2, channels, 7, 7, 3, 3, 1, 1, 1, 1}, 2);  // 3x3 windows clipped at every edge
     check({3, channels, 6, 10, 3, 2, 2, 1, 1, 0}, 2);  // a window size read at run time

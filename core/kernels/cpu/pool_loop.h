@@ -329,16 +329,18 @@ void max_pool_blocked(const PoolGeometry& g, const BlockedPlanes& planes, const 
   }
 }
 
-// max_pool_blocked over all g.planes on flow's threads; `block` is 1, 8 or 16.
+// max_pool_blocked over all g.planes on flow's threads; `block` is 1, 8, 16, 32 or 64.
 inline void max_pool_blocked(const PoolGeometry& g, const BlockedPlanes& planes, int block, const float* src, float* out) {
-  CHECK(block == 1 || block == 8 || block == 16) << "no blocked max pooling for blocks of " << block;
+  CHECK(block == 1 || block == 8 || block == 16 || block == 32 || block == 64) << "no blocked max pooling for blocks of " << block;
   const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in() * block, 1));
   with_fixed_window(g, [&]<int Kh, int Kw>() {
     parallel_for(0, g.planes, grain, [&](int64_t begin, int64_t end) {
       switch (block) {
         case 1: max_pool_blocked<1>(g, planes, src, out, begin, end); break;
         case 8: max_pool_blocked<8, Kh, Kw>(g, planes, src, out, begin, end); break;
-        default: max_pool_blocked<16, Kh, Kw>(g, planes, src, out, begin, end);
+        case 16: max_pool_blocked<16, Kh, Kw>(g, planes, src, out, begin, end); break;
+        case 32: max_pool_blocked<32, Kh, Kw>(g, planes, src, out, begin, end); break;
+        default: max_pool_blocked<64, Kh, Kw>(g, planes, src, out, begin, end);
       }
     });
   });
@@ -349,9 +351,14 @@ inline void max_pool_blocked(const PoolGeometry& g, int block, const float* src,
   max_pool_blocked(g, BlockedPlanes{block, 1, g.plane_in() * block, g.plane_out() * block, 0}, block, src, out);
 }
 
-// The channels a max pooling over channels-last (NHWC) takes together: 16 or 8 where they divide
-// the channel count (vectors), else 1.
-inline int channels_last_block(int64_t channels) { return channels % 16 == 0 ? 16 : channels % 8 == 0 ? 8 : 1; }
+// The channels a max pooling over channels-last (NHWC) takes together: up to 64 where vectors of 8
+// divide the channel count (a pixel's channels at once read whole cache lines in order), else 1.
+inline int channels_last_block(int64_t channels) {
+  for (int block : {64, 32, 16, 8}) {
+    if (channels % block == 0) return block;
+  }
+  return 1;
+}
 
 // Max pooling over channels-last (NHWC) with `channels` channels; g from blocked_pool_geometry
 // with channels_last_block(channels).
