@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/kernels/cpu/elementwise_math.h"
+#include "core/kernels/cpu/loop.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/reduced_float.h"
 #include "core/op.h"
@@ -314,8 +315,22 @@ void program_kernel(KernelContext& ctx) {
 // bfloat16: the product through oneDNN into float32 where the CPU multiplies bfloat16, then the
 // program in float32, rounded once, as the whole op computed in float32 would (its product is not
 // rounded before the epilogue either).
+// Whether the program is relu of the product alone (the fusion pass's Linear + ReLU).
+bool is_relu_of_product(const fused::Program& program) {
+  return program.steps.size() == 1 && program.steps[0].op == "relu" && program.steps[0].args == std::vector<int>{0} &&
+         program.steps[0].attrs.values().empty() && program.outputs == std::vector<int>{0};
+}
+
 void fused_linear_bf16_kernel(KernelContext& ctx) {
   const auto linear_inputs = static_cast<size_t>(ctx.attrs.get<int64_t>("linear_inputs"));
+  // Rounding to bfloat16 keeps signs, zeros and NaN, so relu then rounding is rounding then relu:
+  // oneDNN writes the rounded product, and relu runs on it in place (a float32 product and a pass
+  // of the epilogue over it cost the AMP MLP's linears ~40% of their time).
+  if (linear_inputs == ctx.inputs.size() && is_relu_of_product(*cached_program(ctx.attrs.get<std::string>("program"))) &&
+      onednn_linear(ctx.inputs[0], ctx.inputs[1], linear_inputs == 3 ? ctx.inputs[2] : Tensor(), ctx.outputs[0])) {
+    unary_loop<BFloat16, BFloat16>(ctx.outputs[0], ctx.outputs[0], [](BFloat16 x) { return math::relu(x); });
+    return;
+  }
   Tensor product = make_tensor(ctx.outputs[0].shape(), kFloat32, ctx.outputs[0].device());
   if (!onednn_linear(ctx.inputs[0], ctx.inputs[1], linear_inputs == 3 ? ctx.inputs[2] : Tensor(), product)) return in_float32<fused_linear_kernel>(ctx);
   TensorList operands{product};
