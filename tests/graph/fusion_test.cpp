@@ -217,6 +217,30 @@ TEST(FusedLinear, BFloat16IsTheFloat32OpOnRoundedValuesRoundedOnce) {
   flow::testing::expect_bfloat16_product(no_bias, flow::relu(flow::linear(wide(x), wide(w)) + wide(shift)));
 }
 
+// relu of the product alone (Linear + ReLU) rounds the product and applies relu to it: the same as
+// relu in float32 then one rounding, NaN kept.
+TEST(FusedLinear, BFloat16ReluOfTheProductKeepsNaN) {
+  flow::manual_seed(13);
+  const auto bf16 = [](const Tensor& t) { return t.to(flow::kBFloat16); };
+  const auto wide = [](const Tensor& t) { return t.to(flow::kFloat32); };
+  Tensor x = flow::randn({5, 40}).contiguous();
+  x.data_ptr<float>()[2 * 40 + 7] = std::numeric_limits<float>::quiet_NaN();  // row 2
+  const Tensor xb = bf16(x), w = bf16(flow::randn({24, 40})), b = bf16(flow::randn({24}));
+  const fused::Program relu{{{"relu", {0}, {}}}, {0}};
+  const flow::Attrs attrs = flow::Attrs().set("program", fused::encode(relu)).set("shape", flow::Shape({5, 24}));
+  const Tensor out = flow::apply(flow::find_op("fused_linear"), {xb, w, b}, flow::Attrs(attrs).set("linear_inputs", int64_t{3})).at(0);
+  const Tensor expected = flow::relu(flow::linear(wide(xb), wide(w), wide(b)));
+  const auto got = wide(out).tolist<float>(), want = expected.tolist<float>();
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (i / 24 == 2) {
+      EXPECT_TRUE(std::isnan(got[i])) << i;
+    } else {
+      EXPECT_NEAR(got[i], want[i], std::ldexp(1.0, -7) * std::abs(want[i]) + 1e-3) << i;
+      EXPECT_GE(got[i], 0.0f) << i;
+    }
+  }
+}
+
 TEST(FusedElementwise, RunsProgramsDirectlyAndRejectsBadOnes) {
   const Tensor a = flow::tensor(std::vector<float>{1, -2, 3, -4}).reshape({2, 2}), b = flow::tensor(std::vector<float>{10, 20});
   fused::Program program;
