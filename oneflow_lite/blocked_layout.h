@@ -1,17 +1,17 @@
 #pragma once
 // oneflow_lite's layout pass: on CPU, float32 convolutions, pooling, ReLU and residual adds
 // (relu(a + b), the fusion pass's fused_elementwise) run as oneDNN primitives on the channel-blocked
-// layouts the convolutions choose (nChw8c with AVX2), and their results stay in those layouts from
-// one such op to the next. A value crosses to flow's plain NCHW only where another op or a model
+// layouts the convolutions choose (nChw8c with AVX2, channels-last NHWC with AVX-512), and their
+// results stay in those layouts from one such op to the next. A value crosses to flow's plain NCHW only where another op or a model
 // output reads it. Convolution weights are reordered once, when the program for a batch size is
 // built, and a ReLU that alone reads a convolution's result runs in place right after it (flow's
 // loop, which keeps NaN; oneDNN's ReLU post-op would turn NaN into 0).
 // On AVX2, convolutions from nChw8c to nChw8c run flow's direct convolution (cpu/conv_blocked.h)
 // instead of oneDNN's primitive, the ReLU and a folded residual sum inside it.
 // ONNX Runtime's NCHWc transformer does the same for its CPU provider; without it every conv and
-// pool reorders its input, output and weights on each call. Linears of a few rows (2-32, with the
-// fusion pass's ReLU) run flow's product on weights packed once (cpu/linear_packed.h), their
-// results plain row-major.
+// pool reorders its input, output and weights on each call. Linears on constant weights (with the
+// fusion pass's ReLU) run on weights packed once: oneDNN's matmul for 2+ rows with AVX-512, flow's
+// product (cpu/linear_packed.h) for 2-32 rows elsewhere; their results plain row-major.
 #include <cstdint>
 #include <memory>
 #include <vector>
