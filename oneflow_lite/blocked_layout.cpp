@@ -130,9 +130,10 @@ int64_t max_packed_linear_rows() {
 }
 
 // Whether a linear step (or a fused_linear whose program is relu of the product alone, the fusion
-// pass's Linear + ReLU) runs on packed weights: float32 on the CPU, a 2-d input of a few rows (an
-// AVX2 build: flow's product) or more (AVX-512: oneDNN's), and constant contiguous weights and
-// bias. Returns whether a ReLU follows the product.
+// pass's Linear + ReLU) runs on packed weights: on the CPU, a 2-d float32 input of a few rows (an
+// AVX2 build: flow's product) or more (AVX-512: oneDNN's), or with AVX-512 a bfloat16 input of any
+// rows (an AMP export; one row too: brgemm would pack the weights on each call), and constant
+// contiguous weights and bias of the input's dtype. Returns whether a ReLU follows the product.
 std::optional<bool> as_packed_linear(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in,
                                      const std::vector<int>& ids, const std::vector<const Tensor*>& constant_of) {
   bool relu = false;
@@ -149,12 +150,14 @@ std::optional<bool> as_packed_linear(const std::string& name, const Attrs& attrs
     return std::nullopt;
   }
   const TensorMeta& x = in[0];
-  if ((!cpu::PackedLinear::available() && !has_avx512_core()) || x.dtype != kFloat32 || x.device.type != DeviceType::kCPU || x.shape.size() != 2 || x.shape[0] < 2 ||
+  const bool float32 = x.dtype == kFloat32 && (cpu::PackedLinear::available() || has_avx512_core());
+  const bool bfloat16 = x.dtype == kBFloat16 && has_avx512_core();
+  if (!(float32 || bfloat16) || x.device.type != DeviceType::kCPU || x.shape.size() != 2 || x.shape[0] < (bfloat16 ? 1 : 2) ||
       x.shape[0] > max_packed_linear_rows() || x.shape[1] == 0 || in[1].shape[0] == 0) {
     return std::nullopt;
   }
   for (size_t i = 1; i < linear_inputs; ++i) {
-    if (!constant_of[ids[i]] || !constant_of[ids[i]]->is_contiguous() || in[i].dtype != kFloat32) return std::nullopt;
+    if (!constant_of[ids[i]] || !constant_of[ids[i]]->is_contiguous() || in[i].dtype != x.dtype) return std::nullopt;
   }
   return relu;
 }
@@ -175,6 +178,9 @@ int channel_block(const memory::desc& layout) {
   }
   return 0;
 }
+
+// The plain layout of a value (NCHW for 4-d), in its dtype.
+memory::desc plain_of(const TensorMeta& meta) { return plain(dims_of(meta.shape), data_type_of(meta.dtype).value_or(memory::data_type::f32)); }
 
 // A plain operand as the primitive reads it: a value an op's kernel made may be a strided view.
 Tensor& contiguous(Tensor& value) {
@@ -254,7 +260,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
   std::vector<bool> blocked(num_values, false);
   std::vector<bool> fused_relu_step(steps.size(), false);
   auto operand = [&](int value, const memory::desc& wanted) {
-    return make_operand(value, blocked[value] ? layouts[value] : plain(dims_of(metas[value].shape)), blocked[value], wanted, impl->scratch_bytes);
+    return make_operand(value, blocked[value] ? layouts[value] : plain_of(metas[value]), blocked[value], wanted, impl->scratch_bytes);
   };
   // Takes the ReLU a convolution applies after itself (relu_after) away from it when that ReLU's
   // result is `value` and a max pooling alone reads it. The maximum of a window of ReLU outputs is
@@ -379,15 +385,17 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         if (relu) fused_relu_step[next[0]] = true;
       } else if (const std::optional<bool> relu = as_packed_linear(name, *step.attrs, in_metas, in, constant_of)) {
         const int64_t rows = in_metas[0].shape[0], in_features = in_metas[0].shape[1], out_features = in_metas[1].shape[0];
+        const memory::data_type type = *data_type_of(in_metas[0].dtype);
         kernel->relu_after = *relu;
-        kernel->out_layout = plain({rows, out_features});
+        kernel->out_layout = plain({rows, out_features}, type);
         if (has_avx512_core()) {
           const bool has_bias = in.size() == 3;
           // x (rows, in) @ W^T: the (out, in) row-major weight is the (in, out) matrix in layout "ba".
-          const memory::desc weight_plain({in_features, out_features}, memory::data_type::f32, memory::format_tag::ba);
-          dnnl::matmul::desc desc(plain({rows, in_features}), any({in_features, out_features}),
-                                  has_bias ? plain({1, out_features}) : memory::desc(), kernel->out_layout);
+          const memory::desc weight_plain({in_features, out_features}, type, memory::format_tag::ba);
+          dnnl::matmul::desc desc(plain({rows, in_features}, type), any({in_features, out_features}, type),
+                                  has_bias ? plain({1, out_features}, type) : memory::desc(), kernel->out_layout);
           dnnl::matmul::primitive_desc pd(desc, user_scratchpad(), engine());
+          if (is_reference_implementation(pd.impl_info_str())) continue;  // bfloat16 without AVX512-BF16: the op's kernel widens
           kernel->kind = Kind::kMatmul;
           kernel->primitive.emplace(dnnl::matmul(pd));
           kernel->operands.push_back(operand(in[0], pd.src_desc()));
@@ -474,7 +482,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     kernel->plain_needed = plain_needed;
     if (plain_needed) {
       kernel->to_plain.emplace(
-          dnnl::reorder::primitive_desc(engine(), kernel->out_layout, engine(), plain(dims_of(metas[out].shape)), user_scratchpad()));
+          dnnl::reorder::primitive_desc(engine(), kernel->out_layout, engine(), plain_of(metas[out]), user_scratchpad()));
     }
   }
 
@@ -610,15 +618,23 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
     if (kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear) {
       stream.wait();
       // Every element of the layout: padding channels of a blocked one hold zeros, kept zero.
-      float* data = static_cast<float*>(out.get_data_handle());
-      parallel_for(0, static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(float)), kElementwiseGrain, [data](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) data[i] = cpu::math::relu(data[i]);
-      });
+      const auto relu_all = [&]<typename T>() {
+        T* data = static_cast<T*>(out.get_data_handle());
+        parallel_for(0, static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(T)), kElementwiseGrain, [data](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) data[i] = cpu::math::relu(data[i]);
+        });
+      };
+      // A bfloat16 linear's ReLU runs on its rounded result: rounding keeps signs, zeros and NaN.
+      if (kernel.out_meta.dtype == kBFloat16) {
+        relu_all.operator()<BFloat16>();
+      } else {
+        relu_all.operator()<float>();
+      }
     }
   }
   if (kernel.plain_needed) {
     Tensor result = plain_output.defined() ? plain_output : make_tensor(kernel.out_meta.shape, kernel.out_meta.dtype, kernel.out_meta.device);
-    memory result_plain(plain(dims_of(kernel.out_meta.shape)), engine(), result.data_ptr());
+    memory result_plain(plain_of(kernel.out_meta), engine(), result.data_ptr());
     run_primitive(*kernel.to_plain, stream, {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, result_plain}});
     values[kernel.output] = std::move(result);
   }

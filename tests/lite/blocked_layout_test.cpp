@@ -301,6 +301,51 @@ TEST_F(BlockedLayoutTest, FewRowLinearsRunPackedAndMatchThePlainKernels) {
   EXPECT_TRUE(std::isnan(blocked_->run({x}).at(0).tolist<double>()[10]));
 }
 
+// Whether oneDNN multiplies bfloat16 here with an optimized kernel (AVX512-BF16, AMX), as lite's
+// pass requires of a bfloat16 linear.
+bool onednn_multiplies_bfloat16() {
+  if (!flow::cpu::dnnl_util::has_avx512_core()) return false;
+  using dnnl::memory;
+  const memory::desc x({8, 64}, memory::data_type::bf16, memory::format_tag::ab), w({64, 32}, memory::data_type::bf16, memory::format_tag::any),
+      y({8, 32}, memory::data_type::bf16, memory::format_tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(x, w, y), dnnl::engine(dnnl::engine::kind::cpu, 0));
+  return !flow::cpu::dnnl_util::is_reference_implementation(pd.impl_info_str());
+}
+
+// The linears of a bfloat16 AMP export (the ReLU after them too) run on weights packed at load
+// where oneDNN multiplies bfloat16, one row included, and agree with the plain load; a NaN input
+// reaches its output row.
+TEST_F(BlockedLayoutTest, BFloat16LinearsRunPackedAndMatchThePlainKernels) {
+  flow::manual_seed(9);
+  auto mlp = test_models::mlp();
+  test_graphs::PredictGraph graph(mlp);
+  graph.config().enable_amp();
+  graph(flow::randn({8, 1, 28, 28}));
+  flow::save(graph, dir_.string(), flow::ExportOptions().input_names({"image"}).output_names({"out"}));
+  blocked_ = flow::lite::Model::load(dir_.string());
+  plain_ = flow::lite::Model::load(dir_.string(), flow::lite::LoadOptions().blocked_layouts(false));
+  const int64_t packed = onednn_multiplies_bfloat16() ? 3 : 0;
+  for (int64_t batch : {1, 8, 65}) EXPECT_EQ(blocked_->blocked_steps(batch), packed) << batch;
+  for (int64_t batch : {1, 3, 65}) {
+    Tensor x = flow::randn({batch, 1, 28, 28}).contiguous();
+    if (batch == 3) x.data_ptr<float>()[784 + 100] = std::numeric_limits<float>::quiet_NaN();  // sample 1
+    const Tensor blocked = blocked_->run({x}).at(0), plain = plain_->run({x}).at(0);
+    ASSERT_EQ(blocked.dtype(), plain.dtype());
+    const auto b = blocked.to(flow::kFloat32).tolist<double>(), p = plain.to(flow::kFloat32).tolist<double>();
+    ASSERT_EQ(b.size(), p.size());
+    for (size_t i = 0; i < b.size(); ++i) {
+      if (std::isnan(p[i])) {
+        EXPECT_TRUE(std::isnan(b[i])) << "batch " << batch << " at " << i;
+      } else {
+        EXPECT_NEAR(b[i], p[i], 1e-2 * std::max(1.0, std::abs(p[i]))) << "batch " << batch << " at " << i;  // bfloat16 roundings
+      }
+    }
+    if (batch == 3) {
+      EXPECT_TRUE(std::isnan(b[10])) << "sample 1";
+    }
+  }
+}
+
 // A NaN pixel reaches the output through convolutions with their ReLU, residual adds with theirs
 // and pooling, as on the plain kernels and in eager.
 TEST_F(BlockedLayoutTest, NanThroughConvolutionAndReluAsOnThePlainKernels) {
