@@ -152,16 +152,16 @@ void backward_weights_kernel(KernelContext& ctx) {
     std::memset(grad_weight.data_ptr(), 0, static_cast<size_t>(grad_weight.nbytes()));
     return;
   }
-  // Below AVX-512, oneDNN's blocked layouts pad the input channels to 8: with fewer (an image's
-  // 1-3) its backward-weights does several times the work. On an AMD EPYC (AVX2) the LeNet's
-  // 1-channel layer took 4.5 ms in oneDNN and 1.06 ms as im2col + GEMM (one thread); on the GPU
-  // machine's Xeon (AVX-512) oneDNN's took 0.9 ms and im2col + GEMM 4.1.
   if (const std::optional<ShallowConvShape> shallow = shallow_shape(x.shape(), grad_weight.shape(), grad.shape(), ctx.attrs)) {
     const auto run = [&]<typename T>() {
       shallow_conv_grad_weight<T>(*shallow, data_of<T>(grad), data_of<T>(x), static_cast<T*>(grad_weight.data_ptr()));
     };
     return grad.dtype() == kFloat32 ? run.operator()<float>() : run.operator()<BFloat16>();
   }
+  // Below AVX-512, oneDNN's blocked layouts pad the input channels to 8: with fewer (an image's
+  // 1-3) its backward-weights does several times the work. On an AMD EPYC (AVX2) the LeNet's
+  // 1-channel layer took 4.5 ms in oneDNN and 1.06 ms as im2col + GEMM (one thread); on the GPU
+  // machine's Xeon (AVX-512) oneDNN's took 0.9 ms and im2col + GEMM 4.1.
   if (grad.dtype() == kFloat32 && !has_avx512_core() && x.size(1) / ctx.attrs.get<int64_t>("groups") < kMinBlockedChannels) {
     return conv_grad_weight_by_gemm(ctx);
   }

@@ -3,8 +3,6 @@
 #include <glog/logging.h>
 
 #include <algorithm>
-#include <array>
-#include <cstring>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)

@@ -312,15 +312,15 @@ void program_kernel(KernelContext& ctx) {
   run_program<float>(ctx, *cached_program(ctx.attrs.get<std::string>("program")), 0);
 }
 
-// bfloat16: the product through oneDNN into float32 where the CPU multiplies bfloat16, then the
-// program in float32, rounded once, as the whole op computed in float32 would (its product is not
-// rounded before the epilogue either).
 // Whether the program is relu of the product alone (the fusion pass's Linear + ReLU).
 bool is_relu_of_product(const fused::Program& program) {
   return program.steps.size() == 1 && program.steps[0].op == "relu" && program.steps[0].args == std::vector<int>{0} &&
          program.steps[0].attrs.values().empty() && program.outputs == std::vector<int>{0};
 }
 
+// bfloat16: the product through oneDNN into float32 where the CPU multiplies bfloat16, then the
+// program in float32, rounded once, as the whole op computed in float32 would (its product is not
+// rounded before the epilogue either).
 void fused_linear_bf16_kernel(KernelContext& ctx) {
   const auto linear_inputs = static_cast<size_t>(ctx.attrs.get<int64_t>("linear_inputs"));
   // Rounding to bfloat16 keeps signs, zeros and NaN, so relu then rounding is rounding then relu:
