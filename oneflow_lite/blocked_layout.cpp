@@ -52,8 +52,8 @@ struct Kernel {
   // skips NaN and gives the lowest finite value for a window of -inf where flow propagates NaN
   // and keeps -inf, and it measured 7x slower here.
   cpu::PoolGeometry pool{};
+  cpu::BlockedPlanes planes{};  // nChw<block>c, or NHWC (oneDNN's choice with AVX-512)
   int block = 0;
-  bool channels_last = false;  // NHWC (oneDNN's choice with AVX-512) rather than nChw<block>c
   // Convolutions from nChw8c to nChw8c on AVX2 run flow's direct convolution (cpu/conv_blocked.h),
   // which applies the ReLU after and the residual sum itself.
   std::optional<cpu::BlockedConv> direct_conv;
@@ -414,8 +414,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         if (block == 0) continue;
         kernel->kind = Kind::kMaxPool;
         kernel->block = block;
-        kernel->channels_last = channels_last;
         kernel->pool = cpu::blocked_pool_geometry(in_metas[0].shape, out_meta.shape, *step.attrs, block);
+        kernel->planes =
+            channels_last ? cpu::channels_last_planes(kernel->pool, in_metas[0].shape[1]) : cpu::channel_blocked_planes(kernel->pool, block);
         kernel->operands.push_back(operand(in[0], layouts[in[0]]));
         kernel->out_layout = channels_last ? channels_last_layout(out_dims) : channel_blocked(out_dims, block);
         kernel->relu_after = take_relu_before_pooling(in[0]);
@@ -582,13 +583,8 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       sources.push_back(source);
     }
     if (kernel.kind == Kind::kMaxPool) {
-      const auto* src = static_cast<const float*>(sources[0].get_data_handle());
-      auto* dst = static_cast<float*>(out.get_data_handle());
-      if (kernel.channels_last) {
-        cpu::max_pool_channels_last(kernel.pool, kernel.out_meta.shape[1], src, dst);
-      } else {
-        cpu::max_pool_blocked(kernel.pool, kernel.block, src, dst);
-      }
+      cpu::max_pool_blocked(kernel.pool, kernel.planes, kernel.block, static_cast<const float*>(sources[0].get_data_handle()),
+                            static_cast<float*>(out.get_data_handle()));
     } else if (kernel.kind == Kind::kDirectConv) {
       stream.wait();  // the source's reorder, if any
       kernel.direct_conv->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),

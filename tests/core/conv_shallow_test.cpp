@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/kernels/cpu/conv_shallow.h"
@@ -80,11 +81,16 @@ void expect_near_all(const std::vector<T>& actual, const std::vector<double>& ex
   }
 }
 
+std::string describe(const ShallowConvShape& s, int threads) {
+  return (::testing::Message() << "in " << s.in_channels << " out " << s.out_channels << " " << s.height << "x" << s.width << " window "
+                               << s.kernel_h << "x" << s.kernel_w << " pad " << s.pad_h << "," << s.pad_w << " batch " << s.batch << " threads "
+                               << threads)
+      .GetString();
+}
+
 template <typename T>
 void check_forward(const ShallowConvShape& s, bool bias, int threads) {
-  SCOPED_TRACE(::testing::Message() << "in " << s.in_channels << " out " << s.out_channels << " " << s.height << "x" << s.width << " window "
-                                    << s.kernel_h << "x" << s.kernel_w << " pad " << s.pad_h << "," << s.pad_w << " batch " << s.batch
-                                    << " threads " << threads << (bias ? " bias" : ""));
+  SCOPED_TRACE(describe(s, threads) + (bias ? " bias" : ""));
   ASSERT_TRUE(flow::cpu::shallow_conv_supports(s));
   std::mt19937 gen(7);
   const auto x = random_values<T>(static_cast<size_t>(s.batch * s.in_channels * s.height * s.width), gen);
@@ -109,9 +115,7 @@ void check_forward(const ShallowConvShape& s, bool bias, int threads) {
 
 template <typename T>
 void check_grad_weight(const ShallowConvShape& s, int threads) {
-  SCOPED_TRACE(::testing::Message() << "in " << s.in_channels << " out " << s.out_channels << " " << s.height << "x" << s.width << " window "
-                                    << s.kernel_h << "x" << s.kernel_w << " pad " << s.pad_h << "," << s.pad_w << " batch " << s.batch
-                                    << " threads " << threads);
+  SCOPED_TRACE(describe(s, threads));
   std::mt19937 gen(11);
   const auto x = random_values<T>(static_cast<size_t>(s.batch * s.in_channels * s.height * s.width), gen);
   const auto grad = random_values<T>(static_cast<size_t>(s.batch * s.out_channels * s.out_height * s.out_width), gen);

@@ -242,7 +242,9 @@ void shallow_conv_forward(const ShallowConvShape& s, const T* x, const T* w, con
   std::vector<float> weights(static_cast<size_t>(s.out_channels * tap_count));
   for (int64_t co = 0; co < s.out_channels; ++co) {
     const int64_t block_start = co / kTileChannels * kTileChannels, block_size = std::min(kTileChannels, s.out_channels - block_start);
-    for (int64_t k = 0; k < tap_count; ++k) weights[block_start * tap_count + k * block_size + co - block_start] = static_cast<float>(w[co * tap_count + k]);
+    for (int64_t k = 0; k < tap_count; ++k) {
+      weights[block_start * tap_count + k * block_size + co - block_start] = static_cast<float>(w[co * tap_count + k]);
+    }
   }
   const std::vector<float> biases = bias ? widened(bias, s.out_channels) : std::vector<float>(static_cast<size_t>(s.out_channels), 0.0f);
   const int64_t plane_out = s.out_height * s.out_width, image_in = s.in_channels * s.height * s.width;

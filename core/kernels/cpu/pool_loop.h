@@ -346,9 +346,14 @@ inline void max_pool_blocked(const PoolGeometry& g, const BlockedPlanes& planes,
   });
 }
 
+// The planes of nChw<block>c (block 1: NCHW); g from blocked_pool_geometry.
+inline BlockedPlanes channel_blocked_planes(const PoolGeometry& g, int block) {
+  return {block, 1, g.plane_in() * block, g.plane_out() * block, 0};
+}
+
 // Max pooling over nChw<block>c (block 1: NCHW); g from blocked_pool_geometry.
 inline void max_pool_blocked(const PoolGeometry& g, int block, const float* src, float* out) {
-  max_pool_blocked(g, BlockedPlanes{block, 1, g.plane_in() * block, g.plane_out() * block, 0}, block, src, out);
+  max_pool_blocked(g, channel_blocked_planes(g, block), block, src, out);
 }
 
 // The channels a max pooling over channels-last (NHWC) takes together: up to 64 where vectors of 8
@@ -360,11 +365,16 @@ inline int channels_last_block(int64_t channels) {
   return 1;
 }
 
-// Max pooling over channels-last (NHWC) with `channels` channels; g from blocked_pool_geometry
-// with channels_last_block(channels).
-inline void max_pool_channels_last(const PoolGeometry& g, int64_t channels, const float* src, float* out) {
+// The planes of channels-last (NHWC) with `channels` channels, channels_last_block(channels) to a
+// plane; g from blocked_pool_geometry with that block.
+inline BlockedPlanes channels_last_planes(const PoolGeometry& g, int64_t channels) {
   const int block = channels_last_block(channels);
-  max_pool_blocked(g, BlockedPlanes{channels, channels / block, g.plane_in() * channels, g.plane_out() * channels, block}, block, src, out);
+  return {channels, channels / block, g.plane_in() * channels, g.plane_out() * channels, block};
+}
+
+// Max pooling over channels-last (NHWC) with `channels` channels; g as for channels_last_planes.
+inline void max_pool_channels_last(const PoolGeometry& g, int64_t channels, const float* src, float* out) {
+  max_pool_blocked(g, channels_last_planes(g, channels), channels_last_block(channels), src, out);
 }
 
 }  // namespace flow::cpu
