@@ -131,6 +131,14 @@ struct Graph::CompiledPlan {
   std::unique_ptr<graph::Executor> executor;
   double compile_seconds = 0;
   graph::CompileLog log;
+  // The rounded parameter copies fuse_update_cast made, each with its parameter's storage version
+  // when the copy last matched it (the Graph's own updates write both and bump the version).
+  struct CastCopy {
+    Tensor parameter;
+    Tensor copy;
+    uint64_t version = 0;
+  };
+  std::vector<CastCopy> cast_copies;
 };
 
 // Gives traced ops the scope of the module being called and records module inputs/outputs.
@@ -539,8 +547,13 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
   graph::PassContext context{traced.fixed};
   graph::PassManager passes;
   for (const auto& [pass_name, pass] : config_.user_passes()) passes.add(pass_name, pass);
-  passes.add(graph::default_passes());
+  passes.add(graph::default_passes()).add("fuse_update_cast", graph::fuse_update_cast);
   log.passes = passes.run(traced.job, context, debug_level_, log_);
+  for (const auto& node : traced.job.nodes()) {
+    if (node.op() != graph::kVariableOp || !node.attrs().count("cast_of")) continue;
+    const Tensor& parameter = traced.fixed.at(node.attrs().at("cast_of").s());
+    compiled->cast_copies.push_back({parameter, traced.fixed.at(node.name()), parameter.storage()->version()});
+  }
   log.passes_seconds = phase_seconds();
   compiled->plan = std::make_unique<graph::Plan>(graph::make_plan(traced.job));
   log.plan_seconds = phase_seconds();
@@ -639,7 +652,13 @@ std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const 
     }
     feeds = next_feeds(plan);
   };
+  // A parameter written outside this plan (an eager step, load_state_dict, another graph) since
+  // its rounded copy was made: the copy is made again before the plan reads it.
+  for (auto& cast : plan.cast_copies) {
+    if (cast.parameter.storage()->version() != cast.version) detail::copy_into(cast.copy, cast.parameter);
+  }
   std::vector<TensorList> outputs = plan.executor->run(steps, source);
+  for (auto& cast : plan.cast_copies) cast.version = cast.parameter.storage()->version();
   const std::vector<graph::InputGuard>& layouts = plan.traced.output_layouts;
   for (TensorList& step_outputs : outputs) {
     step_outputs.resize(layouts.size());

@@ -1,5 +1,6 @@
 #include "core/ops/fused.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -57,11 +58,6 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
   if (!is_floating(in[0].dtype)) fail("fused_elementwise", "the first operand must be floating, got ", dtype_name(in[0].dtype));
   const DType dtype = in[0].dtype;
   const Shape shape(attrs.get<std::vector<int64_t>>("shape"));
-  for (int64_t d = 0; d < destinations; ++d) {
-    if (!(all_inputs[d].shape == shape) || all_inputs[d].dtype != dtype) {
-      fail("fused_elementwise", "destination ", all_inputs[d].shape, " does not match the output ", shape);
-    }
-  }
   for (const auto& meta : in) {
     // A float16/bfloat16 operand of a float32 program is widened as it is read (copy steps).
     const bool widened = dtype == kFloat32 && is_reduced_floating(meta.dtype);
@@ -83,13 +79,25 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
     for (int arg : step.args) {
       const bool valid = arg >= 0 ? arg < static_cast<int>(in.size()) : -arg - 1 < static_cast<int>(s);
       if (!valid) fail("fused_elementwise", "step ", s, " (", step.op, ") reads an undefined value");
+      if (arg < 0 && step_metas[-arg - 1].dtype != dtype) fail("fused_elementwise", "step ", s, " (", step.op, ") reads a rounded value");
       args.push_back(arg >= 0 ? in[arg] : step_metas[-arg - 1]);
     }
     // A copy step converts its argument to the program's dtype (the copy op's own attributes, a
-    // dtype and a device, are implied).
-    const std::vector<TensorMeta> result = step.op == "copy" ? std::vector<TensorMeta>{{args[0].shape, dtype, args[0].device}}
+    // dtype and a device, are implied), or, with a "dtype" attribute, rounds a float32 program's
+    // value to float16/bfloat16 for an output of that dtype.
+    DType step_dtype = dtype;
+    if (step.op == "copy" && step.attrs.has("dtype")) {
+      step_dtype = dtype_from_name(step.attrs.get<std::string>("dtype"));
+      if (dtype != kFloat32 || !is_reduced_floating(step_dtype)) {
+        fail("fused_elementwise", "step ", s, " rounds to ", dtype_name(step_dtype), ": only float32 programs round, to float16 or bfloat16");
+      }
+      if (std::find(program.outputs.begin(), program.outputs.end(), static_cast<int>(s)) == program.outputs.end()) {
+        fail("fused_elementwise", "step ", s, " rounds a value that is not an output");
+      }
+    }
+    const std::vector<TensorMeta> result = step.op == "copy" ? std::vector<TensorMeta>{{args[0].shape, step_dtype, args[0].device}}
                                                              : checked_infer(find_op(step.op), args, step.attrs);
-    if (!operand_layout(result[0].shape, shape) || result[0].dtype != dtype) {
+    if (!operand_layout(result[0].shape, shape) || result[0].dtype != step_dtype) {
       fail("fused_elementwise", "step ", s, " (", step.op, ") gives ", dtype_name(result[0].dtype), " ", result[0].shape,
            ", not a value of the program's dtype and shape ", shape);
     }
@@ -102,7 +110,13 @@ std::vector<TensorMeta> fused_infer(const std::vector<TensorMeta>& all_inputs, c
   std::vector<TensorMeta> out;
   for (int step : program.outputs) {
     if (step < 0 || step >= static_cast<int>(program.steps.size())) fail("fused_elementwise", "output step ", step, " does not exist");
-    out.push_back({shape, dtype, in[0].device});
+    out.push_back({shape, step_metas[step].dtype, in[0].device});
+  }
+  for (int64_t d = 0; d < destinations; ++d) {
+    if (!(all_inputs[d].shape == shape) || all_inputs[d].dtype != out[d].dtype) {
+      fail("fused_elementwise", "destination ", dtype_name(all_inputs[d].dtype), " ", all_inputs[d].shape, " does not match the output ",
+           dtype_name(out[d].dtype), " ", shape);
+    }
   }
   return out;
 }

@@ -28,7 +28,9 @@ inline int step_arg(int step) { return -(step + 1); }
 
 // Whether the fused kernel can evaluate `op`: float32/float64 element-wise ops of one dtype, and
 // `copy` as a conversion to the program's dtype (a float32 program reads float16/bfloat16
-// operands through it, widened as they are loaded).
+// operands through it, widened as they are loaded) or, with a "dtype" attribute naming float16 or
+// bfloat16, as the rounding of a float32 program's value into an output of that dtype (no step
+// reads it; it rounds as the copy op does).
 bool can_fuse(const std::string& op);
 
 // How an operand broadcasts onto the output: output element i reads operand element

@@ -1,11 +1,15 @@
 // CPU kernel of fused_elementwise: the output is cut into tiles of kTile elements; for each tile
 // every step runs as its own tight (vectorisable) loop over tile buffers that stay in L1, and
 // only the program's outputs are written to memory.
+#include <glog/logging.h>
+
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <memory>
 #include <mutex>
 
+#include "core/kernels/cpu/convert.h"
 #include "core/kernels/cpu/elementwise_math.h"
 #include "core/kernels/cpu/loop.h"
 #include "core/kernels/cpu/matmul.h"
@@ -193,6 +197,29 @@ void gather_tile(const S* src, const fused::OperandLayout& layout, int64_t start
   }
 }
 
+// A rounding step's tile, elements [start, start + n) of its float16/bfloat16 output, rounded as the
+// copy op rounds (only float32 programs round).
+template <typename T>
+void store_rounded(const T* tile, const Tensor& out, int64_t start, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (out.dtype() == kBFloat16) {
+      // BFloat16(float)'s rounding (to nearest even; every NaN the one quiet NaN) without its
+      // branch, so that the loop vectorises.
+      BFloat16* __restrict destination = static_cast<BFloat16*>(out.data_ptr()) + start;
+      for (int64_t i = 0; i < n; ++i) {
+        const auto u = std::bit_cast<uint32_t>(tile[i]);
+        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        destination[i].bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
+      }
+      return;
+    }
+    Half* destination = static_cast<Half*>(out.data_ptr()) + start;
+    for (int64_t i = 0; i < n; ++i) destination[i] = convert<Half>(tile[i]);
+  } else {
+    LOG(FATAL) << "fused_elementwise rounds float32 programs only";
+  }
+}
+
 // Operands are ctx.inputs from `first_operand` on (the in-place form's destinations come first).
 template <typename T>
 void run_program(KernelContext& ctx, const fused::Program& program, size_t first_operand) {
@@ -201,7 +228,12 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
   const int64_t numel = shape.numel();
   const size_t num_operands = ctx.inputs.size() - first_operand, num_steps = steps.size();
   std::vector<T*> step_output(num_steps, nullptr);  // the op's output buffer for output steps
-  for (size_t o = 0; o < program.outputs.size(); ++o) step_output[program.outputs[o]] = static_cast<T*>(ctx.outputs[o].data_ptr());
+  std::vector<const Tensor*> rounded_output(num_steps, nullptr);  // the 16-bit output of a rounding step
+  for (size_t o = 0; o < program.outputs.size(); ++o) {
+    const Tensor& out = ctx.outputs[o];
+    if (out.dtype() == ctx.inputs[first_operand].dtype()) step_output[program.outputs[o]] = static_cast<T*>(out.data_ptr());
+    else rounded_output[program.outputs[o]] = &out;
+  }
   std::vector<const T*> operand_data;   // null for 16-bit operands
   std::vector<const void*> reduced_data;  // 16-bit float operands (of float32 programs), converted tile by tile
   std::vector<std::vector<T>> widened;    // bool operands as 0 and 1 of T (moving a vector keeps its buffer)
@@ -271,6 +303,7 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
           return ref >= 0 ? operand_tile[ref] : step_tile[-ref - 1];
         };
         if (step.code == Code::kCopy && !step_output[j]) {  // the operand's tile was converted as it was loaded
+          if (rounded_output[j]) store_rounded(arg(0), *rounded_output[j], start, n);
           step_tile[j] = arg(0);
           continue;
         }
@@ -285,7 +318,8 @@ void run_program(KernelContext& ctx, const fused::Program& program, size_t first
 void fused_kernel(KernelContext& ctx) {
   const std::shared_ptr<const fused::Program> program = cached_program(ctx.attrs.get<std::string>("program"));
   const size_t destinations = ctx.attrs.has("destinations") ? static_cast<size_t>(ctx.attrs.get<int64_t>("destinations")) : 0;
-  FLOW_DISPATCH_FLOATING(ctx.outputs[0].dtype(), "fused_elementwise", [&]<typename T>() {
+  // The program's dtype is its first operand's (an output may be a rounded 16-bit one).
+  FLOW_DISPATCH_FLOATING(ctx.inputs.at(destinations).dtype(), "fused_elementwise", [&]<typename T>() {
     if constexpr (std::is_floating_point_v<T>) run_program<T>(ctx, *program, destinations);
     else fail("fused_elementwise", "float32 or float64 only");
   });
