@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/kernels/cpu/conv_blocked.h"
+#include "core/kernels/cpu/conv_shallow_pool.h"
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/elementwise_math.h"
 #include "core/kernels/cpu/linear_packed.h"
@@ -20,7 +21,9 @@ namespace {
 using namespace cpu::dnnl_util;
 using Pair = std::vector<int64_t>;
 
-enum class Kind { kConv, kDirectConv, kPackedLinear, kMatmul, kPool, kMaxPool, kRelu, kAdd, kAlias };
+// kShallowConvPool: a first-layer convolution (+ ReLU) + 2x2 max pooling as one pass; the
+// convolution's and ReLU's steps become kComputedLater (no memory, nothing to run).
+enum class Kind { kConv, kDirectConv, kPackedLinear, kMatmul, kPool, kMaxPool, kShallowConvPool, kRelu, kAdd, kAlias, kComputedLater };
 
 // Where a primitive reads one input: a blocked value's memory or a plain tensor, reordered into
 // the primitive's layout when the two differ.
@@ -57,6 +60,9 @@ struct Kernel {
   // Convolutions from nChw8c to nChw8c on AVX2 run flow's direct convolution (cpu/conv_blocked.h),
   // which applies the ReLU after and the residual sum itself.
   std::optional<cpu::BlockedConv> direct_conv;
+  // A network's first convolution, its ReLU (relu_after) and a 2x2 max pooling on AVX-512
+  // (cpu/conv_shallow_pool.h), from the plain NCHW input to the pooled result channels-last.
+  std::optional<cpu::ShallowConvPool> shallow_conv_pool;
   // Linears of a few rows on constant weights: flow's product on the weights packed once
   // (cpu/linear_packed.h), the ReLU after in it; plain row-major in and out.
   std::optional<cpu::PackedLinear> packed_linear;
@@ -275,6 +281,52 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     conv->relu_after = false;
     return true;
   };
+  // On AVX-512, a 2x2 max pooling (stride 2, no padding) reading alone a oneDNN convolution's
+  // result (or its ReLU's) where that convolution is a network's first layer on a model input
+  // (1-4 channels, stride and dilation 1, no padding, one group): the pooling's kernel computes
+  // all three (cpu::ShallowConvPool), and the convolution and ReLU steps are computed later. The
+  // convolution's input must be a model input or a constant: its plain buffer is then never
+  // reused before the pooling reads it. Returns whether the kernel took them.
+  auto fold_shallow_conv = [&](size_t s, Kernel& pool) {
+    const int pooled = steps[s].inputs->front();
+    const Pair &kernel_size = steps[s].attrs->get<Pair>("kernel_size"), &stride = steps[s].attrs->get<Pair>("stride");
+    if (!has_avx512_core() || kernel_size != Pair{2, 2} || stride != Pair{2, 2} || steps[s].attrs->get<Pair>("padding") != Pair{0, 0} ||
+        producer[pooled] < 0 || readers[pooled].size() != 1 || is_model_output[pooled]) {
+      return false;
+    }
+    const int relu_step = fused_relu_step[producer[pooled]] ? producer[pooled] : -1;
+    const int conv_step = relu_step >= 0 ? producer[steps[relu_step].inputs->front()] : producer[pooled];
+    Kernel* conv = conv_step < 0 ? nullptr : impl->kernels[conv_step].get();
+    if (!conv || conv->kind != Kind::kConv || conv->sum_into >= 0) return false;
+    const std::vector<int>& conv_in = *steps[conv_step].inputs;
+    const Attrs& attrs = *steps[conv_step].attrs;
+    if (blocked[conv_in[0]] || producer[conv_in[0]] >= 0 || attrs.get<Pair>("stride") != Pair{1, 1} || attrs.get<Pair>("padding") != Pair{0, 0} ||
+        attrs.get<Pair>("dilation") != Pair{1, 1} || attrs.get<int64_t>("groups") != 1) {
+      return false;
+    }
+    const Shape &x = metas[conv_in[0]].shape, &w = metas[conv_in[1]].shape;
+    const cpu::ShallowConvPoolShape shape{x[0], x[1], x[2], x[3], w[0], w[2], w[3]};
+    if (!cpu::ShallowConvPool::supports(shape)) return false;
+    pool.shallow_conv_pool.emplace(shape, constant_of[conv_in[1]]->data_ptr<float>(),
+                                   conv_in.size() == 3 ? constant_of[conv_in[2]]->data_ptr<float>() : nullptr);
+    if (pool.shallow_conv_pool->pooled_height() != pool.out_meta.shape[2] || pool.shallow_conv_pool->pooled_width() != pool.out_meta.shape[3]) {
+      pool.shallow_conv_pool.reset();
+      return false;
+    }
+    pool.kind = Kind::kShallowConvPool;
+    pool.relu_after = conv->relu_after;
+    pool.operands.push_back(operand(conv_in[0], plain_of(metas[conv_in[0]])));
+    pool.out_layout = channels_last_layout(dims_of(pool.out_meta.shape));
+    for (int folded : {conv_step, relu_step}) {
+      if (folded < 0) continue;
+      Kernel& skipped = *impl->kernels[folded];
+      skipped = Kernel{};
+      skipped.kind = Kind::kComputedLater;
+      skipped.output = steps[folded].outputs->front();
+      skipped.out_meta = metas[skipped.output];
+    }
+    return true;
+  };
   // A residual add of a convolution's result read by nothing else and of another value that is
   // ready before that convolution, in its output layout and read by nothing after it: the
   // convolution adds its result onto the other value's buffer (oneDNN's sum post-op; then the
@@ -408,6 +460,13 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         }
       } else if (name == "max_pool2d_inference") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
+        if (fold_shallow_conv(s, *kernel)) {
+          layouts[out] = kernel->out_layout;
+          blocked[out] = true;
+          impl->kernels[s] = std::move(kernel);
+          ++impl->blocked_steps;
+          continue;
+        }
         const Dims out_dims = dims_of(out_meta.shape);
         const bool channels_last = layouts[in[0]] == channels_last_layout(layouts[in[0]].dims());
         const int block = channels_last ? cpu::channels_last_block(in_metas[0].shape[1]) : channel_block(layouts[in[0]]);
@@ -501,6 +560,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     if (!kernel) continue;
     const int out = kernel->output;
     std::vector<int> released;
+    if (kernel->kind == Kind::kComputedLater) continue;  // no memory: slot -1
     if (kernel->kind == Kind::kAlias) {
       impl->slot_of[out] = impl->slot_of[steps[s].inputs->front()];
     } else {
@@ -555,7 +615,7 @@ BlockedArenaPtr BlockedLayouts::make_arena() const {
   arena->scratch.resize(impl_->scratch_bytes.size());
   arena->values.resize(impl_->metas.size());
   for (const auto& kernel : impl_->kernels) {
-    if (!kernel) continue;
+    if (!kernel || kernel->kind == Kind::kComputedLater) continue;
     const int slot = impl_->slot_of[kernel->output];
     arena->values[kernel->output] = memory(kernel->out_layout, engine(), arena->slots[slot].get_data_handle());
     for (const Operand& operand : kernel->operands) {
@@ -571,6 +631,7 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
   if (kernel.single_thread) cap.emplace(1);
   dnnl::stream stream = stream_for_call();
   memory& out = arena.values[kernel.output];
+  if (kernel.kind == Kind::kComputedLater) return;
   if (kernel.kind != Kind::kAlias) {
     std::vector<memory> sources;
     for (const Operand& operand : kernel.operands) {
@@ -585,6 +646,9 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
     if (kernel.kind == Kind::kMaxPool) {
       cpu::max_pool_blocked(kernel.pool, kernel.planes, kernel.block, static_cast<const float*>(sources[0].get_data_handle()),
                             static_cast<float*>(out.get_data_handle()));
+    } else if (kernel.kind == Kind::kShallowConvPool) {
+      kernel.shallow_conv_pool->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),
+                                    kernel.relu_after);
     } else if (kernel.kind == Kind::kDirectConv) {
       stream.wait();  // the source's reorder, if any
       kernel.direct_conv->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),
@@ -611,7 +675,7 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       }
       run_primitive(*kernel.primitive, stream, std::move(args));
     }
-    if (kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear) {
+    if (kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear && kernel.kind != Kind::kShallowConvPool) {
       stream.wait();
       // Every element of the layout: padding channels of a blocked one hold zeros, kept zero.
       const auto relu_all = [&]<typename T>() {
