@@ -362,6 +362,46 @@ TEST_F(BlockedLayoutTest, NanThroughConvolutionAndReluAsOnThePlainKernels) {
   }
 }
 
+// A LeNet's first layer (1 -> 32 channels, 3x3, no padding), its ReLU (or none) and 2x2 max
+// pooling, then a second convolution: on AVX-512 the first three run as one pass
+// (cpu::ShallowConvPool) that never writes the convolution's output, elsewhere as three steps.
+struct FirstLayerThenConv : nn::Module {
+  explicit FirstLayerThenConv(bool relu) : relu(relu) {
+    first = register_parameter("first", flow::randn({32, 1, 3, 3}) * 0.5, false);
+    first_bias = register_parameter("first_bias", flow::randn({32}) * 0.1, false);
+    second = register_parameter("second", flow::randn({16, 32, 3, 3}) * 0.1, false);
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor y = flow::conv2d(x, first, first_bias);
+    return flow::conv2d(flow::max_pool2d(relu ? flow::relu(y) : y, {2, 2}), second);
+  }
+  bool relu;
+  Tensor first, first_bias, second;
+};
+
+TEST_F(BlockedLayoutTest, FirstLayerReluAndPoolingRunAsOnePassOnAvx512) {
+  for (const bool relu : {true, false}) {
+    SCOPED_TRACE(relu ? "with ReLU" : "without ReLU");
+    flow::manual_seed(12);
+    auto net = std::make_shared<FirstLayerThenConv>(relu);
+    export_net(net, {2, 1, 28, 28});
+    // The first convolution's output at batch 16 (1.4 MB) is memory a run holds only without the fold.
+    const int64_t conv_output_bytes = 16 * 32 * 26 * 26 * 4;
+    if (flow::cpu::dnnl_util::has_avx512_core()) {
+      EXPECT_LT(blocked_->run_bytes(16), conv_output_bytes);
+    } else {
+      EXPECT_GE(blocked_->run_bytes(16), conv_output_bytes);
+    }
+    for (int64_t batch : {1, 3, 16}) expect_same(net, flow::randn({batch, 1, 28, 28}));
+    // NaN in sample 0 (its windows' maxima and everything the second convolution reads of them),
+    // -inf filling sample 1's first rows (without the ReLU, -inf pooled).
+    Tensor x = flow::randn({2, 1, 28, 28}).contiguous();
+    x.data_ptr<float>()[13 * 28 + 13] = std::numeric_limits<float>::quiet_NaN();
+    for (int i = 0; i < 4 * 28; ++i) x.data_ptr<float>()[784 + i] = -std::numeric_limits<float>::infinity();
+    expect_same(net, x);
+  }
+}
+
 // flow::profiler sees one event per lite step: the op's name, "lite_blocked" for the steps on
 // blocked layouts and "lite_node" for the rest, with the FLOPs the ops count in eager.
 TEST_F(BlockedLayoutTest, ProfilerRecordsEveryStepWithItsFlops) {
