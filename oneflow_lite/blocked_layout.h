@@ -7,7 +7,9 @@
 // built, and a ReLU that alone reads a convolution's result runs in place right after it (flow's
 // loop, which keeps NaN; oneDNN's ReLU post-op would turn NaN into 0).
 // On AVX2, convolutions from nChw8c to nChw8c run flow's direct convolution (cpu/conv_blocked.h)
-// instead of oneDNN's primitive, the ReLU and a folded residual sum inside it.
+// instead of oneDNN's primitive, the ReLU and a folded residual sum inside it. On AVX-512 a
+// network's first convolution on a model input (1-4 channels), its ReLU and a 2x2 max pooling run
+// as one pass (cpu/conv_shallow_pool.h) that writes only the pooled result, channels-last.
 // ONNX Runtime's NCHWc transformer does the same for its CPU provider; without it every conv and
 // pool reorders its input, output and weights on each call. Linears on constant weights (with the
 // fusion pass's ReLU) run on weights packed once: oneDNN's matmul for 2+ rows with AVX-512, flow's
