@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/ops/comm.h"
@@ -145,11 +146,15 @@ bool has_side_effects(const proto::Node& node) {
   return op.inplace || distributed::is_collective(op);
 }
 
+int written_inputs(const proto::Node& node) {
+  if (is_source_kind(node.op()) || node.op() == kOutputOp || !find_op(node.op()).inplace) return 0;
+  return std::min(node.outputs_size(), node.inputs_size());
+}
+
 std::set<std::string> written_in_place(const proto::Job& job) {
   std::set<std::string> written;
   for (const auto& node : job.nodes()) {
-    if (is_source_kind(node.op()) || node.op() == kOutputOp || !find_op(node.op()).inplace) continue;
-    for (int i = 0; i < node.outputs_size() && i < node.inputs_size(); ++i) written.insert(node.inputs(i));
+    for (int i = 0; i < written_inputs(node); ++i) written.insert(node.inputs(i));
   }
   return written;
 }

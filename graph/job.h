@@ -62,6 +62,9 @@ class JobIndex {
 // Whether running the node changes state outside its outputs (in-place writes of variables) or
 // other ranks wait for it (a collective), so passes must keep it and keep its order.
 bool has_side_effects(const proto::Node& node);
+// How many leading inputs the node overwrites (input i becomes output i): none unless its op is
+// in place.
+int written_inputs(const proto::Node& node);
 // Values some in-place op overwrites (input i of an in-place op with at least i+1 outputs).
 std::set<std::string> written_in_place(const proto::Job& job);
 

@@ -95,8 +95,7 @@ std::map<std::string, int> last_in_place_writes(const proto::Job& job, const Pla
   std::map<std::string, int> last;
   for (int position = 0; position < job.nodes_size(); ++position) {
     const proto::Node& node = job.nodes(position);
-    if (is_source_kind(node.op()) || node.op() == kOutputOp || !find_op(node.op()).inplace) continue;
-    for (int i = 0; i < node.outputs_size() && i < node.inputs_size(); ++i) last[plan.root_of.at(node.inputs(i))] = position;
+    for (int i = 0; i < written_inputs(node); ++i) last[plan.root_of.at(node.inputs(i))] = position;
   }
   return last;
 }

@@ -23,8 +23,7 @@ std::map<std::string, std::vector<int>> variable_writes(const proto::Job& job, c
   std::map<std::string, std::vector<int>> writes;
   for (int p = 0; p < job.nodes_size(); ++p) {
     const proto::Node& node = job.nodes(p);
-    if (is_source_kind(node.op()) || node.op() == kOutputOp || !find_op(node.op()).inplace) continue;
-    for (int i = 0; i < node.outputs_size() && i < node.inputs_size(); ++i) {
+    for (int i = 0; i < written_inputs(node); ++i) {
       const std::string producer = parse_value_name(node.inputs(i)).first;
       if (index.node(producer).op() == kVariableOp) writes[producer].push_back(p);
     }

@@ -309,10 +309,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     if (!cpu::ShallowConvPool::supports(shape)) return false;
     pool.shallow_conv_pool.emplace(shape, constant_of[conv_in[1]]->data_ptr<float>(),
                                    conv_in.size() == 3 ? constant_of[conv_in[2]]->data_ptr<float>() : nullptr);
-    if (pool.shallow_conv_pool->pooled_height() != pool.out_meta.shape[2] || pool.shallow_conv_pool->pooled_width() != pool.out_meta.shape[3]) {
-      pool.shallow_conv_pool.reset();
-      return false;
-    }
+    CHECK(pool.shallow_conv_pool->pooled_height() == pool.out_meta.shape[2] && pool.shallow_conv_pool->pooled_width() == pool.out_meta.shape[3]);
     pool.kind = Kind::kShallowConvPool;
     pool.relu_after = conv->relu_after;
     pool.operands.push_back(operand(conv_in[0], plain_of(metas[conv_in[0]])));
@@ -320,6 +317,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     for (int folded : {conv_step, relu_step}) {
       if (folded < 0) continue;
       Kernel& skipped = *impl->kernels[folded];
+      for (const Operand& unused : skipped.operands) {
+        if (unused.scratch >= 0) impl->scratch_bytes[unused.scratch] = 0;  // its reorder never runs
+      }
       skipped = Kernel{};
       skipped.kind = Kind::kComputedLater;
       skipped.output = steps[folded].outputs->front();
@@ -460,25 +460,20 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         }
       } else if (name == "max_pool2d_inference") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
-        if (fold_shallow_conv(s, *kernel)) {
-          layouts[out] = kernel->out_layout;
-          blocked[out] = true;
-          impl->kernels[s] = std::move(kernel);
-          ++impl->blocked_steps;
-          continue;
+        if (!fold_shallow_conv(s, *kernel)) {
+          const Dims out_dims = dims_of(out_meta.shape);
+          const bool channels_last = layouts[in[0]] == channels_last_layout(layouts[in[0]].dims());
+          const int block = channels_last ? cpu::channels_last_block(in_metas[0].shape[1]) : channel_block(layouts[in[0]]);
+          if (block == 0) continue;
+          kernel->kind = Kind::kMaxPool;
+          kernel->block = block;
+          kernel->pool = cpu::blocked_pool_geometry(in_metas[0].shape, out_meta.shape, *step.attrs, block);
+          kernel->planes =
+              channels_last ? cpu::channels_last_planes(kernel->pool, in_metas[0].shape[1]) : cpu::channel_blocked_planes(kernel->pool, block);
+          kernel->operands.push_back(operand(in[0], layouts[in[0]]));
+          kernel->out_layout = channels_last ? channels_last_layout(out_dims) : channel_blocked(out_dims, block);
+          kernel->relu_after = take_relu_before_pooling(in[0]);
         }
-        const Dims out_dims = dims_of(out_meta.shape);
-        const bool channels_last = layouts[in[0]] == channels_last_layout(layouts[in[0]].dims());
-        const int block = channels_last ? cpu::channels_last_block(in_metas[0].shape[1]) : channel_block(layouts[in[0]]);
-        if (block == 0) continue;
-        kernel->kind = Kind::kMaxPool;
-        kernel->block = block;
-        kernel->pool = cpu::blocked_pool_geometry(in_metas[0].shape, out_meta.shape, *step.attrs, block);
-        kernel->planes =
-            channels_last ? cpu::channels_last_planes(kernel->pool, in_metas[0].shape[1]) : cpu::channel_blocked_planes(kernel->pool, block);
-        kernel->operands.push_back(operand(in[0], layouts[in[0]]));
-        kernel->out_layout = channels_last ? channels_last_layout(out_dims) : channel_blocked(out_dims, block);
-        kernel->relu_after = take_relu_before_pooling(in[0]);
       } else if (name == "avg_pool2d") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
         const Attrs& attrs = *step.attrs;
@@ -627,11 +622,11 @@ BlockedArenaPtr BlockedLayouts::make_arena() const {
 
 void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, const Tensor& plain_output) const {
   const Kernel& kernel = *impl_->kernels[s];
+  if (kernel.kind == Kind::kComputedLater) return;
   std::optional<ThreadCapScope> cap;
   if (kernel.single_thread) cap.emplace(1);
   dnnl::stream stream = stream_for_call();
   memory& out = arena.values[kernel.output];
-  if (kernel.kind == Kind::kComputedLater) return;
   if (kernel.kind != Kind::kAlias) {
     std::vector<memory> sources;
     for (const Operand& operand : kernel.operands) {

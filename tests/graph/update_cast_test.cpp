@@ -130,7 +130,9 @@ TEST(GraphAmp, UpdatesWriteTheRoundedParametersTheForwardReads) {
       EXPECT_EQ(node.name(), node.attrs().at("cast_of").s() + ".bfloat16");
     }
     if (node.op() == "fused_elementwise_inplace" && node.attrs().at("destinations").i() == 2) ++updates_with_cast;
-    if (node.op() == "copy") EXPECT_NE(index.node(flow::graph::parse_value_name(node.inputs(0)).first).op(), flow::graph::kVariableOp) << node.name();
+    if (node.op() == "copy") {
+      EXPECT_NE(index.node(flow::graph::parse_value_name(node.inputs(0)).first).op(), flow::graph::kVariableOp) << node.name();
+    }
   }
   EXPECT_EQ(copies, 4);
   EXPECT_EQ(updates_with_cast, 4);

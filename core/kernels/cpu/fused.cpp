@@ -4,7 +4,6 @@
 #include <glog/logging.h>
 
 #include <algorithm>
-#include <bit>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -202,19 +201,11 @@ void gather_tile(const S* src, const fused::OperandLayout& layout, int64_t start
 template <typename T>
 void store_rounded(const T* tile, const Tensor& out, int64_t start, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    if (out.dtype() == kBFloat16) {
-      // BFloat16(float)'s rounding (to nearest even; every NaN the one quiet NaN) without its
-      // branch, so that the loop vectorises.
-      BFloat16* __restrict destination = static_cast<BFloat16*>(out.data_ptr()) + start;
-      for (int64_t i = 0; i < n; ++i) {
-        const auto u = std::bit_cast<uint32_t>(tile[i]);
-        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        destination[i].bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
-      }
-      return;
-    }
-    Half* destination = static_cast<Half*>(out.data_ptr()) + start;
-    for (int64_t i = 0; i < n; ++i) destination[i] = convert<Half>(tile[i]);
+    const auto round_into = [&]<typename R>(R* __restrict destination) {
+      for (int64_t i = 0; i < n; ++i) destination[i] = convert<R>(tile[i]);
+    };
+    if (out.dtype() == kBFloat16) round_into(static_cast<BFloat16*>(out.data_ptr()) + start);
+    else round_into(static_cast<Half*>(out.data_ptr()) + start);
   } else {
     LOG(FATAL) << "fused_elementwise rounds float32 programs only";
   }
