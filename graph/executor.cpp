@@ -10,8 +10,12 @@
 
 namespace flow::graph {
 
-Executor::Executor(const proto::Job& job, const Plan& plan, std::map<std::string, Tensor> fixed)
-    : job_(job), plan_(plan), fixed_(std::move(fixed)) {
+Executor::Executor(const proto::Job& job, const Plan& plan, std::map<std::string, Tensor> fixed, const JobLayouts* layouts)
+    : job_(job), plan_(plan), fixed_(std::move(fixed)), layouts_(layouts) {
+  if (layouts_) {
+    layout_arena_ = layouts_->layouts->make_arena();
+    layout_values_.resize(layouts_->metas.size());
+  }
   for (const auto& [device, bytes] : plan.block_bytes) blocks_[device] = make_tensor({bytes}, kUInt8, Device(device));
   const int num_tasks = static_cast<int>(plan.tasks.size());
   compiled_.resize(num_tasks);
@@ -50,6 +54,7 @@ Executor::Executor(const proto::Job& job, const Plan& plan, std::map<std::string
                                                                     : compiled.out_metas.at(0).shape.numel();
           if (compiled.attrs.has("piece_start")) compiled.random_start = compiled.attrs.get<int64_t>("piece_start");
         }
+        if (layouts_ && layouts_->layouts->runs(layouts_->step_of.at(position))) compiled.layout_step = layouts_->step_of[position];
         if (!compiled.op->view && !compiled.op->inplace) {
           for (size_t j = 0; j < compiled.out_metas.size(); ++j) {
             auto planned = plan.buffers.find(value_name(node.name(), static_cast<int>(j)));
@@ -111,6 +116,10 @@ void Executor::act(int task, int64_t piece, int slot, const std::vector<int>& in
       results_.at(piece).at(compiled.node->attrs().at("index").i()) = inputs.at(0);
       continue;
     }
+    if (compiled.layout_step >= 0) {
+      out.push_back(run_blocked(compiled, inputs));
+      continue;
+    }
     const Attrs* attrs = &compiled.attrs;
     Attrs drawn;
     if (compiled.op->random) {
@@ -136,6 +145,26 @@ void Executor::act(int task, int64_t piece, int slot, const std::vector<int>& in
   }
 }
 
+Tensor Executor::run_blocked(const CompiledNode& compiled, const TensorList& inputs) {
+  const size_t step = static_cast<size_t>(compiled.layout_step);
+  const std::vector<int>& ids = layouts_->inputs[step];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].defined()) layout_values_[ids[i]] = inputs[i];
+  }
+  const bool profiling = profiler::is_recording();
+  const profiler::Clock::time_point start = profiling ? profiler::Clock::now() : profiler::Clock::time_point();
+  const int output = layouts_->outputs[step].at(0);
+  layout_values_[output] = Tensor();
+  layouts_->layouts->run(step, *layout_arena_, layout_values_, compiled.planned_outputs.empty() ? Tensor() : compiled.planned_outputs[0]);
+  if (profiling) {
+    // The values of blocked steps are not tensors: their metas stand in.
+    std::vector<TensorMeta> in_metas;
+    for (int id : ids) in_metas.push_back(layouts_->metas[id]);
+    profiler::record_op(*compiled.op, in_metas, compiled.out_metas, compiled.attrs, "graph_node", start);
+  }
+  return layout_values_[output];
+}
+
 std::vector<TensorList> Executor::run(int64_t pieces, const PieceSource& source) {
   size_t num_outputs = 0;
   // Outputs by index; a global output with no piece on this rank has no node here.
@@ -149,6 +178,7 @@ std::vector<TensorList> Executor::run(int64_t pieces, const PieceSource& source)
     for (auto& slots : slots_) {
       for (auto& values : slots) values.clear();  // drop references to the caller's tensors
     }
+    for (auto& value : layout_values_) value = Tensor();
   };
   try {
     runtime_->run(pieces);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/blocked_layout.h"
 #include "graph/plan.h"
 #include "graph/runtime.h"
 
@@ -20,8 +21,11 @@ using PieceSource = std::function<void(int64_t piece, TensorList& inputs, std::m
 
 class Executor {
  public:
-  // fixed: the eager tensors behind variable and constant nodes, by node name.
-  Executor(const proto::Job& job, const Plan& plan, std::map<std::string, Tensor> fixed);
+  // fixed: the eager tensors behind variable and constant nodes, by node name. layouts (kept
+  // alive by the caller): the steps that run on blocked layouts, whose blocked-only values the
+  // plan left unplanned; their blocked memory is one arena, as the compute section runs one
+  // piece at a time.
+  Executor(const proto::Job& job, const Plan& plan, std::map<std::string, Tensor> fixed, const JobLayouts* layouts = nullptr);
   // Runs `pieces` pieces and returns the graph outputs of each.
   std::vector<TensorList> run(int64_t pieces, const PieceSource& source);
   const std::vector<std::string>& thread_names() const { return runtime_->thread_names(); }
@@ -41,10 +45,13 @@ class Executor {
     TensorList planned_outputs;  // preallocated buffers, or empty to allocate
     int64_t random_numel = 0;    // random ops draw fresh counters on every run
     int64_t random_start = 0;    // of which this node's elements start here
+    int layout_step = -1;        // the layout pass's step when it runs the node, else -1
   };
 
   void act(int task, int64_t piece, int slot, const std::vector<int>& input_slots);
   Tensor resolve(const InputRef& ref, int task, const std::vector<int>& input_slots) const;
+  // Runs a node on blocked layouts; its result is undefined where only blocked steps read it.
+  Tensor run_blocked(const CompiledNode& compiled, const TensorList& inputs);
 
   const proto::Job& job_;
   const Plan& plan_;
@@ -54,6 +61,9 @@ class Executor {
   std::map<std::string, Tensor> blocks_;                      // planned memory, per device
   std::unique_ptr<ActorRuntime> runtime_;
   int inputs_task_ = -1;
+  const JobLayouts* layouts_ = nullptr;
+  BlockedArenaPtr layout_arena_;
+  TensorList layout_values_;  // by value id: the plain values blocked steps read and write
 
   // Per run.
   const PieceSource* source_ = nullptr;

@@ -14,6 +14,7 @@
 #include "core/atomic_file.h"
 #include "core/comm/process_group.h"
 #include "core/serialization.h"
+#include "graph/frozen_inference.h"
 #include "graph/passes.h"
 
 namespace flow {
@@ -27,23 +28,14 @@ struct Traced {
   std::map<std::string, Tensor> fixed;
 };
 
-// Every variable becomes a constant: an export's weights are frozen, so constant folding computes
-// what depends only on them (folded conv + batch-norm weights) once, here.
-void freeze_variables(proto::Job& job) {
-  for (auto& node : *job.mutable_nodes()) {
-    if (node.op() != kVariableOp) continue;
-    node.set_op(kConstantOp);
-    node.clear_attrs();
-    (*node.mutable_attrs())["key"].set_s(node.name());
-  }
-}
-
 Traced trace_for_inference(nn::Graph& graph, const std::vector<TensorMeta>& input_metas) {
   Traced traced;
   traced.job = graph.trace_inference(input_metas, traced.fixed);
   for (const auto& node : traced.job.nodes()) {
     if (node.op() == kFeedOp) fail("export", graph.name(), ": the inference Job still reads the per-run value '", node.name(), "'");
   }
+  // An export's weights are frozen, so constant folding computes what depends only on them
+  // (folded conv + batch-norm weights) once, here.
   freeze_variables(traced.job);
   PassContext context{traced.fixed};
   default_passes().run(traced.job, context);

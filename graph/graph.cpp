@@ -16,6 +16,7 @@
 #include "core/comm/process_group.h"
 #include "core/functional.h"
 #include "graph/executor.h"
+#include "graph/frozen_inference.h"
 #include "graph/passes.h"
 #include "graph/pipeline_schedule.h"
 #include "graph/tracer.h"
@@ -139,6 +140,14 @@ struct Graph::CompiledPlan {
     uint64_t version = 0;
   };
   std::vector<CastCopy> cast_copies;
+  // An inference plan that may run frozen (graph/frozen_inference.h): `executor` is then made
+  // only for a call that runs unfrozen. The variables' and constants' tensors with their storage
+  // versions at the previous call (or compile) decide whether a call freezes.
+  bool freezable = false;
+  std::unique_ptr<graph::FrozenInference> frozen;
+  std::vector<Tensor> fixed_tensors;
+  std::vector<uint64_t> previous_versions;
+  bool ran_frozen = false;
 };
 
 // Gives traced ops the scope of the module being called and records module inputs/outputs.
@@ -278,6 +287,11 @@ GraphConfig& GraphConfig::enable_amp(bool on, DType dtype) {
   check_autocast_dtype("graph.enable_amp", dtype);
   amp_enabled_ = on;
   amp_dtype_ = dtype;
+  return *this;
+}
+
+GraphConfig& GraphConfig::enable_inference_freezing(bool on) {
+  inference_freezing_enabled_ = on;
   return *this;
 }
 
@@ -558,7 +572,13 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
   compiled->plan = std::make_unique<graph::Plan>(graph::make_plan(traced.job));
   log.plan_seconds = phase_seconds();
   if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") plan: " << compiled->plan->summary() << "\n";
-  compiled->executor = std::make_unique<graph::Executor>(traced.job, *compiled->plan, traced.fixed);
+  compiled->freezable = config_.inference_freezing_enabled() && !config_.training() && graph::FrozenInference::applies(traced.job, traced.fixed);
+  if (compiled->freezable) {
+    for (const auto& [node, t] : traced.fixed) compiled->fixed_tensors.push_back(t);
+    compiled->previous_versions = graph::storage_versions(compiled->fixed_tensors);
+  } else {
+    compiled->executor = std::make_unique<graph::Executor>(traced.job, *compiled->plan, traced.fixed);
+  }
   log.runtime_seconds = phase_seconds();
   compiled->compile_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") compiled in " << compiled->compile_seconds << " s\n";
@@ -657,7 +677,7 @@ std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const 
   for (auto& cast : plan.cast_copies) {
     if (cast.parameter.storage()->version() != cast.version) detail::copy_into(cast.copy, cast.parameter);
   }
-  std::vector<TensorList> outputs = plan.executor->run(steps, source);
+  std::vector<TensorList> outputs = executor_for_call(plan).run(steps, source);
   for (auto& cast : plan.cast_copies) cast.version = cast.parameter.storage()->version();
   const std::vector<graph::InputGuard>& layouts = plan.traced.output_layouts;
   for (TensorList& step_outputs : outputs) {
@@ -671,6 +691,32 @@ std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const 
   if (loss_scale_.defined()) grad_scaler_->set_progress(loss_scale_.item<float>(), static_cast<int64_t>(growth_tracker_.item<float>()));
   return outputs;
 }
+
+graph::Executor& Graph::executor_for_call(CompiledPlan& plan) {
+  plan.ran_frozen = false;
+  if (!plan.freezable) return *plan.executor;
+  if (plan.frozen && plan.frozen->fresh()) {
+    plan.ran_frozen = true;
+    return plan.frozen->executor();
+  }
+  plan.frozen.reset();
+  std::vector<uint64_t> versions = graph::storage_versions(plan.fixed_tensors);
+  const bool unchanged = versions == plan.previous_versions;
+  plan.previous_versions = std::move(versions);
+  if (unchanged) {
+    plan.frozen = std::make_unique<graph::FrozenInference>(plan.traced.job, plan.traced.fixed);
+    if (debug_level_ >= 1) {
+      *log_ << "(GRAPH:" << name_ << ") frozen for inference: " << plan.frozen->blocked_steps() << " ops on blocked layouts\n";
+    }
+    plan.ran_frozen = true;
+    return plan.frozen->executor();
+  }
+  if (!plan.executor) plan.executor = std::make_unique<graph::Executor>(plan.traced.job, *plan.plan, plan.traced.fixed);
+  return *plan.executor;
+}
+
+bool Graph::ran_frozen() const { return current().ran_frozen; }
+int64_t Graph::frozen_blocked_steps() const { return current().ran_frozen ? current().frozen->blocked_steps() : 0; }
 
 TensorList Graph::operator()(const TensorList& inputs) {
   CompiledPlan& plan = plan_for(inputs);

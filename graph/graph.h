@@ -79,6 +79,17 @@ class GraphConfig {
   GraphConfig& enable_amp(bool on = true, DType dtype = kBFloat16);
   bool amp_enabled() const { return amp_enabled_; }
   DType amp_dtype() const { return amp_dtype_; }
+  // Frozen inference (torch.jit.freeze's idea; graph/frozen_inference.h), on by default: a plan
+  // of a graph without optimizer, on CPU, whose Job writes no parameter or buffer, runs on a copy
+  // of its Job with the parameters frozen into constants (the folded conv + batch-norm weights
+  // computed once) and its convolutions, pooling and linears on oneDNN's blocked layouts with
+  // weights reordered once. It is frozen at its first call and again at a call whose parameters
+  // and buffers kept their storage versions since the previous call (or the calling thread's
+  // kernel threads changed); a call whose parameters changed since the previous call (eager
+  // training between inference calls, load_state_dict, copy_) runs the unfrozen plan, so weights
+  // changing before every call are never frozen in vain. Writes through data_ptr() are not seen.
+  GraphConfig& enable_inference_freezing(bool on = true);
+  bool inference_freezing_enabled() const { return inference_freezing_enabled_; }
   const std::vector<std::pair<std::string, graph::PassFn>>& user_passes() const { return user_passes_; }
 
  private:
@@ -90,6 +101,7 @@ class GraphConfig {
   PipelineSchedule pipeline_schedule_ = PipelineSchedule::kGPipe;
   bool amp_enabled_ = false;
   DType amp_dtype_ = kBFloat16;
+  bool inference_freezing_enabled_ = true;
   std::vector<std::pair<std::string, graph::PassFn>> user_passes_;
 };
 
@@ -168,6 +180,10 @@ class Graph {
   const graph::Plan& plan() const;
   double compile_seconds() const;
   const std::vector<TensorMeta>& input_metas() const;
+  // Whether the latest call ran its plan frozen (config().enable_inference_freezing), and how many
+  // of the frozen Job's ops ran on blocked layouts then (0 when it ran unfrozen).
+  bool ran_frozen() const;
+  int64_t frozen_blocked_steps() const;
   // What compiling did, for every plan in compile order, like torch._dynamo.explain: ops traced,
   // each pass's fusions, folds and eliminations, reused and planned memory, time per compile
   // phase, and the guards behind each recompilation. Printable; an error before the first call.
@@ -214,6 +230,8 @@ class Graph {
   // Traces the scale's backoff (found_inf) or growth and the growth tracker's count.
   void update_loss_scale(const Tensor& found_inf);
   std::vector<TensorList> execute(CompiledPlan& plan, int64_t steps, const std::function<TensorList(int64_t)>& next_inputs);
+  // The frozen plan's executor or the unfrozen one (config().enable_inference_freezing).
+  graph::Executor& executor_for_call(CompiledPlan& plan);
   void print_module(std::ostream& out, const std::string& name, const Module& module, int indent) const;
 
   std::string name_;

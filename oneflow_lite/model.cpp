@@ -17,17 +17,20 @@
 #include "core/serialization.h"
 #include "core/thread_pool.h"
 #include "graph/export.pb.h"
+#include "graph/blocked_layout.h"
 #include "graph/job.h"
 #include "graph/plan.h"
-#include "oneflow_lite/blocked_layout.h"
 
 namespace flow::lite {
 namespace {
 
 namespace proto = graph::proto;
+using graph::BlockedArenaPtr;
+using graph::BlockedLayouts;
 using graph::kConstantOp;
 using graph::kInputOp;
 using graph::kOutputOp;
+using graph::LayoutStep;
 
 std::string shape_str(const std::vector<int64_t>& dims) {
   std::ostringstream out;

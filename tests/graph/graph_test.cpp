@@ -36,9 +36,12 @@ TEST(Graph, InferenceMatchesEagerForMlpAndCnn) {
       const Tensor x = batch(k, shape).first;
       const Tensor lazy = graph(x).at(0);
       flow::autograd::NoGradGuard no_grad;
-      EXPECT_LE(max_relative_difference(lazy, net->forward(x)), 1e-5);
+      // The frozen plan's convolutions and linears are oneDNN's blocked kernels: another
+      // summation order than the eager kernels' (graph/frozen_inference.h).
+      EXPECT_LE(max_relative_difference(lazy, net->forward(x)), 1e-4);
     }
     EXPECT_TRUE(graph.is_compiled());
+    EXPECT_TRUE(graph.ran_frozen());
   }
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// oneflow_lite's layout pass: on CPU, float32 convolutions, pooling, ReLU and residual adds
+// The CPU layout pass of oneflow_lite and of the Graph's frozen inference plans
+// (graph/frozen_inference.h): on CPU, float32 convolutions, pooling, ReLU and residual adds
 // (relu(a + b), the fusion pass's fused_elementwise) run as oneDNN primitives on the channel-blocked
 // layouts the convolutions choose (nChw8c with AVX2, channels-last NHWC with AVX-512), and their
 // results stay in those layouts from one such op to the next. A value crosses to flow's plain NCHW only where another op or a model
@@ -15,12 +16,16 @@
 // fusion pass's ReLU) run on weights packed once: oneDNN's matmul for 2+ rows with AVX-512, flow's
 // product (cpu/linear_packed.h) for 2-32 rows elsewhere; their results plain row-major.
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "core/op.h"
+#include "graph/job.h"
 
-namespace flow::lite {
+namespace flow::graph {
 
 // One step of a program as the pass sees it: op, attributes, value ids read and written.
 struct LayoutStep {
@@ -68,4 +73,18 @@ class BlockedLayouts {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace flow::lite
+// The layout pass over a Job's op nodes (every node but inputs, variables, constants, feeds and
+// outputs, in Job order), with the value ids it names values by.
+struct JobLayouts {
+  std::shared_ptr<const BlockedLayouts> layouts;
+  std::vector<int> step_of;                       // by Job position: the node's step, -1 for none
+  std::vector<std::vector<int>> inputs, outputs;  // by step: value ids
+  std::vector<TensorMeta> metas;                  // by value id
+  std::set<std::string> blocked_only;             // values needing no planned buffer
+};
+
+// Plans the layout pass over `job`. Its variables and constants (their tensors in `fixed`, by
+// node name) are the weights: reordered and packed now, so the plan holds their values of now.
+JobLayouts plan_job_layouts(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
+
+}  // namespace flow::graph

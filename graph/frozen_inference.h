@@ -1,0 +1,59 @@
+#pragma once
+// An inference plan with its weights frozen, as torch.jit.freeze does for TorchScript: the Job's
+// variables become constants bound to the parameters' current values, what depends on them alone
+// (the folded conv + batch-norm weights) is computed once, and CPU float32 convolutions, pooling,
+// ReLU, residual adds and linears run on the layout pass (graph/blocked_layout.h, oneflow_lite's)
+// with their weights reordered and packed once. nn::Graph keeps a frozen plan only while every
+// tensor it froze keeps its storage version (an in-place write, copy_, load_state_dict, an
+// optimizer step bumps it) and the calling thread its kernel threads; otherwise it freezes again
+// or runs the unfrozen plan (graph/graph.h).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/blocked_layout.h"
+#include "graph/executor.h"
+#include "graph/plan.h"
+
+namespace flow::graph {
+
+// Turns every variable node into a constant of the same name: its tensor becomes a fixed value.
+void freeze_variables(proto::Job& job);
+
+// The storage versions of `tensors`, in order.
+std::vector<uint64_t> storage_versions(const std::vector<Tensor>& tensors);
+
+class FrozenInference {
+ public:
+  // Whether `job` (after the passes) may run frozen: an inference Job (no in-place write of a
+  // variable or constant, no per-run feeds, no collective or send/recv) whose variables and
+  // constants (`fixed`) are all CPU tensors.
+  static bool applies(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
+  // Freezes `job` on the current values of `fixed`, plans it and makes its executor.
+  FrozenInference(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
+  FrozenInference(const FrozenInference&) = delete;
+  FrozenInference& operator=(const FrozenInference&) = delete;
+
+  // Whether the tensors it froze still have the storage versions they had, and the calling thread
+  // the kernel threads the layout pass's primitives were made for.
+  bool fresh() const;
+  Executor& executor() { return *executor_; }
+  // How many of the frozen Job's ops run on blocked layouts.
+  int64_t blocked_steps() const { return layouts_.layouts->blocked_steps(); }
+  const proto::Job& job() const { return job_; }
+  const Plan& plan() const { return plan_; }
+
+ private:
+  std::vector<Tensor> frozen_tensors_;
+  std::vector<uint64_t> versions_;
+  int threads_ = 0;
+  proto::Job job_;
+  std::map<std::string, Tensor> fixed_;
+  JobLayouts layouts_;
+  Plan plan_;
+  std::unique_ptr<Executor> executor_;
+};
+
+}  // namespace flow::graph
