@@ -1,6 +1,8 @@
 // Latency of one oneflow_lite inference, for bench/ort_bench.sh (its ONNX Runtime twin is
 // bench/ort/ort_bench.js, which takes the same arguments and prints the same line). Loads an
-// export directory, reads the input from a raw float32 file of shape (batch, 1, 28, 28), runs
+// export directory (or, with --graph-model NAME, builds that model of bench/ort_models.h with the
+// weights of its export and times the inference nn::Graph instead, frozen as Graph inference runs
+// by default: graph/frozen_inference.h), reads the input from a raw float32 file of shape (batch, 1, 28, 28), runs
 // `--warmup` inferences, then times single inferences (steady clock around Model::run) until
 // both `--min-time` seconds and `--min-iters` samples are reached, and prints one line:
 //   median_ms=<median> min_ms=<min> max_ms=<max> iters=<n>
@@ -12,19 +14,22 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "bench/ort_models.h"
 #include "cli/cli.h"
 #include "core/flow.h"
 #include "oneflow_lite/model.h"
+#include "tests/common/graphs.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Median latency of oneflow_lite inferences of an export on an input file.", "lite_latency");
-  std::string dir, input, output;
+  std::string dir, input, output, graph_model;
   int64_t batch = 1, threads = 1, warmup = 10, min_iters = 20;
   double min_time = 1.0;
-  app.add_option("export_dir", dir, "the export directory (flow::save)")->required();
+  app.add_option("export_dir", dir, "the export directory (flow::save); ignored with --graph-model")->required();
   app.add_option("input", input, "raw float32 input of shape (batch, 1, 28, 28)")->required();
   app.add_option("--batch", batch, "the batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--threads", threads, "kernel threads (flow::set_num_threads)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
@@ -32,8 +37,9 @@ int main(int argc, char** argv) {
   app.add_option("--min-time", min_time, "seconds of timed inferences at least")->check(CLI::NonNegativeNumber);
   app.add_option("--min-iters", min_iters, "timed inferences at least")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--output", output, "write the last output here (raw float32)");
+  app.add_option("--graph-model", graph_model, "time the inference nn::Graph of this model of bench/ort_models.h instead of lite");
   bool plain_layouts = false;
-  app.add_flag("--plain-layouts", plain_layouts, "every op on plain NCHW with its own kernel (lite::LoadOptions::blocked_layouts(false))");
+  app.add_flag("--plain-layouts", plain_layouts, "every op on plain NCHW with its own kernel (lite::LoadOptions::blocked_layouts(false); with --graph-model the Graph unfrozen)");
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
 
   flow::set_num_threads(static_cast<int>(threads));
@@ -46,9 +52,23 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const auto model = flow::lite::Model::load(dir, flow::lite::LoadOptions().blocked_layouts(!plain_layouts));
+  std::function<flow::TensorList()> infer;
+  if (graph_model.empty()) {
+    const auto model = flow::lite::Model::load(dir, flow::lite::LoadOptions().blocked_layouts(!plain_layouts));
+    infer = [model, x] { return model->run({x}); };
+  } else {
+    const bench::MakeModel make = bench::find_ort_model(graph_model.c_str());
+    if (!make) {
+      std::fprintf(stderr, "lite_latency: no model '%s' in bench/ort_models.h\n", graph_model.c_str());
+      return 1;
+    }
+    flow::manual_seed(0);
+    auto graph = std::make_shared<test_graphs::PredictGraph>(make());
+    graph->config().enable_inference_freezing(!plain_layouts);
+    infer = [graph, x] { return (*graph)(x); };
+  }
   flow::TensorList out;
-  for (int64_t i = 0; i < warmup; ++i) out = model->run({x});
+  for (int64_t i = 0; i < warmup; ++i) out = infer();
   std::printf("lite_latency: timed\n");
   std::fflush(stdout);
   std::vector<double> samples;
@@ -56,7 +76,7 @@ int main(int argc, char** argv) {
   const auto begin = Clock::now();
   while (static_cast<int64_t>(samples.size()) < min_iters || std::chrono::duration<double>(Clock::now() - begin).count() < min_time) {
     const auto start = Clock::now();
-    out = model->run({x});
+    out = infer();
     samples.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   }
   std::sort(samples.begin(), samples.end());

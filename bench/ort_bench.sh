@@ -14,12 +14,14 @@
 # include the Node binding's per-call cost (promise, tensor wrapping); the relu row shows each
 # runtime's floor. The outputs of lite and ORT are compared (max abs difference) for every case.
 # Rows "<model>_bf16" (unless ORT_BENCH_BF16=0) run lite on the bfloat16 AMP export of the model,
-# timed right after the float32 one, against the same ORT float32 run.
+# timed right after the float32 one, against the same ORT float32 run. The float32 rows also time
+# the inference nn::Graph the exports come from (unless ORT_BENCH_GRAPH=0; lite_latency
+# --graph-model builds the model in-process with the same weights), between lite and ORT.
 #
 # Usage: bash bench/ort_bench.sh
 # env: ORT_BENCH_ROUNDS (5), ORT_BENCH_MIN_TIME (seconds timed per run, 0.5), ORT_BENCH_MODELS
 #      ("relu mlp cnn resnet"), ORT_BENCH_BATCHES ("1 64"), ORT_BENCH_THREADS ("1 2"),
-#      ORT_BENCH_BF16 (1), FLOW_BUILD_DIR (build).
+#      ORT_BENCH_BF16 (1), ORT_BENCH_GRAPH (1), FLOW_BUILD_DIR (build).
 #
 # onnxruntime-node is installed with --ignore-scripts: its postinstall (script/install.js) only
 # fetches the CUDA/TensorRT execution-provider binaries from NuGet; the CPU library and the N-API
@@ -80,13 +82,18 @@ for round in $(seq 1 "$rounds"); do
         tag="${model}_b${batch}_t${threads}"
         lite=$("$build/bench/lite_latency" "$work/$model" "$work/input_b$batch.bin" "${common[@]}" \
                --output "$work/out/lite_$tag.bin" | field median_ms)
+        graph=-
+        if [ "${ORT_BENCH_GRAPH:-1}" != 0 ]; then
+          graph=$("$build/bench/lite_latency" "$work/$model" "$work/input_b$batch.bin" "${common[@]}" --graph-model "$model" \
+                  --output "$work/out/graph_$tag.bin" | field median_ms)
+        fi
         ort=$(node bench/ort/ort_bench.js "$work/$model.onnx" "$work/input_b$batch.bin" "${common[@]}" \
               --output "$work/out/ort_$tag.bin" | field median_ms)
-        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$batch" "$threads" "$round" "$lite" "$ort" >> "$results"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$batch" "$threads" "$round" "$lite" "$ort" "$graph" >> "$results"
         if [ "${ORT_BENCH_BF16:-1}" != 0 ] && [ -d "$work/${model}_bf16" ]; then
           lite_bf16=$("$build/bench/lite_latency" "$work/${model}_bf16" "$work/input_b$batch.bin" "${common[@]}" \
                       --output "$work/out/lite_${model}_bf16_b${batch}_t${threads}.bin" | field median_ms)
-          printf '%s\t%s\t%s\t%s\t%s\t%s\n' "${model}_bf16" "$batch" "$threads" "$round" "$lite_bf16" "$ort" >> "$results"
+          printf '%s\t%s\t%s\t%s\t%s\t%s\t-\n' "${model}_bf16" "$batch" "$threads" "$round" "$lite_bf16" "$ort" >> "$results"
         fi
       done
     done
@@ -98,21 +105,30 @@ import os, statistics, struct, sys
 results, out_dir, rounds = sys.argv[1], sys.argv[2], sys.argv[3]
 cases = {}
 for line in open(results):
-    model, batch, threads, _, lite, ort = line.split()
-    cases.setdefault((model, int(batch), int(threads)), []).append((float(lite), float(ort)))
+    model, batch, threads, _, lite, ort, graph = line.split()
+    cases.setdefault((model, int(batch), int(threads)), []).append((float(lite), float(ort), None if graph == '-' else float(graph)))
 def floats(path):
     data = open(path, 'rb').read()
     return struct.unpack(f'{len(data) // 4}f', data)
-print(f'| model | batch | threads | lite median ms | ORT median ms | lite/ORT (min-max over {rounds} rounds) | max abs diff of outputs |')
-print('| --- | --- | --- | --- | --- | --- | --- |')
+def max_diff(path, ort_path):
+    if not os.path.exists(path):
+        return '-'
+    a, b = floats(path), floats(ort_path)
+    return f'{max(abs(x - y) for x, y in zip(a, b)):.1e}' if len(a) == len(b) else 'nan'
+def ratio(values):
+    return f'{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})'
+print(f'| model | batch | threads | lite median ms | Graph median ms | ORT median ms | lite/ORT (min-max over {rounds} rounds) '
+      '| Graph/ORT (min-max) | max abs diff of outputs, lite / Graph vs ORT |')
+print('| --- | --- | --- | --- | --- | --- | --- | --- | --- |')
 for (model, batch, threads), runs in cases.items():
     lite = statistics.median(r[0] for r in runs)
     ort = statistics.median(r[1] for r in runs)
-    ratios = [r[0] / r[1] for r in runs]
+    graphs = [r[2] for r in runs if r[2] is not None]
     tag = f'{model}_b{batch}_t{threads}'
-    ort_tag = f'{model.removesuffix("_bf16")}_b{batch}_t{threads}'
-    a, b = floats(os.path.join(out_dir, f'lite_{tag}.bin')), floats(os.path.join(out_dir, f'ort_{ort_tag}.bin'))
-    diff = max(abs(x - y) for x, y in zip(a, b)) if len(a) == len(b) else float('nan')
-    print(f'| {model} | {batch} | {threads} | {lite:.3f} | {ort:.3f} | '
-          f'{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {diff:.1e} |')
+    ort_path = os.path.join(out_dir, f'ort_{model.removesuffix("_bf16")}_b{batch}_t{threads}.bin')
+    diffs = f'{max_diff(os.path.join(out_dir, f"lite_{tag}.bin"), ort_path)} / {max_diff(os.path.join(out_dir, f"graph_{tag}.bin"), ort_path)}'
+    graph_ms = f'{statistics.median(graphs):.3f}' if graphs else '-'
+    graph_ratio = ratio([r[2] / r[1] for r in runs if r[2] is not None]) if graphs else '-'
+    print(f'| {model} | {batch} | {threads} | {lite:.3f} | {graph_ms} | {ort:.3f} | {ratio([r[0] / r[1] for r in runs])} | '
+          f'{graph_ratio} | {diffs} |')
 PY

@@ -15,25 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_models.h"
+#include "bench/ort_models.h"
 #include "cli/cli.h"
 #include "core/flow.h"
 #include "graph/export.h"
 #include "graph/onnx/onnx_export.h"
 #include "tests/common/graphs.h"
-#include "tests/common/models.h"
-
-namespace {
-
-std::shared_ptr<flow::nn::Module> relu() { return std::make_shared<flow::nn::ReLU>(); }
-
-std::shared_ptr<flow::nn::Module> resnet() {
-  auto net = test_models::resnet();
-  test_models::warm_up_batch_norm(*net, {8, 1, 28, 28});  // non-trivial running statistics, as the tests do
-  return net;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app("Writes the models of bench/ort_bench.sh as oneflow_lite exports (<out>/<model>/) and as ONNX\n"
@@ -45,10 +32,7 @@ int main(int argc, char** argv) {
   app.add_option("--batches", batches, "the batch sizes to write inputs for")->delimiter(',');
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   std::filesystem::create_directories(out);
-  using MakeModel = std::shared_ptr<flow::nn::Module> (*)();
-  const std::vector<std::pair<const char*, MakeModel>> models{
-      {"relu", relu}, {"mlp", bench::mlp}, {"cnn", bench::cnn}, {"resnet", resnet}};
-  for (const auto& [name, make] : models) {
+  for (const auto& [name, make] : bench::ort_models()) {
     flow::manual_seed(0);
     test_graphs::PredictGraph graph(make());
     graph(flow::rand({2, 1, 28, 28}));
