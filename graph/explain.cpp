@@ -54,6 +54,18 @@ void print_plan(std::ostream& out, const PlanExplanation& plan) {
   for (const auto& [device, bytes] : plan.planned_bytes) out << " " << device << " " << bytes << " bytes";
   out << " (" << plan.bytes_without_reuse << " without reuse)\n";
   for (const auto& reuse : plan.reused) out << "    " << reuse.value << " reuses " << reuse.reuses << " (" << reuse.nbytes << " bytes)\n";
+  if (!plan.freeze_refusal.empty()) {
+    out << "  frozen inference: never: " << plan.freeze_refusal << "\n";
+  } else if (!plan.ran_frozen) {
+    out << "  frozen inference: its latest call ran unfrozen (parameters or buffers changed since the call before)\n";
+  } else {
+    int64_t ops = 0;
+    for (const auto& [op, n] : plan.frozen_ops) ops += n;
+    out << "  frozen inference: its latest call ran frozen: " << ops << " ops (" << plan.frozen_blocked_steps << " on blocked layouts): "
+        << counts_str(plan.frozen_ops) << "; planned";
+    for (const auto& [device, bytes] : plan.frozen_planned_bytes) out << " " << device << " " << bytes << " bytes";
+    out << "\n";
+  }
 }
 
 }  // namespace

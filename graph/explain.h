@@ -1,8 +1,9 @@
 #pragma once
 // nn::Graph::explain(), after torch._dynamo.explain: for every compiled plan, the ops traced,
 // what each pass did to the Job (from the passes' own records), the memory the plan reuses and
-// plans, the time of each compile phase, and why the plan was compiled (the guards earlier plans
-// failed). It describes the Job and Plan the runtime executes; nothing is traced again.
+// plans, the time of each compile phase, why the plan was compiled (the guards earlier plans
+// failed), and whether it runs frozen for inference. It describes the Job and Plan the runtime
+// executes; nothing is traced again.
 #include <cstdint>
 #include <map>
 #include <ostream>
@@ -47,6 +48,14 @@ struct PlanExplanation {
   std::map<std::string, int64_t> planned_bytes;  // per device: Plan::block_bytes
   int64_t bytes_without_reuse = 0;               // Plan::total_buffer_bytes
   std::vector<BufferReuse> reused;
+  // Frozen inference (graph/frozen_inference.h): why the plan never runs frozen (empty when it
+  // may), and, when the latest call that ran it ran it frozen, the frozen Job's ops, how many of
+  // them run on blocked layouts, and its planned bytes per device.
+  std::string freeze_refusal;
+  bool ran_frozen = false;
+  std::map<std::string, int64_t> frozen_ops;
+  int64_t frozen_blocked_steps = 0;
+  std::map<std::string, int64_t> frozen_planned_bytes;
 
   int64_t traced_op_count() const;
 };

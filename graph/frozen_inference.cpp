@@ -22,22 +22,25 @@ std::vector<uint64_t> storage_versions(const std::vector<Tensor>& tensors) {
   return versions;
 }
 
-bool FrozenInference::applies(const proto::Job& job, const std::map<std::string, Tensor>& fixed) {
+std::string FrozenInference::refusal(const proto::Job& job, const std::map<std::string, Tensor>& fixed) {
   const std::set<std::string> written = written_in_place(job);
   bool has_variables = false;
   for (const auto& node : job.nodes()) {
-    if (node.op() == kFeedOp) return false;
+    if (node.op() == kFeedOp) return "it reads the per-run value " + node.name();
     has_variables = has_variables || node.op() == kVariableOp;
     if (node.op() == kVariableOp || node.op() == kConstantOp) {
       const Tensor& t = fixed.at(node.name());
-      if (t.device().type != DeviceType::kCPU || t.is_global() || written.count(value_name(node.name(), 0))) return false;
+      if (t.is_global()) return node.name() + " is a global tensor";
+      if (written.count(value_name(node.name(), 0))) return "it writes " + node.name() + " in place";
     }
-    if (!is_source_kind(node.op()) && node.op() != kOutputOp && distributed::is_collective(find_op(node.op()))) return false;
+    if (!is_source_kind(node.op()) && node.op() != kOutputOp && distributed::is_collective(find_op(node.op()))) {
+      return "it communicates (" + node.name() + ")";
+    }
     for (const auto& desc : node.outputs()) {
-      if (meta_of(desc).device.type != DeviceType::kCPU) return false;
+      if (meta_of(desc).device.type != DeviceType::kCPU) return node.name() + " is on " + meta_of(desc).device.str();
     }
   }
-  return has_variables;
+  return has_variables ? "" : "it has no parameters or buffers";
 }
 
 FrozenInference::FrozenInference(const proto::Job& job, const std::map<std::string, Tensor>& fixed) : threads_(current_num_threads()), job_(job) {

@@ -27,10 +27,10 @@ std::vector<uint64_t> storage_versions(const std::vector<Tensor>& tensors);
 
 class FrozenInference {
  public:
-  // Whether `job` (after the passes) may run frozen: an inference Job (no in-place write of a
-  // variable or constant, no per-run feeds, no collective or send/recv) whose variables and
-  // constants (`fixed`) are all CPU tensors.
-  static bool applies(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
+  // Why `job` (after the passes) may not run frozen, or empty when it may: an inference Job (no
+  // in-place write of a variable or constant, no per-run feed, no collective or send/recv) with
+  // variables, all its values and fixed tensors (`fixed`) on the CPU.
+  static std::string refusal(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
   // Freezes `job` on the current values of `fixed`, plans it and makes its executor.
   FrozenInference(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
   FrozenInference(const FrozenInference&) = delete;

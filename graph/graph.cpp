@@ -142,8 +142,9 @@ struct Graph::CompiledPlan {
   std::vector<CastCopy> cast_copies;
   // An inference plan that may run frozen (graph/frozen_inference.h): `executor` is then made
   // only for a call that runs unfrozen. The variables' and constants' tensors with their storage
-  // versions at the previous call (or compile) decide whether a call freezes.
+  // versions at the previous call (or compile) decide whether a call freezes. Otherwise why not.
   bool freezable = false;
+  std::string freeze_refusal;
   std::unique_ptr<graph::FrozenInference> frozen;
   std::vector<Tensor> fixed_tensors;
   std::vector<uint64_t> previous_versions;
@@ -333,7 +334,16 @@ graph::ExplainReport Graph::explain() const {
   graph::ExplainReport report{name_, {}};
   for (size_t i = 0; i < plans_.size(); ++i) {
     const CompiledPlan& plan = *plans_[i];
-    report.plans.push_back(graph::explain_plan(static_cast<int64_t>(i), plan.signature, plan.log, plan.traced.job, *plan.plan, plan.compile_seconds));
+    graph::PlanExplanation explanation =
+        graph::explain_plan(static_cast<int64_t>(i), plan.signature, plan.log, plan.traced.job, *plan.plan, plan.compile_seconds);
+    explanation.freeze_refusal = plan.freeze_refusal;
+    if (plan.ran_frozen) {
+      explanation.ran_frozen = true;
+      explanation.frozen_ops = graph::op_counts(plan.frozen->job());
+      explanation.frozen_blocked_steps = plan.frozen->blocked_steps();
+      explanation.frozen_planned_bytes = plan.frozen->plan().block_bytes;
+    }
+    report.plans.push_back(std::move(explanation));
   }
   return report;
 }
@@ -572,7 +582,14 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
   compiled->plan = std::make_unique<graph::Plan>(graph::make_plan(traced.job));
   log.plan_seconds = phase_seconds();
   if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") plan: " << compiled->plan->summary() << "\n";
-  compiled->freezable = config_.inference_freezing_enabled() && !config_.training() && graph::FrozenInference::applies(traced.job, traced.fixed);
+  if (!config_.inference_freezing_enabled()) {
+    compiled->freeze_refusal = "turned off (config().enable_inference_freezing(false))";
+  } else if (config_.training()) {
+    compiled->freeze_refusal = "a training graph (it has an optimizer)";
+  } else {
+    compiled->freeze_refusal = graph::FrozenInference::refusal(traced.job, traced.fixed);
+  }
+  compiled->freezable = compiled->freeze_refusal.empty();
   if (compiled->freezable) {
     for (const auto& [node, t] : traced.fixed) compiled->fixed_tensors.push_back(t);
     compiled->previous_versions = graph::storage_versions(compiled->fixed_tensors);

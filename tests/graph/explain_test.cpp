@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "autograd/grad_mode.h"
 #include "common/models.h"
 #include "core/functional.h"
 #include "graph/explain.h"
@@ -239,4 +240,48 @@ TEST(Explain, MemoryIsThePlansPlannedBytesAndReuseIsReal) {
   }
   const std::string text = printed(graph.explain());
   EXPECT_NE(text.find("planned cpu " + std::to_string(planned.block_bytes.at("cpu")) + " bytes"), std::string::npos) << text;
+}
+
+TEST(Explain, SaysWhetherAndHowEachPlanRunsFrozen) {
+  flow::manual_seed(2);
+  auto net = test_models::cnn();
+  test_models::warm_up_batch_norm(*net, {4, 1, 28, 28});
+  PredictGraph predict(net);
+  const Tensor x = flow::randn({4, 1, 28, 28});
+  predict(x);
+  graph::PlanExplanation plan = predict.explain().plans.at(0);
+  EXPECT_TRUE(plan.freeze_refusal.empty());
+  ASSERT_TRUE(plan.ran_frozen);
+  EXPECT_EQ(plan.frozen_blocked_steps, predict.frozen_blocked_steps());
+  EXPECT_GT(plan.frozen_blocked_steps, 0);
+  // The frozen Job computed the conv + batch-norm fold once: no batch norm, no fold node left.
+  EXPECT_EQ(plan.frozen_ops.count("batch_norm_eval"), 0u);
+  EXPECT_EQ(plan.frozen_ops.at("conv2d"), 2);
+  EXPECT_GT(plan.ops_after_passes.size(), plan.frozen_ops.size());
+  std::ostringstream text;
+  text << predict.explain();
+  EXPECT_NE(text.str().find("frozen inference: its latest call ran frozen: "), std::string::npos) << text.str();
+
+  {
+    flow::autograd::NoGradGuard no_grad;
+    net->parameters().front().copy_(net->parameters().front() * 0.5);
+  }
+  predict(x);
+  plan = predict.explain().plans.at(0);
+  EXPECT_FALSE(plan.ran_frozen);
+  EXPECT_TRUE(plan.frozen_ops.empty());
+
+  auto mlp = make_mlp();
+  TrainGraph train(mlp, std::make_shared<optim::SGD>(mlp->parameters(), optim::SGDOptions(0.1)));
+  const auto [images, labels] = batch(0, kFull);
+  train(images, labels);
+  EXPECT_EQ(train.explain().plans.at(0).freeze_refusal, "a training graph (it has an optimizer)");
+  std::ostringstream train_text;
+  train_text << train.explain();
+  EXPECT_NE(train_text.str().find("frozen inference: never: a training graph"), std::string::npos) << train_text.str();
+
+  EvalGraph off(net);
+  off.config().enable_inference_freezing(false);
+  off(x);
+  EXPECT_EQ(off.explain().plans.at(0).freeze_refusal, "turned off (config().enable_inference_freezing(false))");
 }

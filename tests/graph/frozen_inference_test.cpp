@@ -152,4 +152,6 @@ TEST(FrozenInference, TrainingGraphsAndGraphsWritingBuffersRunUnfrozen) {
   updating(flow::randn(kImages));
   EXPECT_FALSE(updating.ran_frozen());
   EXPECT_NE(running_mean.tolist<float>(), before);
+  const std::string refusal = updating.explain().plans.at(0).freeze_refusal;
+  EXPECT_NE(refusal.find("in place"), std::string::npos) << refusal;
 }
