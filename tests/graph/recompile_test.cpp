@@ -112,7 +112,9 @@ TEST(Recompile, OncePerNewSignatureAndSeenSignaturesDoNotRetrace) {
     EXPECT_EQ(graph.num_compiled_plans(), plans_after[k]) << "call " << k;
     EXPECT_EQ(graph.input_metas().at(0).shape[0], batches[k]) << "the current plan is the one the call ran";
     flow::autograd::NoGradGuard no_grad;
-    EXPECT_LE(max_relative_difference(lazy, net->forward(x)), 1e-5) << "call " << k;
+    // The frozen plan's linears run on packed weights, summing in another order than the eager
+    // kernel (flow's AVX2 product measured 6e-5 relative on values near the 1e-3 floor).
+    EXPECT_LE(max_relative_difference(lazy, net->forward(x)), 5e-4) << "call " << k;
   }
   EXPECT_EQ(occurrences(log.str(), ") building graph\n"), 3) << log.str();
   EXPECT_EQ(occurrences(log.str(), ") recompiling"), 2) << log.str();
