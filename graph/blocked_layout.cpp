@@ -696,46 +696,4 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
   stream.wait();
 }
 
-JobLayouts plan_job_layouts(const proto::Job& job, const std::map<std::string, Tensor>& fixed) {
-  JobLayouts result;
-  std::map<std::string, int> value_ids;
-  std::vector<std::pair<int, Tensor>> constants;
-  std::vector<int> model_outputs;
-  std::vector<Attrs> attrs;  // by step; the plan reads them only while planning
-  std::vector<LayoutStep> steps;
-  std::vector<std::string> value_names;
-  result.step_of.assign(job.nodes_size(), -1);
-  for (int position = 0; position < job.nodes_size(); ++position) {
-    const proto::Node& node = job.nodes(position);
-    std::vector<int> in;
-    for (const auto& input : node.inputs()) in.push_back(value_ids.at(input));
-    if (node.op() == kOutputOp) {
-      model_outputs.push_back(in.at(0));
-      continue;
-    }
-    std::vector<int> out;
-    for (int j = 0; j < node.outputs_size(); ++j) {
-      const std::string value = value_name(node.name(), j);
-      value_ids[value] = static_cast<int>(result.metas.size());
-      out.push_back(static_cast<int>(result.metas.size()));
-      result.metas.push_back(meta_of(node.outputs(j)));
-      value_names.push_back(value);
-    }
-    if (node.op() == kVariableOp || node.op() == kConstantOp) constants.emplace_back(out.at(0), fixed.at(node.name()));
-    if (is_source_kind(node.op())) continue;
-    result.step_of[position] = static_cast<int>(result.inputs.size());
-    result.inputs.push_back(std::move(in));
-    result.outputs.push_back(std::move(out));
-    attrs.push_back(attrs_of(node));
-  }
-  for (int position = 0, s = 0; position < job.nodes_size(); ++position) {
-    if (result.step_of[position] < 0) continue;
-    steps.push_back({&find_op(job.nodes(position).op()), &attrs[s], &result.inputs[s], &result.outputs[s]});
-    ++s;
-  }
-  result.layouts = BlockedLayouts::plan(steps, result.metas, constants, model_outputs);
-  for (int id : result.layouts->blocked_only_values()) result.blocked_only.insert(value_names[id]);
-  return result;
-}
-
 }  // namespace flow::graph

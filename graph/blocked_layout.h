@@ -16,14 +16,10 @@
 // fusion pass's ReLU) run on weights packed once: oneDNN's matmul for 2+ rows with AVX-512, flow's
 // product (cpu/linear_packed.h) for 2-32 rows elsewhere; their results plain row-major.
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <set>
-#include <string>
 #include <vector>
 
 #include "core/op.h"
-#include "graph/job.h"
 
 namespace flow::graph {
 
@@ -72,19 +68,5 @@ class BlockedLayouts {
   explicit BlockedLayouts(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// The layout pass over a Job's op nodes (every node but inputs, variables, constants, feeds and
-// outputs, in Job order), with the value ids it names values by.
-struct JobLayouts {
-  std::shared_ptr<const BlockedLayouts> layouts;
-  std::vector<int> step_of;                       // by Job position: the node's step, -1 for none
-  std::vector<std::vector<int>> inputs, outputs;  // by step: value ids
-  std::vector<TensorMeta> metas;                  // by value id
-  std::set<std::string> blocked_only;             // values needing no planned buffer
-};
-
-// Plans the layout pass over `job`. Its variables and constants (their tensors in `fixed`, by
-// node name) are the weights: reordered and packed now, so the plan holds their values of now.
-JobLayouts plan_job_layouts(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
 
 }  // namespace flow::graph

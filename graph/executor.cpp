@@ -7,6 +7,7 @@
 #include "core/interpreter.h"
 #include "core/profiler.h"
 #include "core/random.h"
+#include "graph/frozen_inference.h"
 
 namespace flow::graph {
 

@@ -14,6 +14,8 @@
 
 namespace flow::graph {
 
+struct JobLayouts;  // graph/frozen_inference.h
+
 // What a piece needs that only the caller knows: the graph call's arguments and the per-run
 // feeds (by key). Called by the input actor, in piece order, possibly while earlier pieces are
 // still computing.

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,20 @@ namespace flow::graph {
 
 // Turns every variable node into a constant of the same name: its tensor becomes a fixed value.
 void freeze_variables(proto::Job& job);
+
+// The layout pass over a Job's op nodes (every node but inputs, variables, constants, feeds and
+// outputs, in Job order), with the value ids it names values by.
+struct JobLayouts {
+  std::shared_ptr<const BlockedLayouts> layouts;
+  std::vector<int> step_of;                       // by Job position: the node's step, -1 for none
+  std::vector<std::vector<int>> inputs, outputs;  // by step: value ids
+  std::vector<TensorMeta> metas;                  // by value id
+  std::set<std::string> blocked_only;             // values needing no planned buffer
+};
+
+// Plans the layout pass over `job`. Its variables and constants (their tensors in `fixed`, by
+// node name) are the weights: reordered and packed now, so the plan holds their values of now.
+JobLayouts plan_job_layouts(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
 
 // The storage versions of `tensors`, in order.
 std::vector<uint64_t> storage_versions(const std::vector<Tensor>& tensors);
