@@ -258,9 +258,8 @@ TEST(Explain, SaysWhetherAndHowEachPlanRunsFrozen) {
   EXPECT_EQ(plan.frozen_ops.count("batch_norm_eval"), 0u);
   EXPECT_EQ(plan.frozen_ops.at("conv2d"), 2);
   EXPECT_GT(plan.ops_after_passes.size(), plan.frozen_ops.size());
-  std::ostringstream text;
-  text << predict.explain();
-  EXPECT_NE(text.str().find("frozen inference: its latest call ran frozen: "), std::string::npos) << text.str();
+  const std::string text = printed(predict.explain());
+  EXPECT_NE(text.find("frozen inference: its latest call ran frozen: "), std::string::npos) << text;
 
   {
     flow::autograd::NoGradGuard no_grad;
@@ -276,9 +275,8 @@ TEST(Explain, SaysWhetherAndHowEachPlanRunsFrozen) {
   const auto [images, labels] = batch(0, kFull);
   train(images, labels);
   EXPECT_EQ(train.explain().plans.at(0).freeze_refusal, "a training graph (it has an optimizer)");
-  std::ostringstream train_text;
-  train_text << train.explain();
-  EXPECT_NE(train_text.str().find("frozen inference: never: a training graph"), std::string::npos) << train_text.str();
+  const std::string train_text = printed(train.explain());
+  EXPECT_NE(train_text.find("frozen inference: never: a training graph"), std::string::npos) << train_text;
 
   EvalGraph off(net);
   off.config().enable_inference_freezing(false);
