@@ -175,7 +175,8 @@ class Graph {
   // The signature of plan `index`, in compile order.
   const graph::InputSignature& compiled_signature(int64_t index) const;
   // Of the plan the latest call ran (an error before the first call): its optimised Job, its
-  // plan, its compile time and its input metas (empty before the first call).
+  // plan, its compile time and its input metas (empty before the first call). A frozen inference
+  // plan runs a copy of that Job (explain() describes it; see enable_inference_freezing).
   const graph::proto::Job& job() const;
   const graph::Plan& plan() const;
   double compile_seconds() const;
