@@ -65,7 +65,10 @@ class Executor {
   int inputs_task_ = -1;
   const JobLayouts* layouts_ = nullptr;
   BlockedArenaPtr layout_arena_;
-  TensorList layout_values_;  // by value id: the plain values blocked steps read and write
+  // By value id: the plain values blocked steps read and write, kept until the run ends (a step
+  // may read a plain value given to an earlier one: the shallow-conv fold's pooling reads the
+  // folded convolution's input).
+  TensorList layout_values_;
 
   // Per run.
   const PieceSource* source_ = nullptr;

@@ -57,10 +57,10 @@ JobLayouts plan_job_layouts(const proto::Job& job, const std::map<std::string, T
   return result;
 }
 
-std::vector<uint64_t> storage_versions(const std::vector<Tensor>& tensors) {
+std::vector<uint64_t> storage_versions(const std::map<std::string, Tensor>& fixed) {
   std::vector<uint64_t> versions;
-  versions.reserve(tensors.size());
-  for (const Tensor& t : tensors) versions.push_back(t.storage()->version());
+  versions.reserve(fixed.size());
+  for (const auto& [name, t] : fixed) versions.push_back(t.storage()->version());
   return versions;
 }
 
@@ -79,25 +79,24 @@ std::string FrozenInference::refusal(const proto::Job& job, const std::map<std::
       return "it communicates (" + node.name() + ")";
     }
     for (const auto& desc : node.outputs()) {
-      if (meta_of(desc).device.type != DeviceType::kCPU) return node.name() + " is on " + meta_of(desc).device.str();
+      const Device device = meta_of(desc).device;
+      if (device.type != DeviceType::kCPU) return node.name() + " is on " + device.str();
     }
   }
   return has_variables ? "" : "it has no parameters or buffers";
 }
 
-FrozenInference::FrozenInference(const proto::Job& job, const std::map<std::string, Tensor>& fixed) : threads_(current_num_threads()), job_(job) {
-  for (const auto& [name, t] : fixed) frozen_tensors_.push_back(t);
-  versions_ = storage_versions(frozen_tensors_);
-  fixed_ = fixed;
+FrozenInference::FrozenInference(const proto::Job& job, std::map<std::string, Tensor> fixed, std::vector<uint64_t> versions)
+    : versions_(std::move(versions)), threads_(current_num_threads()), job_(job) {
   freeze_variables(job_);
-  // What the frozen weights alone determine is computed here, once.
-  PassContext context{fixed_};
+  // What the frozen weights alone determine is computed here, once (into `fixed`).
+  PassContext context{fixed};
   PassManager().add("constant_folding", constant_folding).add("dead_code_elimination", dead_code_elimination).run(job_, context);
-  layouts_ = plan_job_layouts(job_, fixed_);
+  layouts_ = plan_job_layouts(job_, fixed);
   plan_ = make_plan(job_, layouts_.blocked_only);
-  executor_ = std::make_unique<Executor>(job_, plan_, fixed_, &layouts_);
+  executor_ = std::make_unique<Executor>(job_, plan_, std::move(fixed), &layouts_);
 }
 
-bool FrozenInference::fresh() const { return threads_ == current_num_threads() && storage_versions(frozen_tensors_) == versions_; }
+bool FrozenInference::fresh(const std::vector<uint64_t>& versions) const { return threads_ == current_num_threads() && versions == versions_; }
 
 }  // namespace flow::graph

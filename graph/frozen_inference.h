@@ -37,8 +37,8 @@ struct JobLayouts {
 // node name) are the weights: reordered and packed now, so the plan holds their values of now.
 JobLayouts plan_job_layouts(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
 
-// The storage versions of `tensors`, in order.
-std::vector<uint64_t> storage_versions(const std::vector<Tensor>& tensors);
+// The storage versions of the tensors of `fixed`, in its (name) order.
+std::vector<uint64_t> storage_versions(const std::map<std::string, Tensor>& fixed);
 
 class FrozenInference {
  public:
@@ -46,14 +46,16 @@ class FrozenInference {
   // in-place write of a variable or constant, no per-run feed, no collective or send/recv) with
   // variables, all its values and fixed tensors (`fixed`) on the CPU.
   static std::string refusal(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
-  // Freezes `job` on the current values of `fixed`, plans it and makes its executor.
-  FrozenInference(const proto::Job& job, const std::map<std::string, Tensor>& fixed);
+  // Freezes `job` on the current values of `fixed` (whose storage versions are `versions`), plans
+  // it and makes its executor.
+  FrozenInference(const proto::Job& job, std::map<std::string, Tensor> fixed, std::vector<uint64_t> versions);
   FrozenInference(const FrozenInference&) = delete;
   FrozenInference& operator=(const FrozenInference&) = delete;
 
-  // Whether the tensors it froze still have the storage versions they had, and the calling thread
-  // the kernel threads the layout pass's primitives were made for.
-  bool fresh() const;
+  // Whether the tensors it froze have the storage versions they had (`versions`: storage_versions
+  // of the same `fixed` now), and the calling thread the kernel threads the layout pass's
+  // primitives were made for.
+  bool fresh(const std::vector<uint64_t>& versions) const;
   Executor& executor() { return *executor_; }
   // How many of the frozen Job's ops run on blocked layouts.
   int64_t blocked_steps() const { return layouts_.layouts->blocked_steps(); }
@@ -61,11 +63,9 @@ class FrozenInference {
   const Plan& plan() const { return plan_; }
 
  private:
-  std::vector<Tensor> frozen_tensors_;
   std::vector<uint64_t> versions_;
   int threads_ = 0;
   proto::Job job_;
-  std::map<std::string, Tensor> fixed_;
   JobLayouts layouts_;
   Plan plan_;
   std::unique_ptr<Executor> executor_;

@@ -141,12 +141,11 @@ struct Graph::CompiledPlan {
   };
   std::vector<CastCopy> cast_copies;
   // An inference plan that may run frozen (graph/frozen_inference.h): `executor` is then made
-  // only for a call that runs unfrozen. The variables' and constants' tensors with their storage
-  // versions at the previous call (or compile) decide whether a call freezes. Otherwise why not.
+  // only for a call that runs unfrozen. The storage versions of the variables' and constants'
+  // tensors at the previous call (or compile) decide whether a call freezes. Otherwise why not.
   bool freezable = false;
   std::string freeze_refusal;
   std::unique_ptr<graph::FrozenInference> frozen;
-  std::vector<Tensor> fixed_tensors;
   std::vector<uint64_t> previous_versions;
   bool ran_frozen = false;
 };
@@ -591,8 +590,7 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
   }
   compiled->freezable = compiled->freeze_refusal.empty();
   if (compiled->freezable) {
-    for (const auto& [node, t] : traced.fixed) compiled->fixed_tensors.push_back(t);
-    compiled->previous_versions = graph::storage_versions(compiled->fixed_tensors);
+    compiled->previous_versions = graph::storage_versions(traced.fixed);
   } else {
     compiled->executor = std::make_unique<graph::Executor>(traced.job, *compiled->plan, traced.fixed);
   }
@@ -712,16 +710,16 @@ std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const 
 graph::Executor& Graph::executor_for_call(CompiledPlan& plan) {
   plan.ran_frozen = false;
   if (!plan.freezable) return *plan.executor;
-  if (plan.frozen && plan.frozen->fresh()) {
+  std::vector<uint64_t> versions = graph::storage_versions(plan.traced.fixed);
+  if (plan.frozen && plan.frozen->fresh(versions)) {
     plan.ran_frozen = true;
     return plan.frozen->executor();
   }
   plan.frozen.reset();
-  std::vector<uint64_t> versions = graph::storage_versions(plan.fixed_tensors);
   const bool unchanged = versions == plan.previous_versions;
-  plan.previous_versions = std::move(versions);
+  plan.previous_versions = versions;
   if (unchanged) {
-    plan.frozen = std::make_unique<graph::FrozenInference>(plan.traced.job, plan.traced.fixed);
+    plan.frozen = std::make_unique<graph::FrozenInference>(plan.traced.job, plan.traced.fixed, std::move(versions));
     if (debug_level_ >= 1) {
       *log_ << "(GRAPH:" << name_ << ") frozen for inference: " << plan.frozen->blocked_steps() << " ops on blocked layouts\n";
     }

@@ -94,8 +94,8 @@ void conv_batch_norm_folding(proto::Job& job, PassContext& context);
 // not a graph output (e.g. the clone autograd makes of a leaf's first gradient); DCE then drops
 // the copy.
 void copy_elimination(proto::Job& job, PassContext& context);
-// Update-with-cast, run after elementwise_fusion by nn::Graph (which keeps the copies fresh; see
-// Graph::refresh_cast_copies): a float32 variable whose one in-place write is a fused update and
+// Update-with-cast, run after elementwise_fusion by nn::Graph (which keeps the copies fresh: before
+// a run it casts again each parameter whose storage version moved): a float32 variable whose one in-place write is a fused update and
 // whose float16/bfloat16 casts are all read before that update gets a variable holding its rounded
 // copy (attr "cast_of": the parameter's node), written by the update as a second destination and
 // read instead of the casts, which are removed. Not in default_passes(): a Job run without nn::Graph
