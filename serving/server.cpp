@@ -1,5 +1,7 @@
 #include "serving/server.h"
 
+#include <algorithm>
+
 #include <glog/logging.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -14,6 +16,8 @@ namespace {
 
 // The service name a gRPC health check may ask about besides "" (the whole server).
 constexpr const char* kInferenceServiceName = "inference.GRPCInferenceService";
+// How long shutdown() lets gRPC connections close by themselves once no request is in flight.
+constexpr std::chrono::milliseconds kCloseGrace{2000};
 
 }  // namespace
 
@@ -90,13 +94,17 @@ void Server::shutdown() {
   LOG(INFO) << "[serving] shutting down: " << tracker_.in_flight() << " request(s) in flight";
   grpc_server_->GetHealthCheckService()->SetServingStatus(false);
   for (const auto& model : repository_.models()) model->scheduler().flush();
+  const auto drain_deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
   if (!tracker_.drain(options_.shutdown_timeout)) {
     LOG(WARNING) << "[serving] " << tracker_.in_flight() << " request(s) still in flight after the shutdown timeout";
   }
   if (poller_.joinable()) poller_.join();
-  // Every inference request has ended (or the timeout passed): cancel whatever else is open now
-  // rather than wait for clients to close their connections.
-  grpc_server_->Shutdown(std::chrono::system_clock::now());
+  // Every inference request has ended (or the timeout passed), but an answer may still sit in the
+  // socket's send buffer: closing the connection now, with a client's flow-control update unread,
+  // resets it and the client loses the answer. gRPC's graceful shutdown sends GOAWAY and lets
+  // clients close first; whatever stays open after the grace period is cancelled.
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline - std::chrono::steady_clock::now());
+  grpc_server_->Shutdown(std::chrono::system_clock::now() + std::clamp(left, std::chrono::milliseconds(0), kCloseGrace));
   if (http_endpoint_) http_endpoint_->stop();
   repository_.clear();
   if (metrics_endpoint_) metrics_endpoint_->stop();

@@ -21,7 +21,7 @@ TEST(ShutdownTest, SlowInFlightRequestCompletesAndNewCallsAreRefused) {
   });
   ASSERT_TRUE(st::eventually([&] { return server->in_flight() == 1; }));
 
-  std::thread stopper([&] { server->shutdown(); });
+  std::jthread stopper([&] { server->shutdown(); });  // joined also when an assertion returns early
   ASSERT_TRUE(st::eventually([&] { return server->shutting_down(); }));
   // Whether the endpoint is still draining or already closed, a new call is refused ...
   inference::ModelInferResponse response;
