@@ -552,10 +552,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
   std::vector<int> free_slots;
   for (size_t s = 0; s < steps.size(); ++s) {
     const Kernel* kernel = impl->kernels[s].get();
-    if (!kernel) continue;
+    if (!kernel || kernel->kind == Kind::kComputedLater) continue;  // the latter: no memory, slot -1
     const int out = kernel->output;
     std::vector<int> released;
-    if (kernel->kind == Kind::kComputedLater) continue;  // no memory: slot -1
     if (kernel->kind == Kind::kAlias) {
       impl->slot_of[out] = impl->slot_of[steps[s].inputs->front()];
     } else {

@@ -140,10 +140,9 @@ struct Graph::CompiledPlan {
     uint64_t version = 0;
   };
   std::vector<CastCopy> cast_copies;
-  // An inference plan that may run frozen (graph/frozen_inference.h): `executor` is then made
-  // only for a call that runs unfrozen. The storage versions of the variables' and constants'
-  // tensors at the previous call (or compile) decide whether a call freezes. Otherwise why not.
-  bool freezable = false;
+  // Why the plan never runs frozen (graph/frozen_inference.h), or empty when it may: `executor` is
+  // then made only for a call that runs unfrozen. The storage versions of the variables' and
+  // constants' tensors at the previous call (or compile) decide whether a call freezes.
   std::string freeze_refusal;
   std::unique_ptr<graph::FrozenInference> frozen;
   std::vector<uint64_t> previous_versions;
@@ -588,8 +587,7 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
   } else {
     compiled->freeze_refusal = graph::FrozenInference::refusal(traced.job, traced.fixed);
   }
-  compiled->freezable = compiled->freeze_refusal.empty();
-  if (compiled->freezable) {
+  if (compiled->freeze_refusal.empty()) {
     compiled->previous_versions = graph::storage_versions(traced.fixed);
   } else {
     compiled->executor = std::make_unique<graph::Executor>(traced.job, *compiled->plan, traced.fixed);
@@ -709,7 +707,7 @@ std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const 
 
 graph::Executor& Graph::executor_for_call(CompiledPlan& plan) {
   plan.ran_frozen = false;
-  if (!plan.freezable) return *plan.executor;
+  if (!plan.freeze_refusal.empty()) return *plan.executor;
   std::vector<uint64_t> versions = graph::storage_versions(plan.traced.fixed);
   if (plan.frozen && plan.frozen->fresh(versions)) {
     plan.ran_frozen = true;

@@ -95,11 +95,12 @@ void conv_batch_norm_folding(proto::Job& job, PassContext& context);
 // the copy.
 void copy_elimination(proto::Job& job, PassContext& context);
 // Update-with-cast, run after elementwise_fusion by nn::Graph (which keeps the copies fresh: before
-// a run it casts again each parameter whose storage version moved): a float32 variable whose one in-place write is a fused update and
-// whose float16/bfloat16 casts are all read before that update gets a variable holding its rounded
-// copy (attr "cast_of": the parameter's node), written by the update as a second destination and
-// read instead of the casts, which are removed. Not in default_passes(): a Job run without nn::Graph
-// would read a copy nobody refreshes after eager code changes the parameter.
+// a run it casts again each parameter whose storage version moved): a float32 variable whose one
+// in-place write is a fused update and whose float16/bfloat16 casts are all read before that
+// update gets a variable holding its rounded copy (attr "cast_of": the parameter's node), written
+// by the update as a second destination and read instead of the casts, which are removed. Not in
+// default_passes(): a Job run without nn::Graph would read a copy nobody refreshes after eager
+// code changes the parameter.
 void fuse_update_cast(proto::Job& job, PassContext& context);
 // Replaces chains of element-wise nodes with one output shape by fused_elementwise nodes that
 // evaluate the chain tile by tile; only values read outside the chain are written to memory.

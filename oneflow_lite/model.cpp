@@ -16,8 +16,8 @@
 #include "core/profiler.h"
 #include "core/serialization.h"
 #include "core/thread_pool.h"
-#include "graph/export.pb.h"
 #include "graph/blocked_layout.h"
+#include "graph/export.pb.h"
 #include "graph/job.h"
 #include "graph/plan.h"
 
