@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,13 +36,50 @@ inline int free_port() {
   return port;
 }
 
+// Whether `port` can be bound on the loopback address now.
+inline bool port_is_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  const bool free = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return free;
+}
+
+// The MASTER_PORT of a launched job: free, chosen at random below the kernel's ephemeral range.
+// Each test of the job binds it again, and in the gap between two tests a port of that range can
+// be handed to anything that binds port 0 or connects out (another job's free_port() or Gloo
+// listener): its rank 0 then cannot serve the store while its other ranks meet another job's
+// (failures seen as "rank 0 cannot serve the rendezvous store" and peers closing connections).
+// Only another launcher picks from below the range, at random too.
+inline int rendezvous_port() {
+  int ephemeral_low = 32768, ephemeral_high = 60999;
+  if (FILE* range = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(range, "%d %d", &ephemeral_low, &ephemeral_high) != 2) ephemeral_low = 32768;
+    std::fclose(range);
+  }
+  constexpr int kLowest = 10000;
+  if (ephemeral_low - kLowest >= 1000) {
+    std::random_device seed;
+    std::uniform_int_distribution<int> pick(kLowest, ephemeral_low - 1);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const int port = pick(seed);
+      if (port_is_free(port)) return port;
+    }
+  }
+  return free_port();
+}
+
 // Whether this process is one rank of a launched job.
 inline bool in_rank_process() { return std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr; }
 
 // Starts world_size copies of argv (argv[0] is the program), waits for them, and returns 0 when
 // every rank exits 0. After `deadline` the remaining ranks are killed and the job fails.
 inline int launch_ranks(const std::vector<std::string>& argv, int world_size, std::chrono::seconds deadline) {
-  int port = free_port();
+  int port = rendezvous_port();
   if (port < 0) {
     std::perror("launch_ranks: no free port");
     return 1;
