@@ -84,13 +84,15 @@ TEST(Pooling, MaxPoolKeepsNanAndInfinity) {
 }
 
 TEST(Pooling, WideRowsOfTwoByTwoWindowsKeepTiesNanAndIndices) {
-  // Rows of 8 and more whole 2x2 windows of stride 2 pool 8 windows at a time in float32 and
-  // bfloat16 (AVX2): the same maxima and first argmax indices as float64's one-window scan, with
-  // ties (small integers), NaN (first NaN of a window wins), -inf and windows in the padding.
+  // Rows of whole 2x2 windows of stride 2 pool 8 windows at a time in float32 and bfloat16 (AVX2),
+  // 16 with AVX-512, the row's last ones masked: the same maxima and first argmax indices as
+  // float64's one-window scan, with ties (small integers), NaN (first NaN of a window wins), -inf
+  // and windows in the padding. Rows of 5 to 35 windows: fewer than 8, between 8 and 16, over 32.
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   flow::manual_seed(32);
   for (const PoolCase& c : {PoolCase{{2, 3, 6, 37}, {2, 2}, {2, 2}, {0, 0}}, PoolCase{{1, 2, 5, 40}, {2, 2}, {2, 2}, {1, 1}},
-                            PoolCase{{1, 1, 4, 34}, {2, 2}, {2, 2}, {1, 0}}}) {
+                            PoolCase{{1, 1, 4, 34}, {2, 2}, {2, 2}, {1, 0}}, PoolCase{{3, 2, 11, 11}, {2, 2}, {2, 2}, {0, 0}},
+                            PoolCase{{1, 2, 6, 26}, {2, 2}, {2, 2}, {0, 0}}, PoolCase{{1, 1, 4, 70}, {2, 2}, {2, 2}, {0, 1}}}) {
     SCOPED_TRACE(::testing::Message() << "input " << c.input << " padding " << Shape(c.padding));
     Tensor x64 = (flow::randn(c.input) * 2).to(flow::kInt64).to(flow::kFloat64).contiguous();
     auto* data = static_cast<double*>(x64.data_ptr());
@@ -164,7 +166,7 @@ TEST(Pooling, MaxPoolWithoutGradientSkipsIndicesWithTheSameValues) {
       x.view({-1}).slice(0, x.numel() - 1, x.numel()).fill_(nan);
       x.view({-1}).slice(0, x.numel() / 2, x.numel() / 2 + 1).fill_(nan);
     }
-    for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
+    for (flow::DType dtype : {flow::kFloat32, flow::kFloat64, flow::kBFloat16}) {
       const Tensor input = x.to(dtype);
       const std::vector<double> with_indices = flow::testing::values(max_pool_with_indices(input, c)[0]);
       const std::vector<double> plain = flow::testing::values(flow::max_pool2d(input, c.kernel, c.stride, c.padding));
