@@ -113,8 +113,9 @@ TEST(Pooling, WideRowsOfTwoByTwoWindowsKeepTiesNanAndIndices) {
 
 TEST(Pooling, MaxPoolGradientGoesToEachWindowsArgmax) {
   // max_pool2d_grad against a plain scatter of the output gradient onto the argmax indices, for
-  // windows that tile the plane (each window written whole; odd sizes leave rows and columns no
-  // window covers), overlapping and padded ones, and indices that are not in their windows.
+  // windows that tile the plane (each window written whole, with AVX-512 16 windows at a time in
+  // rows of 8 and more; odd sizes leave rows and columns no window covers), overlapping and padded
+  // ones, and indices that are not in their windows (from the first output or only the last).
   flow::manual_seed(33);
   const flow::OpDef& grad_op = flow::find_op("max_pool2d_grad");
   auto scatter = [](const Tensor& dy, const Tensor& indices, const flow::Shape& input) {
@@ -129,7 +130,8 @@ TEST(Pooling, MaxPoolGradientGoesToEachWindowsArgmax) {
   };
   for (const PoolCase& c : {PoolCase{{2, 3, 5, 8}, {2, 2}, {2, 2}, {0, 0}}, PoolCase{{1, 2, 7, 10}, {3, 3}, {3, 3}, {0, 0}},
                             PoolCase{{2, 2, 6, 37}, {2, 2}, {2, 2}, {0, 0}}, PoolCase{{1, 2, 5, 7}, {2, 3}, {2, 3}, {0, 0}},
-                            PoolCase{{1, 2, 7, 7}, {3, 3}, {2, 2}, {1, 1}}, PoolCase{{1, 1, 6, 6}, {2, 2}, {2, 2}, {1, 1}}}) {
+                            PoolCase{{1, 2, 7, 7}, {3, 3}, {2, 2}, {1, 1}}, PoolCase{{1, 1, 6, 6}, {2, 2}, {2, 2}, {1, 1}},
+                            PoolCase{{2, 3, 7, 20}, {2, 2}, {2, 2}, {0, 0}}, PoolCase{{1, 2, 5, 41}, {2, 2}, {2, 2}, {0, 0}}}) {
     SCOPED_TRACE(::testing::Message() << "input " << c.input << " kernel " << Shape(c.kernel) << " stride " << Shape(c.stride));
     const Tensor x = flow::randn(c.input);
     const TensorList pooled = max_pool_with_indices(x, c);
@@ -137,9 +139,13 @@ TEST(Pooling, MaxPoolGradientGoesToEachWindowsArgmax) {
         flow::Attrs().set("kernel_size", c.kernel).set("stride", c.stride).set("padding", c.padding).set("input_shape", c.input.vec());
     // Integer-valued gradients: exact in bfloat16 and in any order of summation.
     const Tensor dy = (flow::randn(pooled[0].shape()) * 4).to(flow::kInt64).to(flow::kFloat32);
-    // Every output's index moved to its plane's first element: no longer in most windows.
+    // Every output's index moved to its plane's first element: no longer in most windows. Or only
+    // each plane's last output's index.
     const Tensor first = flow::zeros(pooled[1].shape(), flow::kInt64);
-    for (const Tensor& indices : {pooled[1], first}) {
+    Tensor last_moved = pooled[1].clone();
+    const int64_t plane_out = pooled[1].size(2) * pooled[1].size(3);
+    for (int64_t i = plane_out - 1; i < last_moved.numel(); i += plane_out) static_cast<int64_t*>(last_moved.data_ptr())[i] = 0;
+    for (const Tensor& indices : {pooled[1], first, last_moved}) {
       for (flow::DType dtype : {flow::kFloat32, flow::kFloat64, flow::kBFloat16}) {
         const Tensor dx = flow::apply(grad_op, {dy.to(dtype), indices}, attrs).at(0);
         EXPECT_EQ(flow::testing::values(dx), scatter(dy, indices, c.input)) << flow::dtype_name(dtype);

@@ -55,9 +55,22 @@ void max_pool_grad(KernelContext& ctx) {
   const T* dy = static_cast<const T*>(grad.data_ptr());
   const int64_t* idx = static_cast<const int64_t*>(indices.data_ptr());
   T* dx = static_cast<T*>(gx.data_ptr());
+  // Rows of fewer than 8 windows scatter faster (LeNet's 64x64x11x11 pool, 5 windows a row: 56 us
+  // scattered, 72 by window; its 64x32x26x26 pool, 13 a row: 165 and 107 us, at 2 threads).
+  bool by_window = false;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+    by_window = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 && g.ow >= 8 && g.plane_in() < INT32_MAX &&
+                has_avx512_pooling();
+  }
   parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
     for (int64_t plane = begin; plane < end; ++plane) {
-      max_pool_grad_scatter(g, dy + plane * g.plane_out(), idx + plane * g.plane_out(), dx + plane * g.plane_in());
+      const T* plane_dy = dy + plane * g.plane_out();
+      const int64_t* plane_idx = idx + plane * g.plane_out();
+      T* plane_dx = dx + plane * g.plane_in();
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+        if (by_window && max_pool_grad_plane_2x2_avx512(g, plane_dy, plane_idx, plane_dx)) continue;
+      }
+      max_pool_grad_scatter(g, plane_dy, plane_idx, plane_dx);
     }
   });
 }

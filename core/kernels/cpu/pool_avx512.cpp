@@ -1,8 +1,9 @@
-// max_pool_row_2x2 (pool_loop.h) with AVX-512, 16 windows at a time, for CPUs that have it. The
-// rows of the usual pools are short (13 or 5 outputs on the LeNet pools): the AVX2 loop runs them
-// as a part of 8 windows whose outputs go through the stack, where masked loads and stores take
-// any part here. Only these functions are compiled for AVX-512 (a target attribute, as in
-// fused.cpp), so nothing AVX-512 is shared with other files.
+// Max pooling over whole 2x2 windows of stride 2 with AVX-512, 16 windows at a time, for CPUs that
+// have it: max_pool_row_2x2 (pool_loop.h), and the gradient of such pools written window by
+// window. The rows of the usual pools are short (13 or 5 outputs on the LeNet pools): the AVX2
+// loop runs them as a part of 8 windows whose outputs go through the stack, where masked loads and
+// stores take any part here. Only these functions are compiled for AVX-512 (a target attribute, as
+// in fused.cpp), so nothing AVX-512 is shared with other files.
 #include <immintrin.h>
 
 // GCC 12 warns on its own AVX-512 intrinsics here: they start from _mm512_undefined_*(), whose
@@ -79,6 +80,60 @@ FLOW_AVX512_TARGET void row_2x2(const PoolGeometry& g, const T* src, int64_t row
   }
 }
 
+// The first n (0-16) output gradients of a row as float32 lanes, -0 made +0: the scatter adds each
+// to a +0 (max_pool_grad_scatter), which gives +0 for -0 and keeps every other value's bits.
+FLOW_AVX512_TARGET __m512 load_grads(const float* dy, int64_t n) {
+  return _mm512_add_ps(_mm512_maskz_loadu_ps(first_lanes(n), dy), _mm512_setzero_ps());
+}
+FLOW_AVX512_TARGET __m512 load_grads(const BFloat16* dy, int64_t n) {
+  const __m512i bits = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(first_lanes(n), dy)), 16);
+  const __m512i negative_zero = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(bits, negative_zero), _mm512_setzero_si512()));
+}
+
+// Writes one input row of 16 windows: lane j's left input (row[2j]) gets v's lane where `left`
+// has it, its right input where `right` has it, +0 elsewhere; the first n windows only.
+FLOW_AVX512_TARGET void store_pairs(float* row, int64_t n, __m512 v, __mmask16 left, __mmask16 right) {
+  const __m512 lefts = _mm512_maskz_mov_ps(left, v), rights = _mm512_maskz_mov_ps(right, v);
+  const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  _mm512_mask_storeu_ps(row, first_lanes(std::min<int64_t>(2 * n, 16)), _mm512_permutex2var_ps(lefts, low, rights));
+  _mm512_mask_storeu_ps(row + 16, first_lanes(std::max<int64_t>(2 * n - 16, 0)),
+                        _mm512_permutex2var_ps(lefts, _mm512_add_epi32(low, _mm512_set1_epi32(8)), rights));
+}
+FLOW_AVX512_TARGET void store_pairs(BFloat16* row, int64_t n, __m512 v, __mmask16 left, __mmask16 right) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i pairs = _mm512_or_si512(_mm512_maskz_mov_epi32(left, _mm512_srli_epi32(bits, 16)), _mm512_maskz_mov_epi32(right, bits));
+  _mm512_mask_storeu_epi32(row, first_lanes(n), pairs);
+}
+
+template <typename T>
+FLOW_AVX512_TARGET bool grad_plane_2x2(const PoolGeometry& g, const T* dy, const int64_t* indices, T* dx) {
+  const auto w = static_cast<int32_t>(g.w);
+  const __m512i lane_columns = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i right = _mm512_set1_epi32(1), below = _mm512_set1_epi32(w), diagonal = _mm512_set1_epi32(w + 1);
+  for (int64_t y = 0; y < g.oh; ++y) {
+    T* top = dx + 2 * y * g.w;
+    for (int64_t x0 = 0; x0 < g.ow; x0 += 16) {
+      const int64_t n = std::min<int64_t>(16, g.ow - x0), o = y * g.ow + x0;
+      const __mmask16 lanes = first_lanes(n);
+      // Saturated to int32: an index past int32 cannot pass for one in its window.
+      const __m256i low = _mm512_cvtsepi64_epi32(_mm512_maskz_loadu_epi64(static_cast<__mmask8>(lanes), indices + o));
+      const __m256i high = _mm512_cvtsepi64_epi32(_mm512_maskz_loadu_epi64(static_cast<__mmask8>(lanes >> 8), indices + o + 8));
+      const __m512i corner = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(2 * y * g.w + 2 * x0)), lane_columns);
+      const __m512i offset = _mm512_sub_epi32(_mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1), corner);
+      const __mmask16 top_left = _mm512_cmpeq_epi32_mask(offset, _mm512_setzero_si512()), top_right = _mm512_cmpeq_epi32_mask(offset, right);
+      const __mmask16 bottom_left = _mm512_cmpeq_epi32_mask(offset, below), bottom_right = _mm512_cmpeq_epi32_mask(offset, diagonal);
+      if (((top_left | top_right | bottom_left | bottom_right) & lanes) != lanes) return false;
+      const __m512 v = load_grads(dy + o, n);
+      store_pairs(top + 2 * x0, n, v, top_left, top_right);
+      store_pairs(top + g.w + 2 * x0, n, v, bottom_left, bottom_right);
+    }
+    if (g.w % 2 != 0) top[g.w - 1] = top[2 * g.w - 1] = T(0);
+  }
+  std::fill(dx + 2 * g.oh * g.w, dx + g.plane_in(), T(0));
+  return true;
+}
+
 #undef FLOW_AVX512_TARGET
 
 }  // namespace
@@ -93,6 +148,14 @@ void max_pool_row_2x2_avx512(const PoolGeometry& g, const float* src, int64_t ro
 void max_pool_row_2x2_avx512(const PoolGeometry& g, const BFloat16* src, int64_t row, int64_t x0, int64_t end, BFloat16* out_row,
                              int64_t* index_row) {
   row_2x2(g, src, row, x0, end, out_row, index_row);
+}
+
+bool max_pool_grad_plane_2x2_avx512(const PoolGeometry& g, const float* dy, const int64_t* indices, float* dx) {
+  return grad_plane_2x2(g, dy, indices, dx);
+}
+
+bool max_pool_grad_plane_2x2_avx512(const PoolGeometry& g, const BFloat16* dy, const int64_t* indices, BFloat16* dx) {
+  return grad_plane_2x2(g, dy, indices, dx);
 }
 
 }  // namespace flow::cpu

@@ -181,6 +181,13 @@ void max_pool_row_2x2_avx512(const PoolGeometry& g, const float* src, int64_t ro
                              int64_t* index_row);
 void max_pool_row_2x2_avx512(const PoolGeometry& g, const BFloat16* src, int64_t row, int64_t x0, int64_t end, BFloat16* out_row,
                              int64_t* index_row);
+// The input gradient of one plane of a max pooling over 2x2 windows of stride 2, unpadded, whose
+// plane has fewer than INT32_MAX values, written window by window with AVX-512: the output
+// gradient at the argmax, +0 at the window's other inputs and where no window reaches. Same
+// values as max_pool_grad_scatter's zeros and sums. False where an index is not in its window
+// (some of the plane written): the plane is then the scatter's to write.
+bool max_pool_grad_plane_2x2_avx512(const PoolGeometry& g, const float* dy, const int64_t* indices, float* dx);
+bool max_pool_grad_plane_2x2_avx512(const PoolGeometry& g, const BFloat16* dy, const int64_t* indices, BFloat16* dx);
 
 // Max and first argmax (flat h*w index; skipped when index_row is null) of output x0's window in
 // one row of a plane; NaN wins and stays. Kh, Kw > 0 fix the window size at compile time for
