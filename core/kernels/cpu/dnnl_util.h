@@ -54,6 +54,10 @@ inline bool has_avx512_core() {
   return avx512;
 }
 
+// Compiles a function for the AVX-512 subset has_avx512_core() stands for (F, BW, VL, DQ), leaving
+// the rest of the file on the baseline ISA: for kernels run only where has_avx512_core() holds.
+#define FLOW_AVX512_CORE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
 // oneDNN's reference implementations ("ref:any") are plain loops, slower than widening to float32
 // for flow's float32 kernels: 16-bit floats take oneDNN only where it has optimized kernels.
 inline bool is_reference_implementation(const char* impl_info) { return std::string_view(impl_info).starts_with("ref"); }

@@ -119,7 +119,7 @@ namespace baseline {
 #undef FLOW_TILE_TARGET
 }  // namespace baseline
 namespace avx512 {
-#define FLOW_TILE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define FLOW_TILE_TARGET FLOW_AVX512_CORE_TARGET
 #include "core/kernels/cpu/fused_tiles.inc"
 #undef FLOW_TILE_TARGET
 }  // namespace avx512

@@ -3,6 +3,7 @@
 // float64 (float32 average pooling and values-only max pooling: pool_dnnl.cpp).
 #include <cstring>
 
+#include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/pool_loop.h"
 #include "core/kernels/cpu/reduced_float.h"
 #include "core/thread_pool.h"
@@ -20,10 +21,12 @@ void max_pool(KernelContext& ctx) {
   const T* in = static_cast<const T*>(x.data_ptr());
   T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
   int64_t* indices = ctx.outputs.size() > 1 ? static_cast<int64_t*>(ctx.outputs[1].data_ptr()) : nullptr;
+  const bool avx512 = dnnl_util::has_avx512_core();
   with_fixed_window(g, [&]<int Kh, int Kw>() {
     parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
       for (int64_t plane = begin; plane < end; ++plane) {
-        max_pool_plane<T, Kh, Kw>(g, in + plane * g.plane_in(), out + plane * g.plane_out(), indices ? indices + plane * g.plane_out() : nullptr);
+        max_pool_plane<T, Kh, Kw>(g, in + plane * g.plane_in(), out + plane * g.plane_out(), indices ? indices + plane * g.plane_out() : nullptr,
+                                  avx512);
       }
     });
   });
@@ -57,17 +60,15 @@ void max_pool_grad(KernelContext& ctx) {
   T* dx = static_cast<T*>(gx.data_ptr());
   // Rows of fewer than 8 windows scatter faster (LeNet's 64x64x11x11 pool, 5 windows a row: 56 us
   // scattered, 72 by window; its 64x32x26x26 pool, 13 a row: 165 and 107 us, at 2 threads).
-  bool by_window = false;
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
-    by_window = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 && g.ow >= 8 && g.plane_in() < INT32_MAX &&
-                has_avx512_pooling();
-  }
+  constexpr bool kHasWindowKernel = std::is_same_v<T, float> || std::is_same_v<T, BFloat16>;
+  [[maybe_unused]] const bool by_window = kHasWindowKernel && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 &&
+                                          g.ow >= 8 && g.plane_in() < INT32_MAX && dnnl_util::has_avx512_core();
   parallel_for(0, g.planes, plane_grain(g), [&](int64_t begin, int64_t end) {
     for (int64_t plane = begin; plane < end; ++plane) {
       const T* plane_dy = dy + plane * g.plane_out();
       const int64_t* plane_idx = idx + plane * g.plane_out();
       T* plane_dx = dx + plane * g.plane_in();
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+      if constexpr (kHasWindowKernel) {
         if (by_window && max_pool_grad_plane_2x2_avx512(g, plane_dy, plane_idx, plane_dx)) continue;
       }
       max_pool_grad_scatter(g, plane_dy, plane_idx, plane_dx);

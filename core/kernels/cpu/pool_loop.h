@@ -174,9 +174,8 @@ void max_pool_row_2x2(const PoolGeometry& g, const T* src, int64_t row, int64_t 
 }
 #endif
 
-// max_pool_row_2x2 16 windows at a time, on CPUs with AVX-512 (pool_avx512.cpp), where
-// has_avx512_pooling() says so (ONEDNN_MAX_CPU_ISA lowers it, as it does oneDNN's kernels).
-bool has_avx512_pooling();
+// max_pool_row_2x2 16 windows at a time, on CPUs with AVX-512 (pool_avx512.cpp; callers check
+// has_avx512_core()).
 void max_pool_row_2x2_avx512(const PoolGeometry& g, const float* src, int64_t row, int64_t x0, int64_t end, float* out_row,
                              int64_t* index_row);
 void max_pool_row_2x2_avx512(const PoolGeometry& g, const BFloat16* src, int64_t row, int64_t x0, int64_t end, BFloat16* out_row,
@@ -219,11 +218,10 @@ void max_pool_window(const PoolGeometry& g, const T* src, WindowRange rows, bool
 
 // max_pool_window over every window of one plane; Kh = Kw = 0 takes the sizes at run time. With
 // AVX2, whole 2x2 windows of stride 2 in float32 and bfloat16 run 8 at a time (max_pool_row_2x2),
-// with AVX-512 16 at a time.
+// 16 at a time where `avx512` (the CPU has it: has_avx512_core()).
 template <typename T, int Kh = 0, int Kw = 0>
-void max_pool_plane(const PoolGeometry& g, const T* src, T* out, int64_t* indices) {
+void max_pool_plane(const PoolGeometry& g, const T* src, T* out, int64_t* indices, [[maybe_unused]] bool avx512) {
   [[maybe_unused]] const WholeColumns whole = whole_columns(g);
-  [[maybe_unused]] const bool avx512 = Kh == 2 && Kw == 2 && has_avx512_pooling();
   for (int64_t y = 0; y < g.oh; ++y) {
     const WindowRange rows = window(y, g.sh, g.ph, g.kh, g.h);
     const bool whole_rows = Kh > 0 && rows.end - rows.begin == Kh;
