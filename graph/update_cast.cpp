@@ -18,14 +18,39 @@ bool narrowing_copy(const proto::Node& node, const proto::TensorDesc& source) {
   return in.dtype == kFloat32 && is_reduced_floating(out.dtype) && in.device == out.device && in.shape == out.shape;
 }
 
-// Positions of the in-place writes of each variable node, in Job order.
-std::map<std::string, std::vector<int>> variable_writes(const proto::Job& job, const JobIndex& index) {
-  std::map<std::string, std::vector<int>> writes;
+// One in-place write of a variable's storage: the node's position, and whether it writes the whole
+// variable through input 0 (rather than through a view or another input).
+struct StorageWrite {
+  int position;
+  bool whole_through_input0;
+};
+
+// Every in-place write of each variable's storage, in Job order. An in-place op's output i aliases
+// its input i, and a view aliases its input, so a write of a value returned by an earlier write
+// (AdamW's decay, then its Adam update) or of a view of the variable is a write of the variable.
+std::map<std::string, std::vector<StorageWrite>> variable_writes(const proto::Job& job) {
+  struct Alias {
+    std::string variable;
+    bool through_view;
+  };
+  std::map<std::string, Alias> aliases;  // value -> the variable whose storage it is
+  std::map<std::string, std::vector<StorageWrite>> writes;
   for (int p = 0; p < job.nodes_size(); ++p) {
     const proto::Node& node = job.nodes(p);
-    for (int i = 0; i < written_inputs(node); ++i) {
-      const std::string producer = parse_value_name(node.inputs(i)).first;
-      if (index.node(producer).op() == kVariableOp) writes[producer].push_back(p);
+    if (node.op() == kVariableOp) aliases[value_name(node.name(), 0)] = {node.name(), false};
+    if (is_source_kind(node.op()) || node.op() == kOutputOp) continue;
+    const int written = written_inputs(node);
+    for (int i = 0; i < written; ++i) {
+      const auto alias = aliases.find(node.inputs(i));
+      if (alias == aliases.end()) continue;
+      const Alias of = alias->second;
+      writes[of.variable].push_back({p, i == 0 && !of.through_view});
+      aliases[value_name(node.name(), i)] = of;
+    }
+    const OpDef& op = find_op(node.op());
+    if (written == 0 && op.view && node.inputs_size() > 0) {
+      const auto alias = aliases.find(node.inputs(0));
+      if (alias != aliases.end()) aliases[value_name(node.name(), 0)] = {alias->second.variable, true};
     }
   }
   return writes;
@@ -35,7 +60,7 @@ std::map<std::string, std::vector<int>> variable_writes(const proto::Job& job, c
 
 void fuse_update_cast(proto::Job& job, PassContext& context) {
   const JobIndex index(job);
-  const std::map<std::string, std::vector<int>> writes = variable_writes(job, index);
+  const std::map<std::string, std::vector<StorageWrite>> writes = variable_writes(job);
   std::map<std::string, std::string> renamed;
   std::set<int> removed;
   std::map<int, proto::Node> copies_after;  // the new variable, by its parameter's position
@@ -46,24 +71,29 @@ void fuse_update_cast(proto::Job& job, PassContext& context) {
     if (variable.op() != kVariableOp) continue;
     const auto written = writes.find(variable.name());
     const auto tensor = context.fixed.find(variable.name());
-    if (written == writes.end() || written->second.size() != 1 || tensor == context.fixed.end() || tensor->second.is_global() ||
-        !tensor->second.is_contiguous()) {
+    if (written == writes.end() || tensor == context.fixed.end() || tensor->second.is_global() || !tensor->second.is_contiguous()) {
       continue;
     }
-    // The parameter's one write must be a fused update writing it whole (and nothing else).
-    const int at = written->second[0];
+    // The rounded copy must hold the parameter's value after its last write of the step, so that
+    // last write must be a fused update writing it whole (and nothing else), and every write must
+    // be seen whole: a write through a view would change the parameter after its copy is made.
+    const std::vector<StorageWrite>& storage_writes = written->second;
+    if (std::any_of(storage_writes.begin(), storage_writes.end(), [](const StorageWrite& w) { return !w.whole_through_input0; })) {
+      continue;
+    }
+    const int first = storage_writes.front().position, at = storage_writes.back().position;
     proto::Node& update = *job.mutable_nodes(at);
     const std::string value = value_name(variable.name(), 0);
-    if (update.op() != "fused_elementwise_inplace" || update.attrs().at("destinations").i() != 1 || update.inputs(0) != value) continue;
-    // Its casts of one 16-bit dtype, every reader of which runs before the update (and is not a
-    // graph output: those stay fresh tensors).
+    if (update.op() != "fused_elementwise_inplace" || update.attrs().at("destinations").i() != 1) continue;
+    // Its casts of one 16-bit dtype, every reader of which runs before the first write (and is not
+    // a graph output: those stay fresh tensors).
     std::vector<int> casts;
     for (int consumer : index.consumers(value)) {
       const proto::Node& cast = job.nodes(consumer);
-      if (!narrowing_copy(cast, variable.outputs(0)) || consumer > at) continue;
+      if (!narrowing_copy(cast, variable.outputs(0)) || consumer > first) continue;
       if (!casts.empty() && cast.outputs(0).dtype() != job.nodes(casts[0]).outputs(0).dtype()) continue;
       const auto& readers = index.consumers(value_name(cast.name(), 0));
-      if (std::all_of(readers.begin(), readers.end(), [&](int r) { return r < at && job.nodes(r).op() != kOutputOp; })) casts.push_back(consumer);
+      if (std::all_of(readers.begin(), readers.end(), [&](int r) { return r < first && job.nodes(r).op() != kOutputOp; })) casts.push_back(consumer);
     }
     if (casts.empty()) continue;
     const proto::Node& first_cast = job.nodes(casts[0]);

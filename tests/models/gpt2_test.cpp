@@ -169,7 +169,7 @@ TEST(GPT2, GraphTrainingStepsMatchEager) {
   auto eager_model = std::make_shared<models::GPT2LMHeadModel>(config);
   auto graph_model = std::make_shared<models::GPT2LMHeadModel>(config);
   graph_model->load_state_dict(eager_model->state_dict());
-  const auto options = flow::optim::AdamOptions(1e-2).weight_decay(0.01);
+  const auto options = flow::optim::AdamWOptions(1e-2).weight_decay(0.01);
   flow::optim::AdamW eager_opt(eager_model->parameters(), options);
   LanguageModelTrainGraph graph(graph_model, std::make_shared<flow::optim::AdamW>(graph_model->parameters(), options));
   for (uint64_t k = 0; k < 3; ++k) {
@@ -196,7 +196,7 @@ TEST(GPT2, MixedPrecisionGraphTrainingMatchesEagerAutocast) {
   auto eager_model = std::make_shared<models::GPT2LMHeadModel>(config);
   auto graph_model = std::make_shared<models::GPT2LMHeadModel>(config);
   graph_model->load_state_dict(eager_model->state_dict());
-  const auto options = flow::optim::AdamOptions(1e-2);
+  const auto options = flow::optim::AdamWOptions(1e-2);  // weight decay 0.01, PyTorch's default
   flow::optim::AdamW eager_opt(eager_model->parameters(), options);
   LanguageModelTrainGraph graph(graph_model, std::make_shared<flow::optim::AdamW>(graph_model->parameters(), options));
   graph.config().enable_amp();
