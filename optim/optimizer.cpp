@@ -286,7 +286,8 @@ void SGD::update(Tensor& p, const Tensor& grad, const std::map<std::string, doub
 
 Adam::Adam(const TensorList& params, const AdamOptions& options) : Adam(params, options, "Adam", false) {}
 
-Adam::Adam(const TensorList& params, const AdamOptions& o, std::string name, bool decoupled)
+template <typename Options>
+Adam::Adam(const TensorList& params, const AdamOptionsBase<Options>& o, std::string name, bool decoupled)
     : Optimizer(params,
                 {{"lr", o.lr_}, {"beta1", o.beta1_}, {"beta2", o.beta2_}, {"eps", o.eps_}, {"weight_decay", o.weight_decay_}},
                 std::move(name)),
@@ -326,7 +327,7 @@ void Adam::update(Tensor& p, const Tensor& grad, const std::map<std::string, dou
   assign(p, p - m / denom * scalars.operand("step_size", p));
 }
 
-AdamW::AdamW(const TensorList& params, const AdamOptions& options) : Adam(params, options, "AdamW", true) {}
+AdamW::AdamW(const TensorList& params, const AdamWOptions& options) : Adam(params, options, "AdamW", true) {}
 
 RMSprop::RMSprop(const TensorList& params, const RMSpropOptions& o)
     : Optimizer(params,

@@ -120,12 +120,27 @@ class SGD : public Optimizer {
               const StepScalars& scalars) override;
 };
 
-struct AdamOptions {
-  explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
-  AdamOptions& betas(double beta1, double beta2) { beta1_ = beta1; beta2_ = beta2; return *this; }
-  AdamOptions& eps(double v) { eps_ = v; return *this; }
-  AdamOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
-  double lr_, beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8, weight_decay_ = 0;
+// Adam's and AdamW's options (chained setters return the derived type). Their defaults differ
+// only in weight_decay, as in PyTorch: 0 for Adam, 0.01 for AdamW.
+template <typename Derived>
+struct AdamOptionsBase {
+  AdamOptionsBase(double lr, double weight_decay) : lr_(lr), weight_decay_(weight_decay) {}
+  Derived& lr(double v) { lr_ = v; return self(); }
+  Derived& betas(double beta1, double beta2) { beta1_ = beta1; beta2_ = beta2; return self(); }
+  Derived& eps(double v) { eps_ = v; return self(); }
+  Derived& weight_decay(double v) { weight_decay_ = v; return self(); }
+  double lr_, beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8, weight_decay_;
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+};
+
+struct AdamOptions : AdamOptionsBase<AdamOptions> {
+  explicit AdamOptions(double lr = 1e-3) : AdamOptionsBase(lr, 0.0) {}
+};
+
+struct AdamWOptions : AdamOptionsBase<AdamWOptions> {
+  explicit AdamWOptions(double lr = 1e-3) : AdamOptionsBase(lr, 1e-2) {}
 };
 
 // Adam: weight decay added to the gradient (L2), like torch.optim.Adam.
@@ -134,7 +149,8 @@ class Adam : public Optimizer {
   Adam(const TensorList& params, const AdamOptions& options);
 
  protected:
-  Adam(const TensorList& params, const AdamOptions& options, std::string name, bool decoupled);
+  template <typename Options>
+  Adam(const TensorList& params, const AdamOptionsBase<Options>& options, std::string name, bool decoupled);
   void create_state(const Tensor& param, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state) override;
   std::map<std::string, double> step_scalars(const std::map<std::string, double>& options, int64_t step) const override;
   void update(Tensor& param, const Tensor& grad, const std::map<std::string, double>& options, std::map<std::string, Tensor>& state,
@@ -144,10 +160,11 @@ class Adam : public Optimizer {
   bool decoupled_weight_decay_;
 };
 
-// AdamW: decoupled weight decay (p -= lr * wd * p), default weight_decay 0.01 like PyTorch.
+// AdamW: decoupled weight decay (p -= lr * wd * p); AdamWOptions' weight_decay defaults to 0.01
+// like torch.optim.AdamW.
 class AdamW : public Adam {
  public:
-  AdamW(const TensorList& params, const AdamOptions& options = AdamOptions().weight_decay(1e-2));
+  explicit AdamW(const TensorList& params, const AdamWOptions& options = AdamWOptions());
 };
 
 struct RMSpropOptions {

@@ -51,7 +51,7 @@ TEST(Adam, MatchesHandComputedSteps) {
     EXPECT_NEAR(p.item<double>(), value, 1e-14) << "step " << step;
   }
   Tensor w = param_with_grad({2.0}, {0.0});
-  optim::AdamW adamw({w}, optim::AdamOptions(0.1).weight_decay(0.5));
+  optim::AdamW adamw({w}, optim::AdamWOptions(0.1).weight_decay(0.5));
   adamw.step();
   EXPECT_NEAR(w.item<double>(), 2.0 * (1 - 0.05), 1e-14) << "decoupled decay; zero gradient moves nothing else";
 }
