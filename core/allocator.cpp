@@ -150,9 +150,15 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   data_ = allocator_->allocate(nbytes);
 }
 
+Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
+    : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
+
 Storage::~Storage() {
-  CHECK(allocator_ != nullptr);
-  allocator_->deallocate(data_, nbytes_);
+  if (allocator_ != nullptr) {
+    allocator_->deallocate(data_, nbytes_);
+  } else if (deleter_) {
+    deleter_(data_);
+  }
 }
 
 }  // namespace flow

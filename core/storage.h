@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "core/device.h"
 
@@ -14,6 +15,9 @@ class Allocator;
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
+  // Memory the caller allocated (from_blob): never freed by flow; deleter(data), when given, runs
+  // as the storage is destroyed.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -28,7 +32,8 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
-  Allocator* allocator_ = nullptr;
+  Allocator* allocator_ = nullptr;  // null for external memory
+  std::function<void(void*)> deleter_;
   std::atomic<uint64_t> version_{0};
 };
 

@@ -43,10 +43,16 @@ std::string locate(const std::string& root, const std::string& stem, const std::
   fail(dataset_name, root + "/" + stem, "[.gz]: file not found");
 }
 
+// The bytes from `offset` on as a uint8 tensor that keeps them alive: no copy of a data set.
+Tensor owning_bytes(std::string bytes, size_t offset, const Shape& shape) {
+  auto owned = std::make_shared<std::string>(std::move(bytes));
+  return from_blob(owned->data() + offset, shape, [owned](void*) {}, kUInt8);
+}
+
 }  // namespace
 
 Tensor read_idx(const std::string& path, int expected_dims, const std::string& dataset_name) {
-  const std::string bytes = read_file(path, dataset_name);
+  std::string bytes = read_file(path, dataset_name);
   if (bytes.size() < 4) fail(dataset_name, path, ": file is ", bytes.size(), " bytes, too short for an IDX header");
   const uint32_t magic = big_endian(bytes, 0);
   const uint32_t expected_magic = 0x0800u | static_cast<uint32_t>(expected_dims);  // unsigned byte data
@@ -71,7 +77,7 @@ Tensor read_idx(const std::string& path, int expected_dims, const std::string& d
     fail(dataset_name, path, ": expected ", count, " data bytes for shape ", Shape(dims), ", found ", bytes.size() - header,
          " (truncated or corrupt file)");
   }
-  return from_blob(bytes.data() + header, Shape(dims), kUInt8);
+  return owning_bytes(std::move(bytes), header, Shape(dims));
 }
 
 Tensor to_tensor(const Tensor& image) {
@@ -178,12 +184,12 @@ CIFAR10::CIFAR10(const std::string& root, bool train, Transform transform) : tra
   TensorList images, labels;
   for (const auto& path : files) {
     if (!std::filesystem::exists(path)) fail("CIFAR10", path, ": file not found");
-    const std::string bytes = read_file(path, "CIFAR10");
+    std::string bytes = read_file(path, "CIFAR10");
     if (bytes.empty() || bytes.size() % kRecord != 0) {
       fail("CIFAR10", path, ": ", bytes.size(), " bytes is not a whole number of ", kRecord, "-byte records (truncated or corrupt)");
     }
     const int64_t n = static_cast<int64_t>(bytes.size()) / kRecord;
-    Tensor records = from_blob(bytes.data(), {n, kRecord}, kUInt8);
+    Tensor records = owning_bytes(std::move(bytes), 0, {n, kRecord});
     Tensor label = records.select(1, 0).to(kInt64);
     if (max(label).item<int64_t>() > 9) fail("CIFAR10", path, ": label out of range 0..9");
     labels.push_back(label);

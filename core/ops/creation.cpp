@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/allocator.h"
 #include "core/autograd_meta.h"
 #include "core/comm/global.h"
 #include "core/comm/process_group.h"
@@ -313,12 +314,56 @@ Tensor full_like(const Tensor& other, const Scalar& value, const TensorOptions& 
 Tensor rand_like(const Tensor& other, const TensorOptions& options) { return rand(other.shape(), like(other, options)); }
 Tensor randn_like(const Tensor& other, const TensorOptions& options) { return randn(other.shape(), like(other, options)); }
 
-Tensor from_blob(const void* data, const Shape& shape, DType dtype, const TensorOptions& options) {
+namespace {
+Tensor wrap_blob(void* data, const Shape& shape, const Strides& strides, std::function<void(void*)> deleter, const TensorOptions& options) {
+  const char* op = "from_blob";
+  if (options.placement_ || !options.sbp_.empty()) fail(op, "wraps this process's memory; make a global tensor of it with to_global()");
+  const Device device = options.device_;
+  if (device.is_meta()) fail(op, "a meta tensor has no data to wrap");
+  backend_for(device, op);
+  if (strides.size() != static_cast<size_t>(shape.ndim())) fail(op, "shape ", shape, " and strides ", Shape(strides), " differ in length");
+  const DType dtype = options.dtype_or(kFloat32);
+  for (int64_t stride : strides) {
+    if (stride < 0) fail(op, "strides must be non-negative, got ", Shape(strides));
+  }
+  int64_t elements = shape.numel() > 0 ? 1 : 0;  // the extent the strides reach
+  for (int64_t d = 0; d < shape.ndim() && elements > 0; ++d) {
+    int64_t span = 0;
+    if (__builtin_mul_overflow(shape[d] - 1, strides[static_cast<size_t>(d)], &span) || __builtin_add_overflow(elements, span, &elements)) {
+      fail(op, "shape ", shape, " with strides ", Shape(strides), " reaches more elements than int64 can count");
+    }
+  }
+  if (data == nullptr && elements > 0) fail(op, "data is null");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->storage = std::make_shared<Storage>(data, static_cast<size_t>(Shape{elements}.nbytes(itemsize(dtype), op)), device, std::move(deleter));
+  return finish(Tensor(std::move(impl)), options);
+}
+}  // namespace
+
+Tensor from_blob(void* data, const Shape& shape, const TensorOptions& options) {
+  return wrap_blob(data, shape, contiguous_strides(shape), nullptr, options);
+}
+Tensor from_blob(void* data, const Shape& shape, std::function<void(void*)> deleter, const TensorOptions& options) {
+  return wrap_blob(data, shape, contiguous_strides(shape), std::move(deleter), options);
+}
+Tensor from_blob(void* data, const Shape& shape, const Strides& strides, const TensorOptions& options) {
+  return wrap_blob(data, shape, strides, nullptr, options);
+}
+Tensor from_blob(void* data, const Shape& shape, const Strides& strides, std::function<void(void*)> deleter, const TensorOptions& options) {
+  return wrap_blob(data, shape, strides, std::move(deleter), options);
+}
+
+namespace detail {
+Tensor copy_from_host(const void* data, const Shape& shape, DType dtype) {
   Tensor host = make_tensor(shape, dtype, kCPU);
   if (host.numel() > 0) std::memcpy(host.data_ptr(), data, static_cast<size_t>(host.numel()) * itemsize(dtype));
-  Tensor result = host.to(options.dtype_or(dtype)).to(options.device_);
-  return finish(result, options);
+  return host;
 }
+}  // namespace detail
 
 template <typename T>
 Tensor tensor(const std::vector<T>& values, std::optional<Shape> shape, const TensorOptions& options) {
@@ -327,9 +372,10 @@ Tensor tensor(const std::vector<T>& values, std::optional<Shape> shape, const Te
                  target.numel(), " values, got ", values.size());
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<uint8_t> bytes(values.begin(), values.end());
-    return from_blob(bytes.data(), target, kBool, options);
+    return finish(detail::copy_from_host(bytes.data(), target, kBool).to(options.dtype_or(kBool)).to(options.device_), options);
   } else {
-    return from_blob(values.data(), target, DTypeOf<T>::value, options);
+    const DType dtype = DTypeOf<T>::value;
+    return finish(detail::copy_from_host(values.data(), target, dtype).to(options.dtype_or(dtype)).to(options.device_), options);
   }
 }
 template Tensor tensor<bool>(const std::vector<bool>&, std::optional<Shape>, const TensorOptions&);

@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -62,7 +63,20 @@ template <typename T>
 Tensor tensor(const std::vector<T>& values, std::optional<Shape> shape = std::nullopt, const TensorOptions& options = {});
 // A 0-d tensor holding value.
 Tensor scalar_tensor(const Scalar& value, const TensorOptions& options = {});
-// Copies numel(shape) elements of dtype from a raw host buffer.
-Tensor from_blob(const void* data, const Shape& shape, DType dtype, const TensorOptions& options = {});
+// Wraps memory the caller owns, without copying (torch::from_blob): a tensor of options' dtype
+// (float32 by default) on options' device, which is where the memory must be, contiguous or with
+// the given strides (in elements). Writes through the tensor change the caller's memory. Without
+// a deleter the caller keeps the memory alive while the tensor or any view of it lives; with
+// one, deleter(data) runs once the last of them is gone. clone() it for a tensor of its own.
+Tensor from_blob(void* data, const Shape& shape, const TensorOptions& options = {});
+Tensor from_blob(void* data, const Shape& shape, std::function<void(void*)> deleter, const TensorOptions& options = {});
+Tensor from_blob(void* data, const Shape& shape, const Strides& strides, const TensorOptions& options = {});
+Tensor from_blob(void* data, const Shape& shape, const Strides& strides, std::function<void(void*)> deleter,
+                 const TensorOptions& options = {});
+
+namespace detail {
+// A new CPU tensor holding a copy of numel(shape) elements of dtype read from `data`.
+Tensor copy_from_host(const void* data, const Shape& shape, DType dtype);
+}  // namespace detail
 
 }  // namespace flow

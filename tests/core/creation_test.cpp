@@ -9,6 +9,7 @@
 #include "core/flow.h"
 
 using flow::Shape;
+using flow::Tensor;
 
 TEST(Creation, FullZerosOnesEmptyDefaults) {
   auto z = flow::zeros({2, 3});
@@ -48,6 +49,9 @@ TEST(Creation, ArangeLinspaceEye) {
   auto l = flow::linspace(-1, 1, 5, flow::kFloat64).tolist<double>();
   EXPECT_EQ(l, (std::vector<double>{-1, -0.5, 0, 0.5, 1}));
   EXPECT_EQ(flow::linspace(3, 3, 1).tolist<float>(), (std::vector<float>{3.f}));
+  EXPECT_EQ(flow::linspace(3, 5, 1).tolist<float>(), (std::vector<float>{3.f}));  // start, as PyTorch and NumPy
+  EXPECT_EQ(flow::linspace(3, 5, 2).tolist<float>(), (std::vector<float>{3.f, 5.f}));
+  EXPECT_EQ(flow::linspace(5, -1, 4, flow::kInt64).tolist<int64_t>(), (std::vector<int64_t>{5, 3, 1, -1}));
   EXPECT_EQ(flow::linspace(0, 1, 0).numel(), 0);
   auto e = flow::eye(2, 3).tolist<float>();
   EXPECT_EQ(e, (std::vector<float>{1, 0, 0, 0, 1, 0}));
@@ -61,10 +65,54 @@ TEST(Creation, FromVectorAndBlob) {
   auto b = flow::tensor<bool>({true, false});
   EXPECT_EQ(b.dtype(), flow::kBool);
   EXPECT_EQ(b.tolist<bool>(), (std::vector<bool>{true, false}));
-  const int32_t raw[4] = {1, -2, 3, -4};
-  auto r = flow::from_blob(raw, {2, 2}, flow::kInt32, flow::kFloat32);
+  int32_t raw[4] = {1, -2, 3, -4};
+  auto r = flow::from_blob(raw, {2, 2}, flow::kInt32).to(flow::kFloat32);
   EXPECT_EQ(r.dtype(), flow::kFloat32);
   EXPECT_EQ(r.tolist<float>(), (std::vector<float>{1, -2, 3, -4}));
+}
+
+// torch::from_blob: the caller's memory, not a copy of it.
+TEST(Creation, FromBlobWrapsTheCallersMemory) {
+  std::vector<float> buffer{1, 2, 3, 4, 5, 6};
+  Tensor t = flow::from_blob(buffer.data(), {2, 3});
+  EXPECT_EQ(t.dtype(), flow::kFloat32);
+  EXPECT_EQ(t.data_ptr(), static_cast<void*>(buffer.data()));
+  buffer[4] = 50;
+  EXPECT_EQ(t[1].tolist<float>(), (std::vector<float>{4, 50, 6}));
+  t.select(0, 0).fill_(-1.0);
+  EXPECT_EQ(buffer, (std::vector<float>{-1, -1, -1, 4, 50, 6}));
+  Tensor copy = t.clone();
+  buffer[0] = 7;
+  EXPECT_EQ(copy.tolist<float>()[0], -1.0f);
+
+  // Strides in elements: a column-major 2x3 matrix.
+  double column_major[6] = {1, 4, 2, 5, 3, 6};
+  Tensor m = flow::from_blob(column_major, {2, 3}, flow::Strides{1, 2}, flow::kFloat64);
+  EXPECT_FALSE(m.is_contiguous());
+  EXPECT_EQ(m.contiguous().tolist<double>(), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+
+  // With a deleter the tensor owns the memory: it is freed once, after the last view is gone.
+  int deleted = 0;
+  auto* owned = new int64_t[3]{7, 8, 9};
+  {
+    Tensor o = flow::from_blob(owned, {3}, [&](void* p) { ++deleted; delete[] static_cast<int64_t*>(p); }, flow::kInt64);
+    Tensor view = o.slice(0, 1, 3);
+    o = Tensor();
+    EXPECT_EQ(deleted, 0);
+    EXPECT_EQ(view.tolist<int64_t>(), (std::vector<int64_t>{8, 9}));
+  }
+  EXPECT_EQ(deleted, 1);
+
+  float leaf_data[2] = {1, 2};
+  Tensor leaf = flow::from_blob(leaf_data, {2}, flow::TensorOptions().requires_grad(true));
+  EXPECT_TRUE(leaf.requires_grad());
+  EXPECT_TRUE(leaf.is_leaf());
+
+  EXPECT_THROW_MSG(flow::from_blob(nullptr, {2}), "[from_blob] data is null");
+  EXPECT_EQ(flow::from_blob(nullptr, {0, 3}).numel(), 0);
+  EXPECT_THROW_MSG(flow::from_blob(buffer.data(), {2}, flow::kMeta), "[from_blob] a meta tensor has no data to wrap");
+  EXPECT_THROW_MSG(flow::from_blob(buffer.data(), {2, 3}, flow::Strides{1}), "[from_blob] shape (2,3) and strides (1,) differ in length");
+  EXPECT_THROW_MSG(flow::from_blob(buffer.data(), {2}, flow::Strides{-1}), "[from_blob] strides must be non-negative");
 }
 
 TEST(Creation, LikeVariantsCopyMeta) {

@@ -50,10 +50,11 @@ void linspace_kernel(KernelContext& ctx) {
   const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
   const int64_t half = steps / 2;
   FLOW_DISPATCH_NUMERIC(ctx.outputs[0].dtype(), "linspace", [&]<typename T>() {
-    // Like PyTorch, fill the second half backwards from `end` so both endpoints are exact.
+    // Like PyTorch, fill the second half backwards from `end` so both endpoints are exact; a
+    // single step is `start` (PyTorch and NumPy).
     fill_indexed<T>(ctx.outputs[0], [&](int64_t i) {
-      return static_cast<T>(i < half ? start + step * static_cast<double>(i)
-                                     : end - step * static_cast<double>(steps - 1 - i));
+      return static_cast<T>(i < half || steps == 1 ? start + step * static_cast<double>(i)
+                                                   : end - step * static_cast<double>(steps - 1 - i));
     });
   });
 }
