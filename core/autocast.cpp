@@ -1,5 +1,7 @@
 #include "core/autocast.h"
 
+#include <algorithm>
+#include <iterator>
 #include <set>
 #include <string>
 
@@ -8,8 +10,14 @@
 namespace flow {
 namespace {
 
-thread_local bool t_enabled = false;
-thread_local DType t_dtype = kBFloat16;
+DType default_dtype(DeviceType device_type) { return device_type == DeviceType::kCUDA ? kFloat16 : kBFloat16; }
+
+thread_local AutocastState t_states[autocast::kDeviceTypes] = {{false, kBFloat16}, {false, kFloat16}};
+
+// Meta tensors (a model planned without memory) follow the CPU's policy.
+AutocastState& state_of(DeviceType device_type) {
+  return t_states[static_cast<size_t>(device_type == DeviceType::kMeta ? DeviceType::kCPU : device_type)];
+}
 
 // Products whose multiply-adds gain most from 16-bit operands (PyTorch's lower-precision list).
 const std::set<std::string>& lower_precision_ops() {
@@ -29,29 +37,45 @@ bool is_castable(const Tensor& t) { return t.defined() && is_floating(t.dtype())
 
 }  // namespace
 
-autocast::autocast(DType dtype, bool enabled) : previous_enabled_(t_enabled), previous_dtype_(t_dtype) {
+autocast::autocast(const Device& device_type, bool enabled) : autocast(device_type, default_dtype(device_type.type), enabled) {}
+
+autocast::autocast(const Device& device_type, DType dtype, bool enabled) {
   check_autocast_dtype("autocast", dtype);
-  t_enabled = enabled;
-  if (enabled) t_dtype = dtype;
+  std::copy(std::begin(t_states), std::end(t_states), previous_);
+  AutocastState& state = state_of(device_type.type);
+  state.enabled = enabled;
+  if (enabled) state.dtype = dtype;
 }
 
-autocast::~autocast() {
-  t_enabled = previous_enabled_;
-  t_dtype = previous_dtype_;
+autocast::autocast(DType dtype, bool enabled) {
+  check_autocast_dtype("autocast", dtype);
+  std::copy(std::begin(t_states), std::end(t_states), previous_);
+  for (AutocastState& state : t_states) {
+    state.enabled = enabled;
+    if (enabled) state.dtype = dtype;
+  }
 }
+
+autocast::~autocast() { std::copy(std::begin(previous_), std::end(previous_), t_states); }
 
 void check_autocast_dtype(const char* op, DType dtype) {
   if (!is_reduced_floating(dtype)) fail(op, "dtype must be bfloat16 or float16, got ", dtype_name(dtype));
 }
 
-bool is_autocast_enabled() { return t_enabled; }
-DType autocast_dtype() { return t_dtype; }
+bool is_autocast_enabled() {
+  return std::any_of(std::begin(t_states), std::end(t_states), [](const AutocastState& state) { return state.enabled; });
+}
+bool is_autocast_enabled(const Device& device_type) { return state_of(device_type.type).enabled; }
+DType autocast_dtype(const Device& device_type) { return state_of(device_type.type).dtype; }
 
 std::optional<TensorList> autocast_inputs(const OpDef& op, const TensorList& inputs) {
-  if (!t_enabled) return std::nullopt;
+  const auto first = std::find_if(inputs.begin(), inputs.end(), is_castable);
+  if (first == inputs.end()) return std::nullopt;
+  const AutocastState& state = state_of(first->device().type);
+  if (!state.enabled) return std::nullopt;
   DType target;
   if (lower_precision_ops().count(op.name) != 0) {
-    target = t_dtype;
+    target = state.dtype;
   } else if (float32_ops().count(op.name) != 0) {
     target = kFloat32;
   } else {

@@ -13,28 +13,45 @@
 
 namespace flow {
 
+// The autocast state of one device type on one thread.
+struct AutocastState {
+  bool enabled = false;
+  DType dtype = kBFloat16;
+};
+
 class autocast {
  public:
-  // dtype: bfloat16 (no loss scaling needed) or float16 (pair it with amp::GradScaler).
+  // torch.autocast(device_type, dtype): ops whose inputs are on device_type follow the policy;
+  // ops on other device types are left alone. dtype: bfloat16 (no loss scaling needed) or
+  // float16 (pair it with amp::GradScaler); by default PyTorch's, bfloat16 on the CPU and
+  // float16 on CUDA. Meta tensors follow the CPU's state.
+  // device_type: its type counts, not its index (flow::kCPU, "cuda").
+  explicit autocast(const Device& device_type, bool enabled = true);
+  autocast(const Device& device_type, DType dtype, bool enabled = true);
+  // Every device type at once (what a Graph's config().enable_amp() traces under).
   explicit autocast(DType dtype = kBFloat16, bool enabled = true);
   ~autocast();
   autocast(const autocast&) = delete;
   autocast& operator=(const autocast&) = delete;
 
+  static constexpr size_t kDeviceTypes = 2;  // CPU (and meta), CUDA
+
  private:
-  bool previous_enabled_;
-  DType previous_dtype_;
+  AutocastState previous_[kDeviceTypes];
 };
 
 // Throws flow::Error "[op] dtype must be bfloat16 or float16, got ..." for any other autocast dtype.
 void check_autocast_dtype(const char* op, DType dtype);
 
+// Whether autocast is on for any device type, or for device_type.
 bool is_autocast_enabled();
-DType autocast_dtype();  // the innermost active guard's dtype (bfloat16 when none is active)
+bool is_autocast_enabled(const Device& device_type);
+// The dtype device_type's innermost active guard chose (its default when none is active).
+DType autocast_dtype(const Device& device_type = kCPU);
 
-// The inputs `op` runs on under the calling thread's autocast policy, or nullopt where it changes
-// nothing (autocast off, the op runs in its inputs' dtype, or the inputs already have the target
-// dtype). Called by apply() before the interpreter sees the op.
+// The inputs `op` runs on under the calling thread's autocast policy for its inputs' device type,
+// or nullopt where it changes nothing (autocast off there, the op runs in its inputs' dtype, or
+// the inputs already have the target dtype). Called by apply() before the interpreter sees the op.
 std::optional<TensorList> autocast_inputs(const OpDef& op, const TensorList& inputs);
 
 }  // namespace flow

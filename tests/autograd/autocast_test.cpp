@@ -45,6 +45,40 @@ TEST(Autocast, ProductsRunInTheAutocastDtypeAndRangeSensitiveOpsInFloat32) {
   EXPECT_EQ(flow::linear(x, w, b).dtype(), flow::kFloat32);
 }
 
+// torch.autocast(device_type, dtype): a guard for one device type leaves ops on others alone.
+TEST(Autocast, AGuardForOneDeviceTypeCastsOnlyOpsOnIt) {
+  flow::manual_seed(3);
+  const Tensor x = flow::randn({4, 8}), w = flow::randn({3, 8});
+  {
+    const flow::autocast cuda_amp("cuda", flow::kFloat16);
+    EXPECT_TRUE(flow::is_autocast_enabled());
+    EXPECT_TRUE(flow::is_autocast_enabled("cuda"));
+    EXPECT_FALSE(flow::is_autocast_enabled(flow::kCPU));
+    EXPECT_EQ(flow::autocast_dtype("cuda"), flow::kFloat16);
+    EXPECT_EQ(flow::linear(x, w).dtype(), flow::kFloat32);  // CPU tensors: not under the CUDA guard
+    {
+      const flow::autocast cpu_amp(flow::kCPU);  // PyTorch's CPU default: bfloat16
+      EXPECT_EQ(flow::autocast_dtype(flow::kCPU), flow::kBFloat16);
+      EXPECT_EQ(flow::linear(x, w).dtype(), flow::kBFloat16);
+      EXPECT_EQ(flow::autocast_dtype("cuda"), flow::kFloat16);
+    }
+    EXPECT_EQ(flow::linear(x, w).dtype(), flow::kFloat32);
+    const flow::autocast cpu_off(flow::kCPU, flow::kFloat16, false);
+    EXPECT_FALSE(flow::is_autocast_enabled(flow::kCPU));
+  }
+  EXPECT_FALSE(flow::is_autocast_enabled());
+  {
+    // The default dtype per device type is PyTorch's: float16 on CUDA.
+    const flow::autocast cuda_amp(flow::Device("cuda:1"));
+    EXPECT_EQ(flow::autocast_dtype("cuda"), flow::kFloat16);
+    // Meta tensors follow the CPU.
+    const flow::autocast cpu_amp(flow::kCPU, flow::kFloat16);
+    const Tensor on_meta = flow::linear(flow::empty({4, 8}, flow::kMeta), flow::empty({3, 8}, flow::kMeta));
+    EXPECT_EQ(on_meta.dtype(), flow::kFloat16);
+  }
+  EXPECT_THROW_MSG(const flow::autocast bad(flow::kCPU, flow::kFloat64), "[autocast] dtype must be bfloat16 or float16, got float64");
+}
+
 TEST(Autocast, RejectsDtypesOtherThanSixteenBitFloats) {
   EXPECT_THROW_MSG(const flow::autocast bad(flow::kFloat32), "[autocast] dtype must be bfloat16 or float16, got float32");
   EXPECT_FALSE(flow::is_autocast_enabled());

@@ -226,3 +226,17 @@ TEST(CudaMixedPrecision, AutocastTrainingWithGradScalerMatchesCpu) {
     }
   }
 }
+
+// torch.autocast("cuda", ...) beside a CPU guard: each device type follows its own policy, so a
+// program can train on CUDA under float16 autocast and evaluate on the CPU in float32 or bfloat16.
+TEST(CudaAutocast, EachDeviceTypeFollowsItsOwnGuard) {
+  REQUIRE_CUDA();
+  flow::manual_seed(47);
+  const Tensor x = flow::randn({4, 8}), w = flow::randn({3, 8});
+  const flow::autocast cuda_amp("cuda");
+  EXPECT_EQ(flow::linear(x.to(kCuda), w.to(kCuda)).dtype(), flow::kFloat16);
+  EXPECT_EQ(flow::linear(x, w).dtype(), flow::kFloat32);
+  const flow::autocast cpu_amp(flow::kCPU);
+  EXPECT_EQ(flow::linear(x, w).dtype(), flow::kBFloat16);
+  EXPECT_EQ(flow::linear(x.to(kCuda), w.to(kCuda)).dtype(), flow::kFloat16);
+}
