@@ -170,9 +170,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction
   if (!(input.shape() == target.shape())) {
     fail("binary_cross_entropy", "target ", target.shape(), " and input ", input.shape(), " must have the same shape");
   }
-  const Tensor log_p = clamp(log(input), -100.0, std::nullopt);
-  const Tensor log_not_p = clamp(log(1.0 - input), -100.0, std::nullopt);
-  return reduce(neg(target * log_p + (1.0 - target) * log_not_p), reduction);
+  return reduce(binary_cross_entropy_elementwise(input, to(target, input.dtype())), reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, Reduction reduction) {
