@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "autograd/view_history.h"
 #include "core/functional.h"
 
 namespace flow::autograd {
@@ -153,6 +154,7 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs, bool) {
 
 Edge gradient_edge(const Tensor& tensor) {
   if (!tensor.defined() || !tensor.requires_grad()) return {};
+  refresh_view_history(tensor);
   AutogradMeta& meta = *tensor.impl()->autograd;
   if (meta.grad_fn) return {meta.grad_fn, meta.output_nr};
   auto accumulator = meta.grad_accumulator.lock();

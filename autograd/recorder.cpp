@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "autograd/node.h"
+#include "autograd/view_history.h"
 #include "core/interpreter.h"
 
 namespace flow::autograd {
@@ -13,19 +14,27 @@ class GraphRecorder final : public AutogradRecorder {
  public:
   void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) override {
     if (!is_grad_enabled()) return;
+    const bool makes_view = op.view && !op.inplace;
     bool any_requires_grad = false;
     for (const Tensor& input : inputs) any_requires_grad |= input.requires_grad();
-    if (!any_requires_grad) return;
-    auto node = std::make_shared<OpNode>(op, inputs, outputs, attrs);
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const Tensor& output = outputs[i];
-      if (!is_floating(output.dtype())) continue;  // indices and masks carry no gradient
-      auto meta = std::make_shared<AutogradMeta>();
-      meta->requires_grad = true;
-      meta->grad_fn = node;
-      meta->output_nr = static_cast<uint32_t>(i);
-      output.impl()->autograd = std::move(meta);
+    if (any_requires_grad) {
+      auto node = std::make_shared<OpNode>(op, inputs, outputs, attrs);
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        const Tensor& output = outputs[i];
+        if (!is_floating(output.dtype())) continue;  // indices and masks carry no gradient
+        auto meta = std::make_shared<AutogradMeta>();
+        meta->requires_grad = true;
+        meta->grad_fn = node;
+        meta->output_nr = static_cast<uint32_t>(i);
+        // A view written in place stays a view: its base's history now goes through this write.
+        if (op.inplace && view_base(output)) {
+          meta->view_base = view_base(output);
+          meta->view_base_grad_fn = rebase_history(output, op.name, node, static_cast<uint32_t>(i));
+        }
+        output.impl()->autograd = std::move(meta);
+      }
     }
+    if (makes_view) record_view(inputs[0], outputs[0]);
   }
 };
 

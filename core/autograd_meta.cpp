@@ -8,11 +8,23 @@ AutogradMeta& meta_of(TensorImpl* impl) {
   if (!impl->autograd) impl->autograd = std::make_shared<AutogradMeta>();
   return *impl->autograd;
 }
+
+// A view requires grad when its base does, also when the base's history began after the view
+// was made (a write through another view of it).
+bool base_requires_grad(const AutogradMeta& meta) {
+  return meta.view_base && meta.view_base->autograd && meta.view_base->autograd->requires_grad;
+}
 }  // namespace
+
+const std::shared_ptr<TensorImpl>& view_base(const Tensor& tensor) {
+  static const std::shared_ptr<TensorImpl> kNone;
+  const auto& meta = tensor.impl()->autograd;
+  return meta ? meta->view_base : kNone;
+}
 
 bool Tensor::requires_grad() const {
   const auto& meta = impl()->autograd;
-  return meta && meta->requires_grad;
+  return meta && (meta->requires_grad || base_requires_grad(*meta));
 }
 
 Tensor& Tensor::requires_grad_(bool requires_grad) {
@@ -42,7 +54,7 @@ void Tensor::set_grad(const Tensor& grad) {
 
 bool Tensor::is_leaf() const {
   const auto& meta = impl()->autograd;
-  return !meta || !meta->grad_fn;
+  return !meta || (!meta->grad_fn && !base_requires_grad(*meta));
 }
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {

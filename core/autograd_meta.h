@@ -26,7 +26,16 @@ struct AutogradMeta {
   // register_post_accumulate_grad_hook's hooks by id; AccumulateGrad runs them.
   std::vector<std::pair<uint64_t, std::function<void(Tensor&)>>> post_accumulate_grad_hooks;
   uint64_t next_hook_id = 0;
+  // Set on views made while grad mode is on (PyTorch's differentiable views): the tensor whose
+  // storage the view reads (never itself such a view), so that an in-place write through the
+  // view gives the base a history (autograd's CopySlices), and the base's grad_fn the view's own
+  // history was made from: when the base's history has changed since, the view's is remade.
+  std::shared_ptr<TensorImpl> view_base;
+  std::weak_ptr<autograd::Node> view_base_grad_fn;
 };
+
+// The base a differentiable view reads (null for other tensors).
+const std::shared_ptr<TensorImpl>& view_base(const Tensor& tensor);
 
 // How many in-place writes the tensor's data has seen (its storage's, a global tensor's piece's;
 // 0 for lazy tensors): autograd compares it to spot a saved value changed after saving.

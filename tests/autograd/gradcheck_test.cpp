@@ -75,6 +75,9 @@ std::vector<Case> cases() {
       {"scatter_add", [](L x) { return flow::scatter_add(x[0], 0, flow::tensor<int64_t>({1, 1, 0}, Shape{1, 3}), x[1]); },
        {{2, 3}, {1, 3}}},
       {"masked_fill", [](L x) { return flow::masked_fill(x[0], flow::tensor<bool>({true, false, true}), 2.0); }, {{2, 3}}},
+      {"as_strided", [](L x) { return flow::as_strided(x[0], {2, 2}, {3, 2}, 1) * 2.0; }, {{3, 3}}},
+      {"as_strided_scatter", [](L x) { return flow::as_strided_scatter(x[0], x[1], {2, 2}, {1, 3}, 2); }, {{3, 4}, {2, 2}}},
+      {"binary_cross_entropy", [](L x) { return flow::binary_cross_entropy_elementwise(x[0], x[1]); }, {{2, 3}, {2, 3}}, 0.05, 0.95},
       {"cast_roundtrip", [](L x) { return x[0].to(flow::kFloat32).to(flow::kFloat64) * 1.0; }, {{3}}},
   };
 }
@@ -114,4 +117,16 @@ TEST(Gradcheck, SecondOrderThroughComposites) {
         return flow::autograd::grad({y}, {in[0]}, {}, false, /*create_graph=*/true)[0];
       },
       {x}));
+}
+
+TEST(Gradcheck, SecondOrderThroughViewWritesAndBinaryCrossEntropy) {
+  auto x = grad_input({3}, 0.1, 0.9), t = grad_input({3}, 0.1, 0.9);
+  EXPECT_TRUE(gradcheck(
+      [](const TensorList& in) {
+        Tensor buffer = flow::zeros({2, 3}, flow::kFloat64) + in[1];
+        buffer.select(0, 1).copy_(in[0] * in[0]);
+        Tensor y = flow::sum(flow::binary_cross_entropy_elementwise(flow::sigmoid(buffer), flow::ones({2, 3}, flow::kFloat64) * 0.3));
+        return flow::autograd::grad({y}, {in[0], in[1]}, {}, false, /*create_graph=*/true)[0];
+      },
+      {x, t}));
 }

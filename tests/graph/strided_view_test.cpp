@@ -56,4 +56,31 @@ TEST(GraphStridedViews, GradientsThroughReshapedPermutesEqualEager) {
   expect_same(traced[1], eager[1]);
 }
 
+// A write through a view inside build(): the Graph computes the values and the gradients
+// (through autograd's CopySlices) that eager computes.
+TEST(GraphStridedViews, WritesThroughViewsEqualEager) {
+  flow::manual_seed(5);
+  const Tensor x = flow::randn({2, 3});
+  const Tensor w = flow::randn({4, 3});
+  const Tensor coefficients = flow::randn({4, 3});
+  const auto fn = [&](const TensorList& in) {
+    const Tensor source = in[0].detach().requires_grad_();
+    const Tensor weight = in[1].detach().requires_grad_();
+    Tensor y = weight * weight;  // mul saves its inputs, not y, which is written below
+    y.slice(0, 1, 3).copy_(source * 2.0);
+    y.select(1, 2).fill_(0.5);
+    const Tensor loss = (y * coefficients).sum();
+    const TensorList grads = flow::autograd::grad({loss}, {source, weight});
+    return TensorList{loss, y * 1.0, grads[0], grads[1]};
+  };
+  FunctionGraph graph(fn);
+  const TensorList eager = fn({x, w});
+  const TensorList traced = graph(x, w);
+  ASSERT_EQ(traced.size(), eager.size());
+  for (size_t i = 0; i < eager.size(); ++i) {
+    SCOPED_TRACE(i);
+    expect_same(traced[i], eager[i]);
+  }
+}
+
 }  // namespace
