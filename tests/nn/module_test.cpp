@@ -200,6 +200,34 @@ TEST(Losses, SmoothL1AndBinaryCrossEntropy) {
       [&](const TensorList& v) { return nn::functional::binary_cross_entropy_with_logits(v[0], v[1]); },
       {flow::testing::grad_input({4}, -3, 3), flow::testing::grad_input({4}, 0, 1)}));
   EXPECT_THROW_MSG(nn::BCELoss()(p, flow::ones({3}, flow::kFloat64)), "[binary_cross_entropy] target (3,) and input (2,) must have the same shape");
+  EXPECT_THROW_MSG(nn::BCELoss()(flow::tensor<double>({1.5}), flow::tensor<double>({1.0})), "[binary_cross_entropy] all elements of input should be between 0 and 1");
+}
+
+// Probabilities that round to exactly 0 or 1 (a saturated sigmoid): the loss is clamped at 100 per
+// element and the gradient is PyTorch's, (p - t) / max(p (1 - p), 1e-12): finite, never NaN.
+TEST(Losses, BinaryCrossEntropyGradientIsFiniteWhereProbabilitiesSaturate) {
+  Tensor logits = flow::tensor<float>({-200, -20, 0, 20, 200, 200, -200, 0.5}).requires_grad_();
+  const Tensor target = flow::tensor<float>({0, 1, 1, 0, 1, 0, 1, 0.25});
+  const Tensor p = flow::sigmoid(logits);
+  const std::vector<float> probabilities = p.tolist<float>();
+  Tensor loss = nn::BCELoss(nn::functional::Reduction::kSum)(p, target);
+  loss.backward();
+  const std::vector<float> grad = logits.grad().tolist<float>();
+  for (size_t i = 0; i < grad.size(); ++i) EXPECT_TRUE(std::isfinite(grad[i])) << "element " << i << ": " << grad[i];
+  // d loss / d p at p = 1, t = 0 is 1 / 1e-12 (PyTorch's clamp), and the sigmoid's derivative there
+  // is 0: the chain gives 0, not 0 * inf.
+  EXPECT_EQ(probabilities[4], 1.0f);
+  EXPECT_EQ(grad[4], 0.0f);
+  EXPECT_EQ(grad[5], 0.0f);
+  // Away from saturation the gradient through the sigmoid is p - t.
+  EXPECT_NEAR(grad[7], probabilities[7] - 0.25f, 1e-6);
+  EXPECT_NEAR(grad[2], 0.5f - 1.0f, 1e-6);
+  // Loss: each saturated wrong answer costs 100 (log clamped at -100), as in PyTorch.
+  Tensor direct = flow::tensor<double>({0.0, 1.0, 1.0}).requires_grad_();
+  Tensor per_element = nn::functional::binary_cross_entropy(direct, flow::tensor<double>({1.0, 0.0, 1.0}), nn::functional::Reduction::kNone);
+  EXPECT_EQ(per_element.tolist<double>(), (std::vector<double>{100.0, 100.0, 0.0}));
+  per_element.sum().backward();
+  EXPECT_EQ(direct.grad().tolist<double>(), (std::vector<double>{-1e12, 1e12, 0.0}));
 }
 
 TEST(Module, ModuleDict) {
