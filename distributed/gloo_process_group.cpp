@@ -14,6 +14,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <numeric>
 
@@ -131,6 +132,7 @@ GlooProcessGroup::GlooProcessGroup(const GlooGroupOptions& options, std::shared_
             if (peer != options_.rank) addresses += world_->context->getPair(static_cast<int>(peer))->address().str() + "\n";
           }
           store_->set_string(address_key(options_.rank), addresses);
+          learn_peer_addresses();
         });
       })
       ->wait();
@@ -214,26 +216,32 @@ void GlooProcessGroup::raise_transport_failure(const char* op, const std::string
   throw Error(message);
 }
 
-// Gloo names a failed connection by the peer's address; every rank published its own addresses
-// at init, so the address maps back to a rank (looked up once, on the first failure).
-std::string GlooProcessGroup::peer_from_message(const std::string& message) {
-  std::lock_guard<std::mutex> lock(state_mutex_);
-  if (rank_of_address_.empty()) {
-    for (int64_t other = 0; other < options_.world_size; ++other) {
-      if (other == options_.rank) continue;
-      try {
-        std::string addresses = store_->get_string(address_key(other), std::chrono::seconds(1));
-        for (size_t start = 0, end; start < addresses.size(); start = end + 1) {
-          end = std::min(addresses.find('\n', start), addresses.size());
-          rank_of_address_[addresses.substr(start, end - start)] = other;
-        }
-      } catch (const StoreError&) {
-        // rank 0 (the store) may be the one that died: the peer then stays unnamed
-      }
+// Gloo names a failed connection by the peer's address. Every rank publishes its own at init and
+// reads the others' there and then: the rank that dies later may be rank 0, and its store with it.
+void GlooProcessGroup::learn_peer_addresses() {
+  std::map<std::string, int64_t> rank_of_address;
+  for (int64_t other = 0; other < options_.world_size; ++other) {
+    if (other == options_.rank) continue;
+    std::string addresses = store_->get_string(address_key(other), options_.timeout);
+    for (size_t start = 0, end; start < addresses.size(); start = end + 1) {
+      end = std::min(addresses.find('\n', start), addresses.size());
+      rank_of_address[addresses.substr(start, end - start)] = other;
     }
   }
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  rank_of_address_ = std::move(rank_of_address);
+}
+
+std::string GlooProcessGroup::peer_from_message(const std::string& message) const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
   for (const auto& [address, peer] : rank_of_address_) {
-    if (message.find(address) != std::string::npos) return detail::concat("peer rank ", peer);
+    for (size_t at = message.find(address); at != std::string::npos; at = message.find(address, at + 1)) {
+      // "[10.0.0.1]:3009" must not name the peer listening on port 30092.
+      const size_t end = at + address.size();
+      if (end == message.size() || !std::isdigit(static_cast<unsigned char>(message[end]))) {
+        return detail::concat("peer rank ", peer);
+      }
+    }
   }
   return "a peer";
 }

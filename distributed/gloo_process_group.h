@@ -82,7 +82,9 @@ class GlooProcessGroup final : public ProcessGroup {
   void guarded(const char* op, const std::function<void()>& task);
   [[noreturn]] void raise_transport_failure(const char* op, const std::string& what);
   void throw_if_broken(const char* op) const;
-  std::string peer_from_message(const std::string& message);
+  void learn_peer_addresses();  // collective thread, at init
+  // "peer rank R" when message holds one of R's addresses, else "a peer".
+  std::string peer_from_message(const std::string& message) const;
 
   GlooGroupOptions options_;
   std::shared_ptr<StoreClient> store_;
@@ -95,7 +97,7 @@ class GlooProcessGroup final : public ProcessGroup {
   std::vector<uint64_t> sends_to_;      // next sequence number per peer
   std::vector<uint64_t> receives_from_;
   std::map<std::pair<Collective, int64_t>, std::unique_ptr<CommQueue>> point_to_point_queues_;
-  std::map<std::string, int64_t> rank_of_address_;
+  std::map<std::string, int64_t> rank_of_address_;  // every peer's published addresses
 
   // Last: its thread stops (finishing queued collectives) before the members above go away.
   std::unique_ptr<CommQueue> collectives_;

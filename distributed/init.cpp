@@ -128,14 +128,17 @@ void check_world(StoreClient& store, int64_t rank, int64_t world_size) {
 // That store holds this rank's "exit" key (set when it left the previous group), or is shutting
 // down, so the rank reconnects until it finds a store without one.
 std::shared_ptr<StoreClient> connect_to_current_store(const std::string& host, int port, int64_t rank,
-                                                      std::chrono::milliseconds timeout) {
+                                                      std::chrono::milliseconds timeout, const std::string& rdzv_id) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string exit_key = "exit/" + std::to_string(rank);
   while (true) {
     auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
-      auto store = std::make_shared<StoreClient>(host, port, timeout, std::max(remaining, std::chrono::milliseconds(1)));
+      auto store = std::make_shared<StoreClient>(host, port, timeout, std::max(remaining, std::chrono::milliseconds(1)),
+                                                 rdzv_id);
       if (!store->check({exit_key})) return store;
+    } catch (const RdzvIdMismatch&) {
+      throw;  // another job's store: it will not go away for this job's
     } catch (const StoreError&) {
       if (std::chrono::steady_clock::now() >= deadline) throw;
     }
@@ -189,14 +192,15 @@ void init_process_group(const InitOptions& options) {
   if (master_port < 1 || master_port > 65535) fail(kOp, "MASTER_PORT=", master_port, " is not a TCP port (1..65535)");
   group_options.timeout = resolve_timeout(options);
   group_options.interface_address = address_towards(master_addr, static_cast<int>(master_port));
+  const std::string rdzv_id = options.rdzv_id ? *options.rdzv_id : environment("FLOW_RDZV_ID").value_or("");
 
   auto session = std::make_unique<Session>();
-  if (group_options.rank == 0) session->server = std::make_unique<StoreServer>(static_cast<int>(master_port));
+  if (group_options.rank == 0) session->server = std::make_unique<StoreServer>(static_cast<int>(master_port), rdzv_id);
   std::shared_ptr<GlooProcessGroup> cpu;
   try {
     try {
       session->store = connect_to_current_store(master_addr, static_cast<int>(master_port), group_options.rank,
-                                                group_options.timeout);
+                                                group_options.timeout, rdzv_id);
       check_world(*session->store, group_options.rank, group_options.world_size);
     } catch (const StoreError& e) {
       fail(kOp, "rank ", group_options.rank, ": ", e.what());

@@ -20,12 +20,26 @@ class StoreError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The store at the address serves another job: it has another rendezvous id (two jobs were
+// started on one MASTER_PORT). Retrying cannot help.
+class RdzvIdMismatch : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// Every store call carries its job's rendezvous id in this gRPC metadata; the server answers only
+// calls with its own. ("-bin": the id may be any bytes.)
+inline constexpr const char* kRdzvIdMetadata = "flow-rdzv-id-bin";
+// "rendezvous id 'ID'", or "no rendezvous id" for the empty one, for messages.
+std::string describe_rdzv_id(const std::string& rdzv_id);
+
 class StoreClient : public gloo::rendezvous::Store {
  public:
   // Connects to host:port, retrying for up to connect_timeout; StoreError when rank 0 cannot be
-  // reached. timeout bounds every later call.
+  // reached. timeout bounds every later call. Every call carries rdzv_id; RdzvIdMismatch when the
+  // store serves another.
   StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout,
-              std::chrono::milliseconds connect_timeout);
+              std::chrono::milliseconds connect_timeout, std::string rdzv_id);
   ~StoreClient() override;
 
   void set(const std::string& key, const std::vector<char>& value) override;
@@ -48,6 +62,7 @@ class StoreClient : public gloo::rendezvous::Store {
  private:
   std::string address_;
   std::chrono::milliseconds timeout_;
+  std::string rdzv_id_;
   struct Connection;  // the gRPC channel and stub, kept out of this header
   std::unique_ptr<Connection> connection_;
 };

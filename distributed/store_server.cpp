@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "distributed/store.grpc.pb.h"
+#include "distributed/store_client.h"
 
 namespace flow::distributed {
 
@@ -17,7 +18,10 @@ namespace pb = flow::distributed::store;
 
 class StoreService final : public pb::Store::Service {
  public:
-  grpc::Status Set(grpc::ServerContext*, const pb::SetRequest* request, pb::Empty*) override {
+  explicit StoreService(std::string rdzv_id) : rdzv_id_(std::move(rdzv_id)) {}
+
+  grpc::Status Set(grpc::ServerContext* context, const pb::SetRequest* request, pb::Empty*) override {
+    if (grpc::Status stranger = check_rdzv_id(context); !stranger.ok()) return stranger;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       values_[request->key()] = request->value();
@@ -27,13 +31,15 @@ class StoreService final : public pb::Store::Service {
   }
 
   grpc::Status Get(grpc::ServerContext* context, const pb::GetRequest* request, pb::GetReply* reply) override {
+    if (grpc::Status stranger = check_rdzv_id(context); !stranger.ok()) return stranger;
     std::unique_lock<std::mutex> lock(mutex_);
     grpc::Status status = wait_for_keys(lock, context, std::vector<std::string>{request->key()}, request->timeout_ms());
     if (status.ok()) reply->set_value(values_.at(request->key()));
     return status;
   }
 
-  grpc::Status Add(grpc::ServerContext*, const pb::AddRequest* request, pb::AddReply* reply) override {
+  grpc::Status Add(grpc::ServerContext* context, const pb::AddRequest* request, pb::AddReply* reply) override {
+    if (grpc::Status stranger = check_rdzv_id(context); !stranger.ok()) return stranger;
     int64_t value = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -46,18 +52,21 @@ class StoreService final : public pb::Store::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Check(grpc::ServerContext*, const pb::KeysRequest* request, pb::CheckReply* reply) override {
+  grpc::Status Check(grpc::ServerContext* context, const pb::KeysRequest* request, pb::CheckReply* reply) override {
+    if (grpc::Status stranger = check_rdzv_id(context); !stranger.ok()) return stranger;
     std::lock_guard<std::mutex> lock(mutex_);
     reply->set_all_set(all_set(request->keys()));
     return grpc::Status::OK;
   }
 
   grpc::Status Wait(grpc::ServerContext* context, const pb::KeysRequest* request, pb::Empty*) override {
+    if (grpc::Status stranger = check_rdzv_id(context); !stranger.ok()) return stranger;
     std::unique_lock<std::mutex> lock(mutex_);
     return wait_for_keys(lock, context, request->keys(), request->timeout_ms());
   }
 
-  grpc::Status Abort(grpc::ServerContext*, const pb::AbortRequest* request, pb::Empty*) override {
+  grpc::Status Abort(grpc::ServerContext* context, const pb::AbortRequest* request, pb::Empty*) override {
+    if (grpc::Status stranger = check_rdzv_id(context); !stranger.ok()) return stranger;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (abort_message_.empty()) abort_message_ = request->message();
@@ -76,6 +85,17 @@ class StoreService final : public pb::Store::Service {
   }
 
  private:
+  // A rank of another job (started on this job's MASTER_PORT) must neither read nor change this
+  // job's keys, nor abort its rendezvous.
+  grpc::Status check_rdzv_id(grpc::ServerContext* context) const {
+    const auto& metadata = context->client_metadata();
+    const auto found = metadata.find(kRdzvIdMetadata);
+    const std::string caller = found == metadata.end() ? "" : std::string(found->second.data(), found->second.size());
+    if (caller == rdzv_id_) return grpc::Status::OK;
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            detail::concat("it serves ", describe_rdzv_id(rdzv_id_), ", this rank has ", describe_rdzv_id(caller))};
+  }
+
   template <typename Keys>
   bool all_set(const Keys& keys) const {
     for (const std::string& key : keys) {
@@ -101,6 +121,7 @@ class StoreService final : public pb::Store::Service {
     }
   }
 
+  const std::string rdzv_id_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, std::string> values_;
@@ -108,7 +129,7 @@ class StoreService final : public pb::Store::Service {
   bool stopping_ = false;
 };
 
-StoreServer::StoreServer(int port) : service_(std::make_unique<StoreService>()) {
+StoreServer::StoreServer(int port, const std::string& rdzv_id) : service_(std::make_unique<StoreService>(rdzv_id)) {
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort("0.0.0.0:" + std::to_string(port), grpc::InsecureServerCredentials(), &bound_port);

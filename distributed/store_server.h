@@ -14,8 +14,9 @@ class StoreService;
 
 class StoreServer {
  public:
-  // Listens on every interface at port; flow::Error [init_process_group] when the port is in use.
-  explicit StoreServer(int port);
+  // Listens on every interface at port and answers only calls that carry rdzv_id (the job's
+  // rendezvous id, see StoreClient); flow::Error [init_process_group] when the port is in use.
+  StoreServer(int port, const std::string& rdzv_id);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;

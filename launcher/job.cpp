@@ -14,8 +14,12 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <iomanip>
 #include <iostream>
+#include <random>
 #include <sstream>
+#include <tuple>
 
 #include "launcher/line_prefixer.h"
 
@@ -53,13 +57,16 @@ std::vector<std::string> rank_environment(const JobSpec& spec, int local_rank) {
       {"LOCAL_RANK", std::to_string(local_rank)},
       {"LOCAL_WORLD_SIZE", std::to_string(spec.nproc_per_node)},
       {"GROUP_RANK", std::to_string(spec.node_rank)},
+      {"FLOW_RDZV_ID", spec.rdzv_id},
   };
   std::vector<std::string> environment;
   bool has_omp_threads = false;
+  bool has_line_buffered = false;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string_view variable(*entry);
     const std::string_view name = variable.substr(0, variable.find('='));
     has_omp_threads = has_omp_threads || name == "OMP_NUM_THREADS";
+    has_line_buffered = has_line_buffered || name == "FLOW_LINE_BUFFERED";
     const bool overridden = std::any_of(rank_variables.begin(), rank_variables.end(),
                                         [&](const auto& rank_variable) { return rank_variable.first == name; });
     if (!overridden) environment.emplace_back(variable);
@@ -67,6 +74,9 @@ std::vector<std::string> rank_environment(const JobSpec& spec, int local_rank) {
   for (const auto& [name, value] : rank_variables) environment.push_back(name + "=" + value);
   // N ranks each starting one OpenMP thread per core would oversubscribe the machine N times.
   if (!has_omp_threads) environment.emplace_back("OMP_NUM_THREADS=1");
+  // The rank's stdout is a pipe, which C stdio block-buffers: a program linked with flow
+  // line-buffers it instead (core/line_buffering.cpp), so lines arrive as they are printed.
+  if (!has_line_buffered) environment.emplace_back("FLOW_LINE_BUFFERED=1");
   return environment;
 }
 
@@ -125,18 +135,24 @@ class Supervisor {
   }
 
   bool start_rank(int local_rank) {
+    const int global_rank = spec_.node_rank * spec_.nproc_per_node + local_rank;
+    int out_log = -1, err_log = -1;
+    if (!open_logs(global_rank, out_log, err_log)) return false;
     int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0) return fail_to_start(local_rank, "pipe", errno);
+    if (pipe2(out, O_CLOEXEC) != 0) {
+      close_all({out_log, err_log});
+      return fail_to_start(local_rank, "pipe", errno);
+    }
     if (pipe2(err, O_CLOEXEC) != 0) {
       const int error = errno;
-      close(out[0]);
-      close(out[1]);
+      close_all({out[0], out[1], out_log, err_log});
       return fail_to_start(local_rank, "pipe", error);
     }
-    const int global_rank = spec_.node_rank * spec_.nproc_per_node + local_rank;
     const std::string prefix = "[rank" + std::to_string(global_rank) + "]: ";
-    ranks_.push_back(Rank{local_rank, global_rank, -1, false, LinePrefixer(out[0], STDOUT_FILENO, prefix),
-                          LinePrefixer(err[0], STDERR_FILENO, prefix)});
+    const auto console = [&](int stream, int fd) { return (spec_.console_streams & stream) != 0 ? fd : -1; };
+    ranks_.push_back(Rank{local_rank, global_rank, -1, false,
+                          LinePrefixer(out[0], console(kStdoutStream, STDOUT_FILENO), prefix, out_log),
+                          LinePrefixer(err[0], console(kStderrStream, STDERR_FILENO), prefix, err_log)});
     // Everything the child uses is built before fork.
     std::vector<std::string> environment = rank_environment(spec_, local_rank);
     std::vector<std::string> arguments = spec_.command;
@@ -156,6 +172,36 @@ class Supervisor {
     ranks_.back().pid = pid;
     ranks_.back().running = true;
     return true;
+  }
+
+  // Opens log_dir/<rank>/stdout.log and stderr.log (those of the logged streams), truncated;
+  // -1 for a stream not logged. False (reported) when one cannot be opened.
+  bool open_logs(int global_rank, int& out_log, int& err_log) {
+    if (spec_.logged_streams == 0) return true;
+    const std::string directory = spec_.log_dir + "/" + std::to_string(global_rank);
+    std::string error;
+    if (!make_directories(directory, error)) {
+      report("cannot create the log directory " + directory + ": " + error);
+      return false;
+    }
+    for (const auto& [stream, name, fd] : {std::tuple{kStdoutStream, "stdout.log", &out_log},
+                                          std::tuple{kStderrStream, "stderr.log", &err_log}}) {
+      if ((spec_.logged_streams & stream) == 0) continue;
+      const std::string path = directory + "/" + name;
+      *fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (*fd < 0) {
+        report("cannot open " + path + ": " + strerror(errno));
+        close_all({out_log, err_log});
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static void close_all(std::initializer_list<int> fds) {
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
   }
 
   bool fail_to_start(int local_rank, const char* call, int error) {
@@ -352,6 +398,28 @@ std::optional<std::string> resolve_program(const std::string& name) {
     if (is_executable_file(candidate)) return candidate;
   }
   return std::nullopt;
+}
+
+std::string random_rdzv_id() {
+  std::random_device random;
+  std::ostringstream id;
+  id << std::hex << std::setfill('0');
+  for (int part = 0; part < 2; ++part) id << std::setw(8) << random();
+  return id.str();
+}
+
+bool make_directories(const std::string& directory, std::string& error) {
+  std::error_code failure;
+  std::filesystem::create_directories(directory, failure);
+  if (failure) {
+    error = failure.message();
+    return false;
+  }
+  if (!std::filesystem::is_directory(directory, failure)) {
+    error = "not a directory";
+    return false;
+  }
+  return true;
 }
 
 std::optional<int> pick_free_port(const std::string& address, std::string& error) {

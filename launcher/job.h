@@ -1,12 +1,18 @@
 #pragma once
 // The job flow_run supervises: N local ranks of one program, each with torchrun's environment,
-// their output prefixed by rank, stopped together when one fails, on a signal or on a timeout.
+// their output prefixed by rank (and written to per-rank log files on request), stopped together
+// when one fails, on a signal or on a timeout.
 #include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace flow::launcher {
+
+// A rank's output streams, as bits (torchrun's --tee and --redirects values: 1, 2, 3 for both).
+inline constexpr int kStdoutStream = 1;
+inline constexpr int kStderrStream = 2;
+inline constexpr int kBothStreams = kStdoutStream | kStderrStream;
 
 struct JobSpec {
   int nproc_per_node = 1;
@@ -21,6 +27,13 @@ struct JobSpec {
   std::chrono::milliseconds kill_timeout{10'000};
   // The whole job's limit; none: unlimited.
   std::optional<std::chrono::milliseconds> timeout;
+  // Every rank's FLOW_RDZV_ID: rank 0's store serves only ranks with this id (empty: none).
+  std::string rdzv_id;
+  // The streams of each rank written to log_dir/<global rank>/stdout.log and stderr.log (none
+  // when log_dir is empty), and those copied, prefixed, to flow_run's own stdout and stderr.
+  std::string log_dir;
+  int logged_streams = 0;
+  int console_streams = kBothStreams;
 };
 
 // flow_run's exit statuses besides 0 (all ranks exited 0).
@@ -37,6 +50,12 @@ std::optional<std::string> resolve_program(const std::string& name);
 // process may take it before rank 0 binds it (a small race torchrun's default has too).
 // Nothing when address cannot be bound; error then says why.
 std::optional<int> pick_free_port(const std::string& address, std::string& error);
+
+// A fresh rendezvous id: 16 random hexadecimal digits.
+std::string random_rdzv_id();
+
+// Creates directory and its missing parents; false (error says why) when it cannot.
+bool make_directories(const std::string& directory, std::string& error);
 
 // Runs the job to the end and returns flow_run's exit status.
 int run_job(const JobSpec& spec);

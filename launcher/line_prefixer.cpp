@@ -14,7 +14,7 @@ namespace {
 constexpr size_t kLongestLine = 1 << 20;
 }  // namespace
 
-void write_fully(int fd, const std::string& data) {
+void write_fully(int fd, std::string_view data) {
   size_t written = 0;
   while (written < data.size()) {
     const ssize_t n = write(fd, data.data() + written, data.size() - written);
@@ -32,16 +32,20 @@ void write_fully(int fd, const std::string& data) {
   }
 }
 
-LinePrefixer::LinePrefixer(int source_fd, int target_fd, std::string prefix)
-    : source_fd_(source_fd), target_fd_(target_fd), prefix_(std::move(prefix)) {}
+LinePrefixer::LinePrefixer(int source_fd, int console_fd, std::string prefix, int log_fd)
+    : source_fd_(source_fd), console_fd_(console_fd), log_fd_(log_fd), prefix_(std::move(prefix)) {}
 
 LinePrefixer::LinePrefixer(LinePrefixer&& other) noexcept
     : source_fd_(std::exchange(other.source_fd_, -1)),
-      target_fd_(other.target_fd_),
+      console_fd_(other.console_fd_),
+      log_fd_(std::exchange(other.log_fd_, -1)),
       prefix_(std::move(other.prefix_)),
       pending_(std::move(other.pending_)) {}
 
-LinePrefixer::~LinePrefixer() { close_source(); }
+LinePrefixer::~LinePrefixer() {
+  close_source();
+  if (log_fd_ >= 0) close(log_fd_);
+}
 
 void LinePrefixer::read_available() {
   bool at_end = false;
@@ -70,7 +74,9 @@ bool LinePrefixer::read_once(bool& at_end) {
     n = read(source_fd_, buffer, sizeof(buffer));
   } while (n < 0 && errno == EINTR);
   if (n > 0) {
-    pending_.append(buffer, static_cast<size_t>(n));
+    // The log gets what the rank wrote as soon as it is read, even an unfinished line.
+    if (log_fd_ >= 0) write_fully(log_fd_, std::string_view(buffer, static_cast<size_t>(n)));
+    if (console_fd_ >= 0) pending_.append(buffer, static_cast<size_t>(n));
     return true;
   }
   // 0: end of stream; EAGAIN: nothing more now; any other error ends the stream as well.
@@ -90,12 +96,12 @@ void LinePrefixer::write_complete_lines() {
     lines += prefix_ + pending_ + '\n';
     pending_.clear();
   }
-  if (!lines.empty()) write_fully(target_fd_, lines);
+  if (!lines.empty()) write_fully(console_fd_, lines);
 }
 
 void LinePrefixer::write_unfinished_line() {
   if (pending_.empty()) return;
-  write_fully(target_fd_, prefix_ + pending_ + '\n');
+  write_fully(console_fd_, prefix_ + pending_ + '\n');
   pending_.clear();
 }
 

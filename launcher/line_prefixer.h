@@ -1,15 +1,17 @@
 #pragma once
 // One output stream of one rank (its stdout or its stderr, read from a pipe) copied to flow_run's
-// own, every line starting with the rank's prefix. Only whole lines are written, each line in one
-// write, so the lines of different ranks never mix.
+// own, every line starting with the rank's prefix, and/or to the rank's log file as written. Only
+// whole lines reach the console, each line in one write, so the lines of different ranks never mix.
 #include <string>
+#include <string_view>
 
 namespace flow::launcher {
 
 class LinePrefixer {
  public:
-  // Reads source (a non-blocking pipe, owned and closed here); writes to target (not owned).
-  LinePrefixer(int source_fd, int target_fd, std::string prefix);
+  // Reads source (a non-blocking pipe, owned and closed here). Writes prefixed lines to
+  // console_fd (not owned; -1: none) and the bytes read, unchanged, to log_fd (owned; -1: none).
+  LinePrefixer(int source_fd, int console_fd, std::string prefix, int log_fd = -1);
   LinePrefixer(const LinePrefixer&) = delete;
   LinePrefixer& operator=(const LinePrefixer&) = delete;
   LinePrefixer(LinePrefixer&& other) noexcept;
@@ -35,13 +37,14 @@ class LinePrefixer {
   void close_source();
 
   int source_fd_;
-  int target_fd_;
+  int console_fd_;
+  int log_fd_;
   std::string prefix_;
   std::string pending_;  // read, not yet written: no newline in it
 };
 
 // Writes all of data to fd, retrying short and interrupted writes; gives up silently when fd is
 // gone (a closed pipe), as a log reader going away must not stop the job.
-void write_fully(int fd, const std::string& data);
+void write_fully(int fd, std::string_view data);
 
 }  // namespace flow::launcher

@@ -1,5 +1,6 @@
 // flow_run: starts the ranks of a distributed job on this node, as torchrun does.
 //   flow_run --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
+//            [--rdzv-id ID] [--log-dir DIR [--tee S] [--redirects S]]
 //            [--timeout S] [--kill-timeout S] [--] PROGRAM ARGS...
 #include <chrono>
 #include <cstdlib>
@@ -25,18 +26,40 @@ std::chrono::milliseconds to_milliseconds(double seconds) {
   std::exit(flow::launcher::kExitUsage);
 }
 
+// Which streams go to the log files and which to the console, as torchrun's --tee (both) and
+// --redirects (files only); a stream named by neither goes to the console only. --log-dir alone
+// logs both streams and keeps them on the console, as --tee 3.
+void resolve_streams(flow::launcher::JobSpec& spec, std::optional<int> tee, std::optional<int> redirects) {
+  if (spec.log_dir.empty()) {
+    if (tee) usage_error("--tee needs --log-dir (the directory of the log files)");
+    if (redirects) usage_error("--redirects needs --log-dir (the directory of the log files)");
+    return;
+  }
+  if (!tee && !redirects) tee = flow::launcher::kBothStreams;
+  spec.logged_streams = tee.value_or(0) | redirects.value_or(0);
+  spec.console_streams = flow::launcher::kBothStreams & ~redirects.value_or(0);
+  std::string error;
+  if (!flow::launcher::make_directories(spec.log_dir, error)) usage_error("--log-dir " + spec.log_dir + ": " + error);
+}
+
 // The command line, checked and resolved; exits 0 after --help, 2 after a usage error.
 flow::launcher::JobSpec parse_args(int argc, char** argv) {
   flow::launcher::JobSpec spec;
   double kill_timeout_secs = 10;
   double timeout_secs = 0;
+  std::optional<std::string> rdzv_id;
+  std::optional<int> tee;
+  std::optional<int> redirects;
   CLI::App app(
       "flow_run: starts --nproc-per-node ranks of PROGRAM on this node (torchrun's contract).\n"
       "Each rank gets MASTER_ADDR, MASTER_PORT, WORLD_SIZE (nproc-per-node * nnodes), RANK\n"
       "(node-rank * nproc-per-node + local rank), LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (node-rank),\n"
       "and OMP_NUM_THREADS=1 unless OMP_NUM_THREADS is set (torchrun's default), stdin from /dev/null.\n"
-      "Every line a rank prints is prefixed with [rankR]: . When a rank fails, the others get SIGTERM,\n"
-      "then SIGKILL after --kill-timeout; SIGINT and SIGTERM are forwarded to every rank likewise.\n"
+      "It also gets FLOW_RDZV_ID (--rdzv-id), and FLOW_LINE_BUFFERED=1 unless set: a program linked with\n"
+      "flow then line-buffers its stdout, so each line shows as it is printed.\n"
+      "Every line a rank prints is prefixed with [rankR]: . With --log-dir each rank's stdout and stderr\n"
+      "are also written to DIR/<rank>/stdout.log and stderr.log. When a rank fails, the others get\n"
+      "SIGTERM, then SIGKILL after --kill-timeout; SIGINT and SIGTERM are forwarded to every rank likewise.\n"
       "Exit status: 0 when every rank exited 0; 1 when a rank failed; 2 on a usage error; 124 after\n"
       "--timeout; 128+N after signal N was forwarded.");
   app.option_defaults()->always_capture_default();
@@ -48,6 +71,22 @@ flow::launcher::JobSpec parse_args(int argc, char** argv) {
   app.add_option("--master-port", spec.master_port,
                  "port rank 0 listens on (0: a free port on --master-addr; needs --nnodes 1)")
       ->check(CLI::Range(0, 65535));
+  app.add_option("--rdzv-id", rdzv_id,
+                 "the job's id, every rank's FLOW_RDZV_ID: rank 0's store serves only ranks with the same id,\n"
+                 "so another job started on the same port can neither join nor abort this one. Give every node\n"
+                 "of a multi-node job the same id")
+      ->check(CLI::Validator([](std::string& id) { return id.empty() ? "must not be empty" : ""; }, "ID"))
+      ->default_str("random with --nnodes 1, else none");
+  app.add_option("--log-dir", spec.log_dir,
+                 "write each rank's stdout and stderr to DIR/<rank>/stdout.log and stderr.log (both, unless\n"
+                 "--tee or --redirects say which; <rank> is the global rank)");
+  app.add_option("--tee", tee, "streams written to the log files and to the console: 0 none, 1 stdout, 2 stderr, 3 both")
+      ->check(CLI::Range(0, 3))
+      ->default_str("3 with --log-dir");
+  app.add_option("--redirects", redirects,
+                 "streams written to the log files instead of the console: 0 none, 1 stdout, 2 stderr, 3 both")
+      ->check(CLI::Range(0, 3))
+      ->default_str("0");
   app.add_option("--timeout", timeout_secs, "stop every rank and exit 124 when the job runs longer (seconds)")
       ->check(flow::cli::positive(kLongestWait))
       ->default_str("none");
@@ -73,6 +112,9 @@ flow::launcher::JobSpec parse_args(int argc, char** argv) {
     if (!port) usage_error("--master-addr " + spec.master_addr + ": cannot bind a free port: " + error);
     spec.master_port = *port;
   }
+  // torchrun's --nnodes 1 run without --rdzv-id gets a fresh id; nodes of one job need the same.
+  spec.rdzv_id = rdzv_id ? *rdzv_id : spec.nnodes == 1 ? flow::launcher::random_rdzv_id() : "";
+  resolve_streams(spec, tee, redirects);
   spec.kill_timeout = to_milliseconds(kill_timeout_secs);
   if (timeout_secs > 0) spec.timeout = to_milliseconds(timeout_secs);
   return spec;

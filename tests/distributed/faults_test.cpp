@@ -58,6 +58,25 @@ TEST_F(Faults, RankThatExitsMidRunFailsTheOthers) {
   EXPECT_THROW_MSG(group().all_reduce(tensor, ReduceOp::kSum, {})->wait(), "the process group is unusable after an earlier failure");
 }
 
+// Rank 0 also serves the store, which dies with it: the survivors still name it (from the
+// addresses every rank read at init).
+TEST_F(Faults, RankZeroThatExitsMidRunIsNamedByTheOthers) {
+  Tensor tensor = make_filled<float>({1024}, std::vector<float>(1024, 1));
+  group().all_reduce(tensor, ReduceOp::kSum, {})->wait();
+  if (rank == 0) _exit(0);
+  std::string message;
+  for (int attempt = 0; attempt < 5 && message.empty(); ++attempt) {
+    try {
+      group().all_reduce(tensor, ReduceOp::kSum, {})->wait();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+  }
+  ASSERT_FALSE(message.empty()) << "all_reduce kept succeeding with rank 0 gone";
+  // With two ranks rank 0 is the only peer, so no other rank's failure can be reported first.
+  EXPECT_NE(message.find("[all_reduce] rank 1: peer rank 0 closed the connection"), std::string::npos) << message;
+}
+
 // Overrides the launcher's environment for one rank, so init runs in the test body.
 class FaultsAtInit : public ::testing::Test {
  protected:

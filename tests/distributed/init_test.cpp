@@ -7,6 +7,8 @@
 
 #include "common/test_util.h"
 #include "distributed/rank_fixture.h"
+#include "distributed/store_client.h"
+#include "distributed/store_server.h"
 
 namespace flow::distributed::testing {
 namespace {
@@ -37,7 +39,7 @@ class InitProcessGroup : public ::testing::Test {
   }
 
   static constexpr const char* kVariables[] = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                               "LOCAL_WORLD_SIZE", "FLOW_DIST_TIMEOUT_S"};
+                                               "LOCAL_WORLD_SIZE", "FLOW_DIST_TIMEOUT_S", "FLOW_RDZV_ID"};
   std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
 
@@ -81,6 +83,44 @@ TEST_F(InitProcessGroup, PortInUse) {
   set_environment(0, 1, ntohs(address.sin_port));
   EXPECT_THROW_MSG(init_process_group(InitOptions().set_timeout(milliseconds(2000))), "the port is in use");
   close(listener);
+}
+
+// A rank whose MASTER_PORT leads to another job's store (two jobs on one port) fails at once,
+// naming both rendezvous ids, instead of joining that job.
+TEST_F(InitProcessGroup, StoreOfAnotherJobIsRefused) {
+  const int port = flow::testing::free_port();
+  StoreServer other_job(port, "job-a");
+  set_environment(1, 2, port);
+  setenv("FLOW_RDZV_ID", "job-b", 1);
+  EXPECT_THROW_MSG(init_process_group(InitOptions().set_timeout(milliseconds(5000))),
+                   "[init_process_group] rank 1: the rendezvous store at 127.0.0.1:" + std::to_string(port) +
+                       " belongs to another job: it serves rendezvous id 'job-a', this rank has rendezvous id 'job-b'");
+  EXPECT_FALSE(is_initialized());
+}
+
+// The store answers only its own job: a stranger's calls, its abort included, change nothing.
+TEST(StoreRdzvId, StoreServesOnlyItsOwnJob) {
+  const int port = flow::testing::free_port();
+  StoreServer server(port, "job-a");
+  StoreClient ours("127.0.0.1", port, milliseconds(2000), milliseconds(5000), "job-a");
+  const auto expect_refused = [&](const std::string& rdzv_id, const std::string& described) {
+    StoreClient stranger("127.0.0.1", port, milliseconds(2000), milliseconds(5000), rdzv_id);
+    try {
+      stranger.add("init/rank/1", 1);
+      ADD_FAILURE() << "a client with " << described << " was served";
+    } catch (const RdzvIdMismatch& e) {
+      EXPECT_NE(std::string(e.what()).find("it serves rendezvous id 'job-a', this rank has " + described),
+                std::string::npos)
+          << e.what();
+    }
+    stranger.abort("rank 1: another process also has RANK=1");
+  };
+  expect_refused("job-b", "rendezvous id 'job-b'");
+  expect_refused("", "no rendezvous id");
+  // Not aborted, and the strangers' adds did not count.
+  ours.set_string("key", "value");
+  EXPECT_EQ(ours.get_string("key", milliseconds(1000)), "value");
+  EXPECT_EQ(ours.add("init/rank/1", 1), 1);
 }
 
 TEST_F(InitProcessGroup, WorldOfOneRank) {

@@ -63,12 +63,16 @@ void expect_environment_contract(int nproc, int nnodes, int node_rank, const std
     EXPECT_EQ(variables.at("GROUP_RANK"), std::to_string(node_rank));
     EXPECT_EQ(variables.at("MASTER_ADDR"), "127.0.0.1");
     EXPECT_EQ(variables.at("MASTER_PORT"), port) << "every rank must get the same port";
+    EXPECT_EQ(variables.at("FLOW_RDZV_ID"), by_rank.begin()->second.at("FLOW_RDZV_ID"));
+    EXPECT_EQ(variables.at("FLOW_LINE_BUFFERED"), "1");
   }
 }
 
 TEST(FlowRunTest, HelpListsEveryFlag) {
   test_cli::expect_help_lists(kFlowRun, {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
-                                         "--master-port", "--timeout", "--kill-timeout", "OMP_NUM_THREADS"});
+                                         "--master-port", "--rdzv-id", "--log-dir", "--tee", "--redirects",
+                                         "--timeout", "--kill-timeout", "OMP_NUM_THREADS", "FLOW_RDZV_ID",
+                                         "FLOW_LINE_BUFFERED"});
 }
 
 TEST(FlowRunTest, EnvironmentContractOnTwoRanks) { expect_environment_contract(2, 1, 0, ""); }
@@ -246,6 +250,11 @@ TEST(FlowRunTest, UsageErrorsExitWithStatusTwo) {
   test_cli::expect_usage_error(kFlowRun, "--nnodes 2 --node-rank 0 " + kRankEcho, "--master-port");
   test_cli::expect_usage_error(kFlowRun, "--master-port 70000 " + kRankEcho, "--master-port");
   test_cli::expect_usage_error(kFlowRun, "--timeout 0 " + kRankEcho, "--timeout");
+  test_cli::expect_usage_error(kFlowRun, "--tee 1 " + kRankEcho, "--tee needs --log-dir");
+  test_cli::expect_usage_error(kFlowRun, "--redirects 3 " + kRankEcho, "--redirects needs --log-dir");
+  test_cli::expect_usage_error(kFlowRun, "--log-dir /tmp --tee 4 " + kRankEcho, "--tee");
+  test_cli::expect_usage_error(kFlowRun, "--rdzv-id '' " + kRankEcho, "--rdzv-id");
+  test_cli::expect_usage_error(kFlowRun, "--log-dir " + not_executable + "/logs " + kRankEcho, "--log-dir");
 }
 
 }  // namespace

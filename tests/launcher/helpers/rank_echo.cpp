@@ -41,7 +41,7 @@ int environment_int(const char* name) {
 
 void print_environment() {
   for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                           "GROUP_RANK", "OMP_NUM_THREADS"}) {
+                           "GROUP_RANK", "OMP_NUM_THREADS", "FLOW_RDZV_ID", "FLOW_LINE_BUFFERED"}) {
     const char* value = getenv(name);
     printf("%s=%s\n", name, value != nullptr ? value : "<unset>");
   }
