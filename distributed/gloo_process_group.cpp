@@ -243,6 +243,9 @@ std::string GlooProcessGroup::peer_from_message(const std::string& message) cons
       }
     }
   }
+  // A connection the peer reset can be named by an address that is no published one (Gloo reads
+  // it off the dead socket); of two ranks the other is the only peer there is.
+  if (options_.world_size == 2) return detail::concat("peer rank ", 1 - options_.rank);
   return "a peer";
 }
 

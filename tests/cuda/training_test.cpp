@@ -186,3 +186,21 @@ TEST(CudaTraining, GraphGradScalerMatchesCpu) {
   EXPECT_EQ(cpu_scaler->get_scale(), 4096.0);  // backoff at step 1, growth after steps 2-3
   expect_same_parameters(*cuda_model, *cpu_model, 1e-4);
 }
+
+// A write through a view on CUDA: the same values and gradients as on the CPU (autograd's
+// CopySlices runs as_strided and as_strided_scatter there).
+TEST(CudaTraining, WritesThroughViewsMatchCpu) {
+  REQUIRE_CUDA();
+  flow::manual_seed(34);
+  const Tensor w = flow::randn({4, 3}), x = flow::randn({2, 3}), c = flow::randn({4, 3});
+  auto run = [&](const flow::Device& device) {
+    Tensor weight = w.to(device).requires_grad_(), source = x.to(device).requires_grad_();
+    Tensor y = weight * 2.0;
+    Tensor earlier = y.select(0, 1);
+    y.slice(0, 1, 3).copy_(source * 3.0);
+    ((y * c.to(device)).sum() + earlier.sum()).backward();
+    return std::vector<Tensor>{y.detach().cpu(), weight.grad().cpu(), source.grad().cpu()};
+  };
+  const std::vector<Tensor> on_cuda = run(kCuda), on_cpu = run(flow::kCPU);
+  for (size_t i = 0; i < on_cpu.size(); ++i) expect_close(on_cuda[i], on_cpu[i], 1e-6, 1e-6);
+}
