@@ -5,36 +5,36 @@
 # themselves. Also: every installed header compiles with only the install's include flags,
 # nothing installed points into the build or source tree, and installed programs and libraries
 # resolve their libraries through their RUNPATH.
-# Usage: external_project_test.sh CMAKE BUILD_DIR SOURCE_DIR CXX GENERATOR
+# Usage: external_project_test.sh CMAKE BUILD_DIR SOURCE_DIR CXX GENERATOR LIBDIR (relative to the prefix)
 set -euo pipefail
 cmake=$1 build=$(cd "$2" && pwd) source=$(cd "$3" && pwd) cxx=$4 generator=$5
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-prefix=$work/prefix
+prefix=$work/prefix libdir=$work/prefix/$6
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # Fails unless the program or library $1 finds every library, and flow's in the prefix.
 check_loads_from_prefix() {
   ldd "$1" > "$work/ldd.out"
   if grep 'not found' "$work/ldd.out"; then fail "$1: libraries not found"; fi
-  grep -E 'lib(flow_|oneflow_lite)' "$work/ldd.out" | awk '{print $3}' | while read -r lib; do
-    case "$(realpath "$lib")" in "$prefix"/lib/*) ;; *) fail "$1 loads $lib from outside the prefix" ;; esac
+  for lib in $(awk '/lib(flow_|oneflow_lite)/ {print $3}' "$work/ldd.out"); do
+    case "$(realpath "$lib")" in "$libdir"/*) ;; *) fail "$1 loads $lib from outside the prefix" ;; esac
   done
 }
 # Only the install's own paths: nothing inherited from the environment finds the build tree.
 unset LD_LIBRARY_PATH CPATH CPLUS_INCLUDE_PATH LIBRARY_PATH
-export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+export PKG_CONFIG_PATH=$libdir/pkgconfig
 
 echo "== cmake --install $build --prefix $prefix"
 "$cmake" --install "$build" --prefix "$prefix" > "$work/install.log"
-for f in include/flow/core/flow.h include/flow/graph/graph.h include/flow/graph/job.pb.h lib/libflow_core.so \
-         lib/cmake/flow/flowConfig.cmake lib/cmake/flow/flowConfigVersion.cmake lib/cmake/flow/flowTargets.cmake \
-         lib/pkgconfig/flow.pc bin/flow_run bin/oneflow_lite_run; do
+for f in include/flow/core/flow.h include/flow/graph/graph.h include/flow/graph/job.pb.h "$6"/libflow_core.so \
+         "$6"/cmake/flow/flowConfig.cmake "$6"/cmake/flow/flowConfigVersion.cmake "$6"/cmake/flow/flowTargets.cmake \
+         "$6"/pkgconfig/flow.pc bin/flow_run bin/oneflow_lite_run; do
   [ -e "$prefix/$f" ] || fail "$f was not installed"
 done
 
 echo "== no installed text file or RUNPATH names the build or source tree"
 if grep -rIlF -e "$build" -e "$source" "$prefix"; then fail "the files above name $build or $source"; fi
-for f in "$prefix"/lib/*.so "$prefix"/bin/*; do
+for f in "$libdir"/*.so "$prefix"/bin/*; do
   runpath=$(readelf -d "$f" | grep -E 'RUNPATH|RPATH' || true)
   case "$runpath" in
     *"$build"* | *"$source"*) fail "$f: $runpath" ;;
@@ -42,7 +42,7 @@ for f in "$prefix"/lib/*.so "$prefix"/bin/*; do
     *) fail "$f has no \$ORIGIN RUNPATH: $runpath" ;;
   esac
 done
-for f in "$prefix"/lib/libflow_graph.so "$prefix"/bin/oneflow_lite_run "$prefix"/bin/flow_serve; do
+for f in "$libdir"/libflow_graph.so "$prefix"/bin/oneflow_lite_run "$prefix"/bin/flow_serve; do
   check_loads_from_prefix "$f"
 done
 "$prefix/bin/oneflow_lite_run" --help > /dev/null
