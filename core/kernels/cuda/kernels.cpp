@@ -12,6 +12,7 @@
 #include "core/kernels/cuda/launch.h"
 #include "core/op.h"
 #include "core/ops/copy.h"
+#include "core/ops/view.h"
 
 namespace flow::cuda {
 namespace {
@@ -179,6 +180,14 @@ void full_kernel(KernelContext& ctx) {
   check(fill(scalar_type(out.dtype(), "full"), out.data_ptr(), out.numel(), ctx.attrs.get<Scalar>("value").to_double()), "full");
 }
 
+// Zeros of the input's shape with the gradient copied into the sliced positions.
+void slice_grad_kernel(KernelContext& ctx) {
+  Tensor& out = ctx.outputs[0];
+  set_device(out, "slice_grad");
+  check(fill(scalar_type(out.dtype(), "slice_grad"), out.data_ptr(), out.numel(), 0.0), "slice_grad");
+  detail::copy_into(detail::slice_alias(out, ctx.attrs), ctx.inputs[0]);
+}
+
 void arange_kernel(KernelContext& ctx) {
   Tensor& out = ctx.outputs[0];
   set_device(out, "arange");
@@ -293,6 +302,7 @@ FLOW_REGISTER_KERNEL("copy", DeviceType::kCUDA, kAllDtypes, copy_kernel);
 FLOW_REGISTER_KERNEL("full", DeviceType::kCUDA, kAllDtypes, full_kernel);
 FLOW_REGISTER_KERNEL("empty", DeviceType::kCUDA, kAllDtypes, [](KernelContext&) {});
 FLOW_REGISTER_KERNEL("arange", DeviceType::kCUDA, kArangeDtypes, arange_kernel);
+FLOW_REGISTER_KERNEL("slice_grad", DeviceType::kCUDA, kAllDtypes, slice_grad_kernel);
 FLOW_REGISTER_KERNEL("neg", DeviceType::kCUDA, kNumeric, unary_kernel(UnaryOp::kNeg, "neg"));
 FLOW_REGISTER_KERNEL("abs", DeviceType::kCUDA, kNumeric, unary_kernel(UnaryOp::kAbs, "abs"));
 FLOW_REGISTER_KERNEL("relu", DeviceType::kCUDA, kNumeric, unary_kernel(UnaryOp::kRelu, "relu"));
