@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include <glog/logging.h>
+
 #include "core/error.h"
 
 namespace flow {
@@ -41,18 +43,26 @@ std::optional<int> whole_cpus(const std::string& quota_text, const std::string& 
   }
 }
 
+// A positive thread count at the start of `text` ("8", "4,2"), or nullopt.
+std::optional<int> leading_count(const char* text) {
+  if (text == nullptr) return std::nullopt;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (end == text || (*end != '\0' && *end != ',') || n < 1 || n > (1 << 20)) return std::nullopt;
+  return static_cast<int>(n);
+}
+
 int default_num_threads() {
-  if (const char* env = std::getenv("FLOW_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) return n;
-  }
   int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) cpus = std::max(1, std::min(cpus, CPU_COUNT(&allowed)));
   if (const auto cgroup = read_text("/proc/self/cgroup")) {
     if (const auto limit = cgroup_cpu_limit(*cgroup, read_text)) cpus = std::min(cpus, *limit);
   }
-  return cpus;
+  const ThreadCountChoice choice = choose_num_threads(std::getenv("FLOW_NUM_THREADS"), std::getenv("OMP_NUM_THREADS"), cpus);
+  VLOG(1) << "flow: " << choice.threads << " CPU thread" << (choice.threads == 1 ? "" : "s") << " (from " << choice.source << "; " << cpus
+          << " usable CPUs)";
+  return choice.threads;
 }
 
 struct PoolState {
@@ -99,6 +109,12 @@ std::optional<int> cgroup_cpu_limit(const std::string& proc_self_cgroup,
     }
   }
   return std::nullopt;
+}
+
+ThreadCountChoice choose_num_threads(const char* flow_num_threads, const char* omp_num_threads, int usable_cpus) {
+  if (const auto n = leading_count(flow_num_threads)) return {*n, "FLOW_NUM_THREADS"};
+  if (const auto n = leading_count(omp_num_threads)) return {*n, "OMP_NUM_THREADS"};
+  return {std::max(1, usable_cpus), "CPUs"};
 }
 
 int get_num_threads() { return state().num_threads; }

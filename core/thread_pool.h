@@ -6,10 +6,21 @@
 
 namespace flow {
 
-// Threads used by CPU kernels (and by OpenBLAS). Defaults to FLOW_NUM_THREADS, else the CPUs
-// this process may run on: its affinity mask, lowered to a container's CPU quota (cgroup v1 or
-// v2). More threads than the quota allows spin at OpenMP barriers while the kernel throttles them.
+// Threads used by CPU kernels (and by OpenBLAS). Defaults to FLOW_NUM_THREADS, else
+// OMP_NUM_THREADS (its first value, as OpenMP reads "4,2"), else the CPUs this process may run on:
+// its affinity mask, lowered to a container's CPU quota (cgroup v1 or v2). More threads than the
+// quota allows spin at OpenMP barriers while the kernel throttles them. The choice and its source
+// are logged at verbosity 1 (GLOG_v=1).
 int get_num_threads();
+
+// The default thread count from the two variables' values (null when unset) and the CPUs the
+// process may use, and what it came from: "FLOW_NUM_THREADS", "OMP_NUM_THREADS" or "CPUs". A
+// value that is not a positive integer is skipped.
+struct ThreadCountChoice {
+  int threads;
+  std::string source;
+};
+ThreadCountChoice choose_num_threads(const char* flow_num_threads, const char* omp_num_threads, int usable_cpus);
 // The CPU quota of the cgroup named in `proc_self_cgroup` (the text of /proc/self/cgroup),
 // rounded up to whole CPUs; nullopt when unlimited or unknown. `read` returns a file's text
 // (nullopt if missing).

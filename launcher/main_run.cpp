@@ -117,6 +117,11 @@ flow::launcher::JobSpec parse_args(int argc, char** argv) {
   resolve_streams(spec, tee, redirects);
   spec.kill_timeout = to_milliseconds(kill_timeout_secs);
   if (timeout_secs > 0) spec.timeout = to_milliseconds(timeout_secs);
+  if (spec.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr && std::getenv("FLOW_NUM_THREADS") == nullptr) {
+    // torchrun's warning: a rank's flow kernels run on OMP_NUM_THREADS threads.
+    std::cerr << "flow_run: setting OMP_NUM_THREADS=1 for each rank (it was not set), so that " << spec.nproc_per_node
+              << " ranks do not each start a thread per core; set OMP_NUM_THREADS (or FLOW_NUM_THREADS) to tune it\n";
+  }
   return spec;
 }
 

@@ -132,6 +132,25 @@ TEST(ThreadPool, ThreadLocalCapLimitsOnlyTheCallingThread) {
   flow::set_num_threads(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// FLOW_NUM_THREADS, then OMP_NUM_THREADS (what torchrun and flow_run set per rank), then the usable
+// CPUs; values that are not positive integers are skipped.
+TEST(Dispatch, DefaultThreadsComeFromFlowNumThreadsThenOmpNumThreadsThenCpus) {
+  const auto choice = [](const char* flow_env, const char* omp_env, int cpus) {
+    const flow::ThreadCountChoice c = flow::choose_num_threads(flow_env, omp_env, cpus);
+    return std::to_string(c.threads) + " " + c.source;
+  };
+  EXPECT_EQ(choice(nullptr, nullptr, 16), "16 CPUs");
+  EXPECT_EQ(choice(nullptr, "1", 16), "1 OMP_NUM_THREADS");
+  EXPECT_EQ(choice(nullptr, "4,2", 16), "4 OMP_NUM_THREADS");  // nested levels: the outer one
+  EXPECT_EQ(choice("3", "1", 16), "3 FLOW_NUM_THREADS");
+  EXPECT_EQ(choice("24", nullptr, 16), "24 FLOW_NUM_THREADS");  // an explicit count may exceed the CPUs
+  EXPECT_EQ(choice("0", "2", 16), "2 OMP_NUM_THREADS");
+  EXPECT_EQ(choice("many", "", 8), "8 CPUs");
+  EXPECT_EQ(choice(nullptr, "-4", 8), "8 CPUs");
+  EXPECT_EQ(choice(nullptr, "2x", 8), "8 CPUs");
+  EXPECT_EQ(choice(nullptr, nullptr, 0), "1 CPUs");
+}
+
 // The default thread count stays within a container's CPU quota (cgroup v2 cpu.max, v1
 // cpu.cfs_quota_us / cpu.cfs_period_us), rounded up to whole CPUs; no quota leaves it alone.
 TEST(Dispatch, CgroupCpuQuotaLimitsTheDefaultThreads) {

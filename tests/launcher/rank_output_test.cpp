@@ -113,4 +113,23 @@ TEST(FlowRunOutput, RedirectsAndTeeChooseTheStreams) {
   for (const std::string& directory : {redirected, teed, silent}) std::filesystem::remove_all(directory);
 }
 
+// A rank linked with flow runs on the OMP_NUM_THREADS=1 flow_run gives it (torchrun's default, with
+// torchrun's warning), or on what the user set: OMP_NUM_THREADS, and FLOW_NUM_THREADS above it.
+TEST(FlowRunThreads, RanksRunOnTheThreadsTheEnvironmentGives) {
+  const std::string job = kFlowRun + " --timeout 30 --nproc-per-node 2 " + kFlowRank + " --threads";
+  const auto [status, output] = run_command("env -u OMP_NUM_THREADS -u FLOW_NUM_THREADS " + job);
+  ASSERT_EQ(status, 0) << output;
+  EXPECT_TRUE(contains(output, "[rank0]: threads 1")) << output;
+  EXPECT_TRUE(contains(output, "[rank1]: threads 1")) << output;
+  EXPECT_TRUE(contains(output, "flow_run: setting OMP_NUM_THREADS=1 for each rank")) << output;
+  const auto [set_status, set_output] = run_command("env -u FLOW_NUM_THREADS OMP_NUM_THREADS=3 " + job);
+  ASSERT_EQ(set_status, 0) << set_output;
+  EXPECT_TRUE(contains(set_output, "[rank1]: threads 3")) << set_output;
+  EXPECT_FALSE(contains(set_output, "setting OMP_NUM_THREADS")) << set_output;
+  const auto [flow_status, flow_output] = run_command("env -u OMP_NUM_THREADS FLOW_NUM_THREADS=2 " + job);
+  ASSERT_EQ(flow_status, 0) << flow_output;
+  EXPECT_TRUE(contains(flow_output, "[rank0]: threads 2")) << flow_output;
+  EXPECT_FALSE(contains(flow_output, "setting OMP_NUM_THREADS")) << flow_output;
+}
+
 }  // namespace

@@ -3,6 +3,7 @@
 //   --print TEXT --sleep S       prints TEXT and a newline through std::cout without flushing,
 //                                then sleeps S seconds (the line must show before the rank exits)
 //   --print TEXT --kill-self     the same, then kills itself with SIGKILL
+//   --threads                    prints "threads N": the CPU threads flow chose (get_num_threads)
 //   --job --subgroup-after PATH  init_process_group, prints "rank R joined on port P", waits (up to
 //                                30 s) until PATH exists, then all-reduces among ranks 0 and 1 (a
 //                                new rendezvous through rank 0's store), a barrier, and prints
@@ -19,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "distributed/distributed.h"
 
 namespace {
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
   double sleep_seconds = 0;
   bool kill_self = false;
   bool job = false;
+  bool threads = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     const auto value = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -65,12 +68,18 @@ int main(int argc, char** argv) {
       kill_self = true;
     } else if (flag == "--job") {
       job = true;
+    } else if (flag == "--threads") {
+      threads = true;
     } else if (flag == "--subgroup-after") {
       go_file = value();
     } else {
       std::cerr << "flow_rank: unknown flag " << flag << std::endl;
       return 64;
     }
+  }
+  if (threads) {
+    std::cout << "threads " << flow::get_num_threads() << std::endl;
+    return 0;
   }
   if (job) {
     try {
