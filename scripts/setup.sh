@@ -22,6 +22,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Paths inside the checkout are hashed relative to it, so another clone (CI's) reuses the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 build_type="${1:-Release}"
 build_dir="${FLOW_BUILD_DIR:-build}"
 config=(-DCMAKE_BUILD_TYPE="$build_type" -DFLOW_SANITIZE=OFF)
