@@ -58,7 +58,7 @@ std::shared_ptr<Node> rebase_history(const Tensor& view, const std::string& op, 
            Shape(view.strides()), ") refers to a single memory location; clone() it before writing");
     }
   }
-  auto copy_slices = std::make_shared<CopySlices>(base, view, gradient_edge(base), Edge{writer, output_nr});
+  auto copy_slices = std::make_shared<CopySlices>(base, view, offset_in_base(base, view, op), gradient_edge(base), Edge{writer, output_nr});
   auto& meta = base.impl()->autograd;
   if (!meta) meta = std::make_shared<AutogradMeta>();
   meta->requires_grad = true;
@@ -67,12 +67,8 @@ std::shared_ptr<Node> rebase_history(const Tensor& view, const std::string& op, 
   return copy_slices;
 }
 
-CopySlices::CopySlices(const Tensor& base, const Tensor& view, Edge previous, Edge writer)
-    : base_shape_(base.shape()),
-      options_(options_beside(base)),
-      size_(view.shape()),
-      stride_(view.strides()),
-      offset_(offset_in_base(base, view, "copy_")) {
+CopySlices::CopySlices(const Tensor& base, const Tensor& view, int64_t offset, Edge previous, Edge writer)
+    : base_shape_(base.shape()), options_(options_beside(base)), size_(view.shape()), stride_(view.strides()), offset_(offset) {
   next_edges_ = {std::move(previous), std::move(writer)};
 }
 

@@ -20,11 +20,12 @@ void refresh_view_history(const Tensor& view);
 // returns the base's new grad_fn.
 std::shared_ptr<Node> rebase_history(const Tensor& view, const std::string& op, const std::shared_ptr<Node>& writer, uint32_t output_nr);
 
-// The base's gradient split in two: its positions under the view go to the node that wrote the
-// view (edge 1), the rest, with zeros under the view, to the base's previous history (edge 0).
+// The base's gradient split in two: its positions under the view (which starts `offset` elements
+// into the contiguous base) go to the node that wrote the view (edge 1), the rest, with zeros
+// under the view, to the base's previous history (edge 0).
 class CopySlices final : public Node {
  public:
-  CopySlices(const Tensor& base, const Tensor& view, Edge previous, Edge writer);
+  CopySlices(const Tensor& base, const Tensor& view, int64_t offset, Edge previous, Edge writer);
   std::string name() const override { return "CopySlices"; }
   TensorList apply(const TensorList& grad_outputs, bool retain_graph) override;
   size_t num_outputs() const override { return 1; }
