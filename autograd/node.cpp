@@ -82,12 +82,16 @@ Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
 
 OpNode::OpNode(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs)
     : op_(op), attrs_(attrs) {
+  // A view op's input is saved without its history (its vjp reads metas only): once the view is
+  // written in place, the base's history reaches this node through CopySlices, and a saved base
+  // with its history would hold itself alive.
+  const bool makes_view = op.view && !op.inplace;
   for (const Tensor& input : inputs) {
     next_edges_.push_back(gradient_edge(input));
     input_metas_.push_back({input.shape(), input.dtype(), input.device()});
     bool written_in_place = false;
     for (const Tensor& output : outputs) written_in_place |= output.same(input);
-    saved_inputs_.emplace_back(input, written_in_place);
+    saved_inputs_.emplace_back(makes_view && input.defined() ? input.detach() : input, written_in_place);
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     output_metas_.push_back({outputs[i].shape(), outputs[i].dtype(), outputs[i].device()});

@@ -26,7 +26,8 @@ Attrs geometry_attrs(const Tensor& base, const Tensor& view, const std::string& 
 
 void record_view(const Tensor& input, const Tensor& view) {
   if (view.same(input) || input.is_global() || view.is_global()) return;
-  const std::shared_ptr<TensorImpl>& base_of_input = view_base(input);
+  // A view of a view reads the first one's base; once that base is gone the input stands for it.
+  const std::shared_ptr<TensorImpl> base_of_input = view_base(input);
   const std::shared_ptr<TensorImpl> base = base_of_input ? base_of_input : input.impl_ptr();
   auto& meta = view.impl()->autograd;
   if (!meta) meta = std::make_shared<AutogradMeta>();
@@ -36,8 +37,10 @@ void record_view(const Tensor& input, const Tensor& view) {
 
 void refresh_view_history(const Tensor& view) {
   AutogradMeta* meta = view.impl()->autograd.get();
-  if (meta == nullptr || !meta->view_base) return;
-  const Tensor base(meta->view_base);
+  if (meta == nullptr) return;
+  const std::shared_ptr<TensorImpl> base_impl = meta->view_base.lock();
+  if (!base_impl) return;
+  const Tensor base(base_impl);
   if (!base.requires_grad()) return;
   const std::shared_ptr<Node>& current = base.grad_fn();
   if (meta->grad_fn && same_node(meta->view_base_grad_fn, current)) return;

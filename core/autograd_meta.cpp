@@ -12,14 +12,15 @@ AutogradMeta& meta_of(TensorImpl* impl) {
 // A view requires grad when its base does, also when the base's history began after the view
 // was made (a write through another view of it).
 bool base_requires_grad(const AutogradMeta& meta) {
-  return meta.view_base && meta.view_base->autograd && meta.view_base->autograd->requires_grad;
+  if (meta.view_base.expired()) return false;
+  const std::shared_ptr<TensorImpl> base = meta.view_base.lock();
+  return base && base->autograd && base->autograd->requires_grad;
 }
 }  // namespace
 
-const std::shared_ptr<TensorImpl>& view_base(const Tensor& tensor) {
-  static const std::shared_ptr<TensorImpl> kNone;
+std::shared_ptr<TensorImpl> view_base(const Tensor& tensor) {
   const auto& meta = tensor.impl()->autograd;
-  return meta ? meta->view_base : kNone;
+  return meta ? meta->view_base.lock() : nullptr;
 }
 
 bool Tensor::requires_grad() const {

@@ -30,12 +30,14 @@ struct AutogradMeta {
   // storage the view reads (never itself such a view), so that an in-place write through the
   // view gives the base a history (autograd's CopySlices), and the base's grad_fn the view's own
   // history was made from: when the base's history has changed since, the view's is remade.
-  std::shared_ptr<TensorImpl> view_base;
+  // Weak: the base's history can reach nodes that saved the view, and a base no one holds has
+  // no history left to change or to be read.
+  std::weak_ptr<TensorImpl> view_base;
   std::weak_ptr<autograd::Node> view_base_grad_fn;
 };
 
-// The base a differentiable view reads (null for other tensors).
-const std::shared_ptr<TensorImpl>& view_base(const Tensor& tensor);
+// The live base a differentiable view reads (null for other tensors, and once the base is gone).
+std::shared_ptr<TensorImpl> view_base(const Tensor& tensor);
 
 // How many in-place writes the tensor's data has seen (its storage's, a global tensor's piece's;
 // 0 for lazy tensors): autograd compares it to spot a saved value changed after saving.

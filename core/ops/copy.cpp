@@ -109,7 +109,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
     fail("copy_", "a leaf tensor that requires grad is being used in an in-place operation; wrap it in "
          "flow::autograd::NoGradGuard or use detach()");
   }
-  const std::shared_ptr<TensorImpl>& base = view_base(*this);
+  const std::shared_ptr<TensorImpl> base = view_base(*this);
   if (is_grad_enabled() && base && Tensor(base).requires_grad() && Tensor(base).is_leaf()) {
     fail("copy_", "a view of a leaf tensor that requires grad is being used in an in-place operation; wrap it in "
          "flow::autograd::NoGradGuard or use detach()");
