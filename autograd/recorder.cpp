@@ -27,8 +27,8 @@ class GraphRecorder final : public AutogradRecorder {
         meta->grad_fn = node;
         meta->output_nr = static_cast<uint32_t>(i);
         // A view written in place stays a view: its base's history now goes through this write.
-        if (op.inplace && view_base(output)) {
-          meta->view_base = view_base(output);
+        if (std::shared_ptr<TensorImpl> base = op.inplace ? view_base(output) : nullptr) {
+          meta->view_base = base;
           meta->view_base_grad_fn = rebase_history(output, op.name, node, static_cast<uint32_t>(i));
         }
         output.impl()->autograd = std::move(meta);

@@ -37,4 +37,16 @@ void check_scalar_fits(const std::string& op, const Scalar& value, DType dtype, 
   if (!ok) fail(op, what, " ", value, " cannot be converted to type ", dtype_name(dtype), " without overflow");
 }
 
+std::optional<int64_t> strided_extent(const Shape& shape, const Strides& strides) {
+  if (shape.numel() == 0) return 0;
+  int64_t extent = 1;
+  for (int64_t d = 0; d < shape.ndim(); ++d) {
+    int64_t span = 0;
+    if (__builtin_mul_overflow(shape[d] - 1, strides[static_cast<size_t>(d)], &span) || __builtin_add_overflow(extent, span, &extent)) {
+      return std::nullopt;
+    }
+  }
+  return extent;
+}
+
 }  // namespace flow::checks

@@ -2,6 +2,7 @@
 // Argument checks shared by the ops' meta inference (infer). Infer is the one place an op's
 // arguments are checked, whoever calls it (eager, a Graph, oneflow_lite loading a Job), so each
 // check here assumes nothing about its caller and costs a few comparisons.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,9 @@ inline Shape shape_attr(const std::string& op, const Attrs& attrs, const char* n
 // A scalar written into tensors of dtype must be representable there (PyTorch's "value cannot be
 // converted to type int32_t without overflow"): the kernels convert it with a plain cast.
 void check_scalar_fits(const std::string& op, const Scalar& value, DType dtype, const char* what);
+
+// The elements, from the first, that a layout of `shape` with non-negative `strides` reaches (0 for
+// an empty shape): the storage a strided view needs. nullopt when int64 cannot count them.
+std::optional<int64_t> strided_extent(const Shape& shape, const Strides& strides);
 
 }  // namespace flow::checks

@@ -326,20 +326,15 @@ Tensor wrap_blob(void* data, const Shape& shape, const Strides& strides, std::fu
   for (int64_t stride : strides) {
     if (stride < 0) fail(op, "strides must be non-negative, got ", Shape(strides));
   }
-  int64_t elements = shape.numel() > 0 ? 1 : 0;  // the extent the strides reach
-  for (int64_t d = 0; d < shape.ndim() && elements > 0; ++d) {
-    int64_t span = 0;
-    if (__builtin_mul_overflow(shape[d] - 1, strides[static_cast<size_t>(d)], &span) || __builtin_add_overflow(elements, span, &elements)) {
-      fail(op, "shape ", shape, " with strides ", Shape(strides), " reaches more elements than int64 can count");
-    }
-  }
-  if (data == nullptr && elements > 0) fail(op, "data is null");
+  const std::optional<int64_t> elements = checks::strided_extent(shape, strides);
+  if (!elements) fail(op, "shape ", shape, " with strides ", Shape(strides), " reaches more elements than int64 can count");
+  if (data == nullptr && *elements > 0) fail(op, "data is null");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->strides = strides;
   impl->dtype = dtype;
   impl->device = device;
-  impl->storage = std::make_shared<Storage>(data, static_cast<size_t>(Shape{elements}.nbytes(itemsize(dtype), op)), device, std::move(deleter));
+  impl->storage = std::make_shared<Storage>(data, static_cast<size_t>(Shape{*elements}.nbytes(itemsize(dtype), op)), device, std::move(deleter));
   return finish(Tensor(std::move(impl)), options);
 }
 }  // namespace

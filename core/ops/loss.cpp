@@ -18,7 +18,7 @@ const OpDef& kBinaryCrossEntropy =
             fail("binary_cross_entropy", "target ", in[1].shape, " and input ", in[0].shape, " must have the same shape");
           }
           elementwise::check_same_dtype(in, "binary_cross_entropy");
-          if (!is_floating(in[0].dtype)) fail("binary_cross_entropy", "expected floating inputs, got ", dtype_name(in[0].dtype));
+          checks::check_floating("binary_cross_entropy", in[0], "input");
           return std::vector<TensorMeta>{in[0]};
         })
         .sbp(sbp::elementwise)

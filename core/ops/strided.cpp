@@ -3,6 +3,7 @@
 #include "core/ops/strided.h"
 
 #include "core/interpreter.h"
+#include "core/ops/checks.h"
 #include "core/ops/copy.h"
 #include "core/ops/creation.h"
 
@@ -31,14 +32,11 @@ void check_geometry(const char* op, const Geometry& g, int64_t numel) {
     if (g.size[d] < 0 || g.stride[d] < 0) fail(op, "sizes and strides must be non-negative, got size ", g.size, " and stride ", Shape(g.stride));
   }
   if (g.size.numel() == 0) return;
-  int64_t last = g.offset;
-  for (int64_t d = 0; d < g.size.ndim(); ++d) {
-    int64_t span = 0;
-    if (__builtin_mul_overflow(g.size[d] - 1, g.stride[d], &span) || __builtin_add_overflow(last, span, &last) || last >= numel) {
-      fail(op, "size ", g.size, ", stride ", Shape(g.stride), " and offset ", g.offset, " reach past the end of a tensor of ", numel, " elements");
-    }
+  const std::optional<int64_t> extent = checks::strided_extent(g.size, g.stride);
+  int64_t end = 0;
+  if (!extent || __builtin_add_overflow(g.offset, *extent, &end) || end > numel) {
+    fail(op, "size ", g.size, ", stride ", Shape(g.stride), " and offset ", g.offset, " reach past the end of a tensor of ", numel, " elements");
   }
-  if (last >= numel) fail(op, "offset ", g.offset, " is past the end of a tensor of ", numel, " elements");
 }
 
 Tensor alias_of(const Tensor& input, const Attrs& attrs) {
