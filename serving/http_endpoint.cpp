@@ -1,116 +1,397 @@
 #include "serving/http_endpoint.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
+#include <glog/logging.h>
 
 #include <algorithm>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <thread>
 
 #include "core/error.h"
+#include "serving/content_encoding.h"
 #include "serving/rest_codec.h"
 
 namespace flow::serving {
-namespace {
 
-// Keep-alive connections serve this many requests before they are closed.
-constexpr size_t kKeepAliveMaxRequests = 1000;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
-void add_route(httplib::Server& server, const std::string& method, const std::string& pattern,
-               httplib::Server::Handler handler) {
-  if (method == "GET") server.Get(pattern, std::move(handler));
-  if (method == "POST") server.Post(pattern, std::move(handler));
+std::optional<std::string> HttpRequest::header(std::string_view name) const {
+  for (const auto& [field, value] : headers) {
+    if (beast::iequals(field, beast::string_view(name.data(), name.size()))) return value;
+  }
+  return std::nullopt;
 }
 
-// Whether the request's body is still unread on the connection.
-bool has_body(const httplib::Request& request) {
-  return request.has_header("Transfer-Encoding") ||
-         (request.has_header("Content-Length") && request.get_header_value("Content-Length") != "0");
+void HttpResponse::set_header(std::string name, std::string value) {
+  for (auto& [field, old] : headers) {
+    if (beast::iequals(field, name)) {
+      old = std::move(value);
+      return;
+    }
+  }
+  headers.emplace_back(std::move(name), std::move(value));
 }
 
-}  // namespace
+void HttpResponse::set_content(std::string content, std::string content_type) {
+  body = std::move(content);
+  set_header("Content-Type", std::move(content_type));
+}
 
-void send_error(httplib::Response& response, int status, const std::string& message) {
+void send_error(HttpResponse& response, int status, const std::string& message) {
   response.status = status;
   response.set_content(json_text({{"error", message}}), "application/json");
 }
 
-HttpEndpoint::HttpEndpoint(HttpOptions options)
-    : options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
-  const auto threads = static_cast<size_t>(std::max(1, options_.threads));
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_read_timeout(options_.read_timeout);
-  server_->set_write_timeout(options_.read_timeout);
-  server_->set_keep_alive_timeout(options_.keep_alive_timeout.count());
-  server_->set_keep_alive_max_count(kKeepAliveMaxRequests);
-  server_->set_payload_max_length(options_.max_body_bytes);
-  server_->set_tcp_nodelay(true);
-  // httplib's default socket options set SO_REUSEPORT, which would let a second server share the
-  // port silently: a port another server holds must be an error.
-  server_->set_socket_options([](int socket) {
-    const int on = 1;
-    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-  });
-  // 404 and 405 are answered before httplib reads a body: it would wait for one a request with
-  // no Content-Length never sends.
-  server_->set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
-    for (const Route& route : routes_) {
-      if (!std::regex_match(request.path, route.pattern)) continue;
-      if (route.methods.count(request.method) || (request.method == "HEAD" && route.methods.count("GET"))) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      std::string allow;
-      for (const std::string& method : route.methods) allow += (allow.empty() ? "" : ", ") + method;
-      response.set_header("Allow", allow);
-      send_error(response, 405, "[serving] method " + request.method + " not allowed on " + request.path);
-      break;
+namespace {
+
+struct Route {
+  std::string text;
+  std::regex pattern;
+  std::map<std::string, std::pair<HttpEndpoint::Handler, HttpEndpoint::Runs>> by_method;
+};
+using RouteHandler = std::pair<HttpEndpoint::Handler, HttpEndpoint::Runs>;
+
+// An error answer for a connection that is closed after it: its request, or what is left of it,
+// is not read.
+HttpResponse closing_error(int status, const std::string& message) {
+  HttpResponse response;
+  send_error(response, status, message);
+  response.set_header("Connection", "close");
+  return response;
+}
+
+bool closes_connection(const HttpResponse& response) {
+  for (const auto& [field, value] : response.headers) {
+    if (beast::iequals(field, "Connection") && beast::iequals(value, "close")) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+class Session;
+
+class HttpEndpoint::Impl {
+ public:
+  explicit Impl(HttpOptions options)
+      : options(std::move(options)), workers(static_cast<size_t>(std::max(1, this->options.threads))), acceptor(io) {}
+
+  void accept();
+  // The route whose pattern matches `path` whole, and its groups.
+  const Route* find_route(const std::string& path, std::vector<std::string>& matches) const;
+
+  // Declared before the I/O context: sessions that the context's destruction releases still
+  // find them.
+  const HttpOptions options;
+  std::vector<Route> routes;
+  int port = 0;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> connections{0};
+  std::mutex sessions_mutex;
+  std::map<Session*, std::weak_ptr<Session>> sessions;
+  asio::thread_pool workers;
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  std::thread io_thread;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  // The endpoint outlives its sessions: stop() waits until every connection is closed.
+  Session(HttpEndpoint::Impl& endpoint, tcp::socket socket) : endpoint_(&endpoint), stream_(std::move(socket)) {}
+
+  ~Session() {
+    endpoint_->connections.fetch_sub(1);
+    std::lock_guard lock(endpoint_->sessions_mutex);
+    endpoint_->sessions.erase(this);
+  }
+
+  void start() {
+    {
+      std::lock_guard lock(endpoint_->sessions_mutex);
+      endpoint_->sessions.emplace(this, weak_from_this());
     }
-    if (response.status != 405) send_error(response, 404, "[serving] no such path: " + request.method + " " + request.path);
-    // A body left unread would be taken for the next request.
-    if (has_body(request)) response.set_header("Connection", "close");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Statuses that httplib sets itself (404, 413, 400, ...) get the same JSON body as ours.
-  server_->set_error_handler([](const httplib::Request& request, httplib::Response& response) {
-    if (!response.body.empty()) return;
-    send_error(response, response.status,
-               "[serving] HTTP status " + std::to_string(response.status) + ": " + request.method + " " + request.path);
-  });
-  server_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          send_error(response, 500, e.what());
-        } catch (...) {
-          send_error(response, 500, "[serving] unknown error");
-        }
+    read_head();
+  }
+
+  // On the endpoint's stop: a connection that waits for, or is still receiving, a request is
+  // closed now; one whose request is being handled closes after its answer.
+  void stop() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->handling_) self->close();
+    });
+  }
+
+ private:
+  const HttpOptions& options() const { return endpoint_->options; }
+
+  void read_head() {
+    if (endpoint_->stopping) return close();
+    head_only_ = keep_alive_ = false;
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(std::min<size_t>(options().max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(static_cast<std::uint64_t>(options().max_body_bytes));
+    stream_.expires_after(options().header_timeout);
+    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code error, size_t) {
+      self->on_head(error);
+    });
+  }
+
+  void on_head(beast::error_code error) {
+    if (error == http::error::header_limit) {
+      return answer(closing_error(431, "[serving] the request head is larger than " + std::to_string(options().max_header_bytes) + " bytes"));
+    }
+    if (error) return bad_request_or_close(error);
+    const auto& head = parser_->get();
+    request_.method = std::string(head.method_string());
+    const std::string target(head.target());
+    request_.path = target.substr(0, target.find('?'));
+    request_.headers.clear();
+    for (const auto& field : head) request_.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    head_only_ = head.method() == http::verb::head;
+    keep_alive_ = head.keep_alive();
+    const bool body_pending = !parser_->is_done();
+    if (endpoint_->stopping) return answer(closing_error(503, "[serving] the server is shutting down"));
+
+    const Route* route = endpoint_->find_route(request_.path, request_.matches);
+    const std::string method = head_only_ ? "GET" : request_.method;
+    const auto handler = route ? route->by_method.find(method) : std::map<std::string, RouteHandler>::const_iterator();
+    if (!route || handler == route->by_method.end()) {
+      HttpResponse response;
+      if (route) {
+        std::string allow;
+        for (const auto& [known, unused] : route->by_method) allow += (allow.empty() ? "" : ", ") + known;
+        response.set_header("Allow", allow);
+        send_error(response, 405, "[serving] method " + request_.method + " not allowed on " + request_.path);
+      } else {
+        send_error(response, 404, "[serving] no such path: " + request_.method + " " + request_.path);
+      }
+      // An unread body would be taken for the next request.
+      if (body_pending) response.set_header("Connection", "close");
+      return answer(std::move(response));
+    }
+    handler_ = &handler->second;
+    if (!body_pending) return handle();
+    if (const auto length = parser_->content_length(); length && *length > options().max_body_bytes) {
+      return answer(closing_error(413, too_large()));
+    }
+    if (const auto expect = head.find(http::field::expect); expect != head.end() && beast::iequals(expect->value(), "100-continue")) {
+      auto interim = std::make_shared<http::response<http::empty_body>>(http::status::continue_, head.version());
+      stream_.expires_after(options().write_timeout);
+      http::async_write(stream_, *interim, [self = shared_from_this(), interim](beast::error_code error, size_t) {
+        if (error) return self->close();
+        self->start_body();
       });
-  port_ = options_.port == 0 ? server_->bind_to_any_port(options_.address)
-                             : (server_->bind_to_port(options_.address, options_.port) ? options_.port : -1);
-  if (port_ <= 0) fail("serving", "cannot listen for HTTP on ", options_.address, ":", options_.port);
+      return;
+    }
+    start_body();
+  }
+
+  void start_body() {
+    body_deadline_ = Clock::now() + options().body_timeout;
+    read_body();
+  }
+
+  void read_body() {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(body_deadline_ - Clock::now());
+    if (left.count() <= 0) return answer(closing_error(408, "[serving] the request body did not arrive in time"));
+    stream_.expires_after(std::min(left, options().read_timeout));
+    http::async_read_some(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code error, size_t) {
+      if (error == http::error::body_limit) return self->answer(closing_error(413, self->too_large()));
+      if (error == beast::error::timeout) return self->answer(closing_error(408, "[serving] the request body stopped arriving"));
+      if (error) return self->bad_request_or_close(error);
+      if (self->parser_->is_done()) return self->handle();
+      self->read_body();
+    });
+  }
+
+  // Runs the route's handler (on the I/O thread or a worker) and writes its answer.
+  void handle() {
+    request_.body = parser_->release().body();
+    handling_ = true;
+    auto run = [self = shared_from_this()] {
+      HttpResponse response = self->run_handler();
+      asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
+        self->answer(std::move(response));
+      });
+    };
+    if (handler_->second == HttpEndpoint::Runs::kOnIoThread) {
+      answer(run_handler());
+    } else {
+      asio::post(endpoint_->workers, std::move(run));
+    }
+  }
+
+  HttpResponse run_handler() {
+    HttpResponse response;
+    try {
+      request_.body = decode_content(std::move(request_.body), request_.header("Content-Encoding"), options().max_body_bytes);
+      handler_->first(request_, response);
+    } catch (const HttpError& error) {
+      send_error(response, error.status, error.what());
+    } catch (const std::exception& error) {
+      send_error(response, 500, error.what());
+    } catch (...) {
+      send_error(response, 500, "[serving] unknown error");
+    }
+    return response;
+  }
+
+  // Writes `response`; then reads the next request, or closes the connection.
+  void answer(HttpResponse response) {
+    handling_ = false;
+    const bool keep_alive = keep_alive_ && !closes_connection(response) && !endpoint_->stopping;
+    auto message = std::make_shared<http::response<http::string_body>>();
+    message->result(static_cast<unsigned>(response.status));
+    message->version(11);
+    message->set(http::field::server, "flow_serve");
+    for (auto& [field, value] : response.headers) message->set(field, value);
+    if (response.status >= 400 && !message->count(http::field::content_type) && !response.body.empty()) {
+      message->set(http::field::content_type, "application/json");
+    }
+    message->body() = std::move(response.body);
+    message->keep_alive(keep_alive);
+    message->prepare_payload();
+    if (head_only_) message->body().clear();
+    stream_.expires_after(options().write_timeout);
+    http::async_write(stream_, *message, [self = shared_from_this(), message, keep_alive](beast::error_code error, size_t) {
+      if (error || !keep_alive) return self->close();
+      self->read_head();
+    });
+  }
+
+  // A request that does not parse is answered 400; a closed, timed-out or cancelled connection
+  // is just closed.
+  void bad_request_or_close(beast::error_code error) {
+    const bool gone = error == http::error::end_of_stream || error == http::error::partial_message;
+    if (gone || error.category() != http::make_error_code(http::error::bad_target).category()) return close();
+    answer(closing_error(400, "[serving] malformed HTTP request: " + error.message()));
+  }
+
+  std::string too_large() const {
+    return "[serving] the request body is larger than the limit of " + std::to_string(options().max_body_bytes) + " bytes";
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+  }
+
+  HttpEndpoint::Impl* const endpoint_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  HttpRequest request_;
+  const RouteHandler* handler_ = nullptr;
+  bool head_only_ = false;
+  bool keep_alive_ = false;
+  bool handling_ = false;
+  Clock::time_point body_deadline_;
+};
+
+const Route* HttpEndpoint::Impl::find_route(const std::string& path, std::vector<std::string>& matches) const {
+  for (const Route& route : routes) {
+    std::smatch match;
+    if (!std::regex_match(path, match, route.pattern)) continue;
+    matches.assign(match.begin(), match.end());
+    return &route;
+  }
+  matches.clear();
+  return nullptr;
+}
+
+void HttpEndpoint::Impl::accept() {
+  acceptor.async_accept(asio::make_strand(io), [self = this](beast::error_code error, tcp::socket socket) {
+    if (error) {
+      if (error == asio::error::operation_aborted || !self->acceptor.is_open()) return;
+      LOG(WARNING) << "[serving] HTTP accept on port " << self->port << " failed: " << error.message();
+    } else if (self->connections.fetch_add(1) >= self->options.max_connections) {
+      self->connections.fetch_sub(1);
+      // Small enough for the socket's send buffer: written at once, never waited for.
+      const HttpResponse refusal = closing_error(503, "[serving] too many connections (limit " + std::to_string(self->options.max_connections) + ")");
+      const std::string text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+                               std::to_string(refusal.body.size()) + "\r\n\r\n" + refusal.body;
+      beast::error_code ignored;
+      socket.non_blocking(true, ignored);
+      socket.write_some(asio::buffer(text), ignored);
+      socket.shutdown(tcp::socket::shutdown_both, ignored);
+    } else {
+      std::make_shared<Session>(*self, std::move(socket))->start();
+    }
+    self->accept();
+  });
+}
+
+HttpEndpoint::HttpEndpoint(HttpOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  const HttpOptions& o = impl_->options;
+  beast::error_code error;
+  const auto address = asio::ip::make_address(o.address, error);
+  if (error) fail("serving", "cannot listen for HTTP on ", o.address, ":", o.port, ": ", error.message());
+  const tcp::endpoint where(address, static_cast<unsigned short>(o.port));
+  tcp::acceptor& acceptor = impl_->acceptor;
+  // SO_REUSEADDR (a restarted server binds at once) but not SO_REUSEPORT: a port another server
+  // holds must be an error.
+  if (!acceptor.open(where.protocol(), error) && !acceptor.set_option(asio::socket_base::reuse_address(true), error) &&
+      !acceptor.bind(where, error) && !acceptor.listen(asio::socket_base::max_listen_connections, error)) {
+    impl_->port = acceptor.local_endpoint().port();
+    return;
+  }
+  fail("serving", "cannot listen for HTTP on ", o.address, ":", o.port, ": ", error.message());
 }
 
 HttpEndpoint::~HttpEndpoint() { stop(); }
 
-void HttpEndpoint::route(const std::string& method, const std::string& pattern, Handler handler) {
-  auto known = std::find_if(routes_.begin(), routes_.end(), [&](const Route& route) { return route.text == pattern; });
-  if (known == routes_.end()) known = routes_.insert(routes_.end(), Route{pattern, std::regex(pattern), {}});
-  known->methods.insert(method);
-  add_route(*server_, method, pattern, std::move(handler));
+void HttpEndpoint::route(const std::string& method, const std::string& pattern, Handler handler, Runs runs) {
+  auto& routes = impl_->routes;
+  auto known = std::find_if(routes.begin(), routes.end(), [&](const Route& route) { return route.text == pattern; });
+  if (known == routes.end()) known = routes.insert(routes.end(), Route{pattern, std::regex(pattern), {}});
+  known->by_method[method] = {std::move(handler), runs};
 }
 
 void HttpEndpoint::start() {
-  listener_ = std::thread([this] {
-    server_->listen_after_bind();
-    listener_done_ = true;
+  impl_->accept();
+  impl_->io_thread = std::thread([impl = impl_.get()] {
+    // Kept running while stop() waits for the workers, whose answers are posted here.
+    auto work = asio::make_work_guard(impl->io);
+    impl->io.run();
   });
-  // stop() only stops a server that is running: wait until it is.
-  while (!server_->is_running() && !listener_done_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void HttpEndpoint::stop() {
-  if (!listener_.joinable()) return;
-  server_->stop();
-  listener_.join();
+  Impl& impl = *impl_;
+  if (!impl.io_thread.joinable() || impl.stopping.exchange(true)) return;
+  asio::post(impl.io, [&impl] {
+    beast::error_code ignored;
+    impl.acceptor.close(ignored);
+    std::vector<std::shared_ptr<Session>> open;
+    {
+      std::lock_guard lock(impl.sessions_mutex);
+      for (auto& [raw, session] : impl.sessions) {
+        if (auto alive = session.lock()) open.push_back(std::move(alive));
+      }
+    }
+    for (const auto& session : open) session->stop();
+  });
+  impl.workers.join();
+  // Every handler has run; the answers they posted are being written. The I/O thread's work
+  // guard is released by stopping the context once no connection is left.
+  while (impl.connections.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  impl.io.stop();
+  impl.io_thread.join();
 }
+
+int HttpEndpoint::port() const { return impl_->port; }
+int HttpEndpoint::connections() const { return impl_->connections.load(); }
 
 }  // namespace flow::serving

@@ -1,40 +1,66 @@
 #pragma once
-// An HTTP/1.1 endpoint on cpp-httplib: a pool of `threads` threads, each serving one connection
-// for as long as it stays open (a keep-alive connection idle longer than keep_alive_timeout, or
-// a request slower than read_timeout between two reads, is closed). Paths are routed by method:
-// a known path with another method answers 405, an unknown path 404, both with a JSON
-// {"error": ...} body.
-#include <atomic>
+// An event-driven HTTP/1.1 endpoint (Boost.Beast on Boost.Asio): one I/O thread reads and writes
+// every connection, so a connection costs a socket and a buffer, not a thread, and slow or idle
+// clients hold nobody up. Handlers that may block (a model run) run on a pool of worker threads;
+// cheap ones (health, metrics) run on the I/O thread and answer however busy the workers are.
+//
+// Every request is bounded: its head must arrive whole within header_timeout (counted from the
+// connection, or from the previous answer on a keep-alive connection) and within
+// max_header_bytes; its body must keep arriving (no gap over read_timeout) and be whole within
+// body_timeout; a body over max_body_bytes, whatever its framing (Content-Length or chunked) or
+// encoding (gzip and deflate are inflated, and the inflated bytes count), is answered 413 as soon
+// as the limit is crossed, and the connection closed. A connection over max_connections is
+// answered 503 and closed. Paths are routed by method: a known path with another method answers
+// 405, an unknown path 404, both with a JSON {"error": ...} body.
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <regex>
-#include <set>
+#include <optional>
 #include <string>
-#include <thread>
+#include <string_view>
+#include <utility>
 #include <vector>
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace flow::serving {
 
 struct HttpOptions {
   std::string address = "0.0.0.0";
-  int port = 0;  // 0: any free port
-  int threads = 8;
-  size_t max_body_bytes = 512 << 20;  // larger bodies: 413
-  std::chrono::seconds read_timeout{5};
-  std::chrono::seconds keep_alive_timeout{5};
+  int port = 0;     // 0: any free port
+  int threads = 8;  // worker threads: handlers added with Runs::kOnWorker
+  size_t max_body_bytes = 512 << 20;
+  size_t max_header_bytes = 64 << 10;  // the request line and header fields; larger: 431
+  int max_connections = 1024;
+  std::chrono::milliseconds header_timeout{5000};
+  std::chrono::milliseconds read_timeout{5000};  // the longest gap between two reads of a body
+  std::chrono::milliseconds body_timeout{60000};
+  std::chrono::milliseconds write_timeout{60000};
+};
+
+struct HttpRequest {
+  std::string method;  // GET, HEAD (answered by the GET route), POST, ...
+  std::string path;    // the target without its query
+  std::vector<std::string> matches;  // the route's groups: [0] the whole path, then each group
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;  // inflated when the request was sent gzip- or deflate-encoded
+
+  // The first field named `name` (case-insensitive), if any.
+  std::optional<std::string> header(std::string_view name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  void set_header(std::string name, std::string value);
+  void set_content(std::string content, std::string content_type);
 };
 
 class HttpEndpoint {
  public:
-  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  using Handler = std::function<void(const HttpRequest&, HttpResponse&)>;
+  enum class Runs { kOnIoThread, kOnWorker };
 
   // Binds the port (listening starts with start()). Throws flow::Error when it cannot.
   explicit HttpEndpoint(HttpOptions options);
@@ -44,31 +70,27 @@ class HttpEndpoint {
   HttpEndpoint& operator=(const HttpEndpoint&) = delete;
 
   // Answers `method` ("GET" or "POST") requests whose whole path matches the regular expression
-  // `pattern` (its groups in request.matches). Before start() only.
-  void route(const std::string& method, const std::string& pattern, Handler handler);
+  // `pattern`. A handler that never blocks may run on the I/O thread; one that may (it waits for
+  // a model, a lock held long) must run on a worker. Before start() only.
+  void route(const std::string& method, const std::string& pattern, Handler handler, Runs runs = Runs::kOnWorker);
   // Starts accepting connections on a thread of its own.
   void start();
-  // Stops accepting, lets the connections being served finish (each within its timeouts), joins
-  // the threads. Idempotent.
+  // Stops accepting; closes connections that wait for or are still sending a request (idle,
+  // slow); lets the requests being handled finish and their answers be written (each within
+  // write_timeout), then closes those too and joins the threads. Idempotent.
   void stop();
 
-  int port() const { return port_; }
+  int port() const;
+  // Connections open now.
+  int connections() const;
+
+  class Impl;
 
  private:
-  const HttpOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  struct Route {
-    std::string text;
-    std::regex pattern;
-    std::set<std::string> methods;
-  };
-  std::vector<Route> routes_;
-  int port_ = 0;
-  std::thread listener_;
-  std::atomic<bool> listener_done_{false};
+  std::unique_ptr<Impl> impl_;
 };
 
 // Answers with `status` and a JSON {"error": message} body.
-void send_error(httplib::Response& response, int status, const std::string& message);
+void send_error(HttpResponse& response, int status, const std::string& message);
 
 }  // namespace flow::serving

@@ -1,6 +1,5 @@
 #include "serving/rest_service.h"
 
-#include <httplib.h>
 #include <prometheus/text_serializer.h>
 
 #include <future>
@@ -18,12 +17,12 @@ using nlohmann::json;
 // /v2/models/{name} with an optional /versions/{version}: groups 1 and 2.
 const std::string kModelPath = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
 
-void send_json(httplib::Response& response, const json& body) {
+void send_json(HttpResponse& response, const json& body) {
   response.status = 200;
   response.set_content(json_text(body), "application/json");
 }
 
-void send_status(httplib::Response& response, const grpc::Status& status) {
+void send_status(HttpResponse& response, const grpc::Status& status) {
   send_error(response, http_status(status.error_code()), status.error_message());
 }
 
@@ -45,7 +44,7 @@ json model_metadata_json(const inference::ModelMetadataResponse& metadata) {
 }
 
 // Runs one inference on the calling (HTTP) thread: queued like a gRPC call, waited for here.
-void infer(const httplib::Request& http_request, httplib::Response& http_response, ModelRepository& repository,
+void infer(const HttpRequest& http_request, HttpResponse& http_response, ModelRepository& repository,
            RequestTracker& tracker) {
   if (!tracker.begin()) {
     send_error(http_response, 503, "[serving] the server is shutting down");
@@ -55,10 +54,7 @@ void infer(const httplib::Request& http_request, httplib::Response& http_respons
     RequestTracker& tracker;
     ~Admitted() { tracker.end(); }
   } admitted{tracker};
-  std::optional<std::string> header_length;
-  if (http_request.has_header(kInferenceHeaderContentLength)) {
-    header_length = http_request.get_header_value(kInferenceHeaderContentLength);
-  }
+  const std::optional<std::string> header_length = http_request.header(kInferenceHeaderContentLength);
   RestBody body;
   RestInferRequest request;
   RestResponseBody answer;
@@ -93,8 +89,7 @@ void infer(const httplib::Request& http_request, httplib::Response& http_respons
   if (answer.header_length) {
     http_response.set_header(kInferenceHeaderContentLength, std::to_string(*answer.header_length));
   }
-  http_response.set_header("Content-Type", answer.content_type);
-  http_response.body = std::move(answer.body);
+  http_response.set_content(std::move(answer.body), answer.content_type);
 }
 
 }  // namespace
@@ -118,21 +113,21 @@ int http_status(grpc::StatusCode code) {
 }
 
 void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, RequestTracker& tracker) {
-  endpoint.route("GET", "/v2/health/live", [](const httplib::Request&, httplib::Response& response) {
+  endpoint.route("GET", "/v2/health/live", [](const HttpRequest&, HttpResponse& response) {
     response.status = 200;
-  });
+  }, HttpEndpoint::Runs::kOnIoThread);
   // Not ready is 400, as Triton answers.
-  endpoint.route("GET", "/v2/health/ready", [&tracker](const httplib::Request&, httplib::Response& response) {
+  endpoint.route("GET", "/v2/health/ready", [&tracker](const HttpRequest&, HttpResponse& response) {
     if (server_ready(tracker)) {
       response.status = 200;
     } else {
       send_error(response, 400, "[serving] not ready: the server is shutting down");
     }
-  });
-  endpoint.route("GET", "/v2", [](const httplib::Request&, httplib::Response& response) {
+  }, HttpEndpoint::Runs::kOnIoThread);
+  endpoint.route("GET", "/v2", [](const HttpRequest&, HttpResponse& response) {
     send_json(response, {{"name", kServerName}, {"version", kServerVersion}, {"extensions", json::array({"binary_tensor_data"})}});
-  });
-  endpoint.route("GET", kModelPath, [&repository](const httplib::Request& request, httplib::Response& response) {
+  }, HttpEndpoint::Runs::kOnIoThread);
+  endpoint.route("GET", kModelPath, [&repository](const HttpRequest& request, HttpResponse& response) {
     try {
       send_json(response, model_metadata_json(model_metadata(repository, request.matches[1], request.matches[2])));
     } catch (const std::exception& error) {
@@ -140,7 +135,7 @@ void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, Requ
     }
   });
   endpoint.route("GET", kModelPath + "/ready",
-                 [&repository, &tracker](const httplib::Request& request, httplib::Response& response) {
+                 [&repository, &tracker](const HttpRequest& request, HttpResponse& response) {
                    if (model_ready(repository, tracker, request.matches[1], request.matches[2])) {
                      response.status = 200;
                    } else {
@@ -151,17 +146,17 @@ void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, Requ
                    }
                  });
   endpoint.route("POST", kModelPath + "/infer",
-                 [&repository, &tracker](const httplib::Request& request, httplib::Response& response) {
+                 [&repository, &tracker](const HttpRequest& request, HttpResponse& response) {
                    infer(request, response, repository, tracker);
                  });
 }
 
 void add_metrics_route(HttpEndpoint& endpoint, std::shared_ptr<prometheus::Registry> registry) {
-  endpoint.route("GET", "/metrics", [registry](const httplib::Request&, httplib::Response& response) {
+  endpoint.route("GET", "/metrics", [registry](const HttpRequest&, HttpResponse& response) {
     response.status = 200;
     response.set_content(prometheus::TextSerializer().Serialize(registry->Collect()),
                          "text/plain; version=0.0.4; charset=utf-8");
-  });
+  }, HttpEndpoint::Runs::kOnIoThread);
 }
 
 }  // namespace flow::serving
