@@ -151,6 +151,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (error == http::error::header_limit) {
       return answer(closing_error(431, "[serving] the request head is larger than " + std::to_string(options().max_header_bytes) + " bytes"));
     }
+    // Beast checks a Content-Length against the body limit with the head.
+    if (error == http::error::body_limit) return answer(closing_error(413, too_large()));
     if (error) return bad_request_or_close(error);
     const auto& head = parser_->get();
     request_.method = std::string(head.method_string());
@@ -182,9 +184,6 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     handler_ = &handler->second;
     if (!body_pending) return handle();
-    if (const auto length = parser_->content_length(); length && *length > options().max_body_bytes) {
-      return answer(closing_error(413, too_large()));
-    }
     if (const auto expect = head.find(http::field::expect); expect != head.end() && beast::iequals(expect->value(), "100-continue")) {
       auto interim = std::make_shared<http::response<http::empty_body>>(http::status::continue_, head.version());
       stream_.expires_after(options().write_timeout);

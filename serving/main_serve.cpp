@@ -47,6 +47,10 @@ int wait_for_stop_signal() {
 }
 
 // The command line; exits 0 after --help, 2 after a usage error (flow::cli::parse).
+std::chrono::milliseconds milliseconds_of(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
 flow::serving::ServerOptions parse_args(int argc, char** argv) {
   flow::serving::ServerOptions options;
   double poll_secs = 5;
@@ -64,8 +68,20 @@ flow::serving::ServerOptions parse_args(int argc, char** argv) {
       ->check(CLI::Range(-1, 65535));
   app.add_option("--address", options.address, "address every endpoint listens on");
   app.add_option("--http-thread-count", options.http_threads,
-                 "threads of each HTTP server; every open connection holds one")
+                 "worker threads of each HTTP server (inference and model metadata; connections, health and "
+                 "metrics are served by its I/O thread)")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--http-max-connections", options.http_max_connections,
+                 "open connections of each HTTP server; one more is answered 503")
+      ->check(CLI::Range(1, 1 << 20));
+  double header_timeout_secs = 5, read_timeout_secs = 5, body_timeout_secs = 60;
+  app.add_option("--http-header-timeout-secs", header_timeout_secs,
+                 "a request's head must arrive whole within S seconds (also the keep-alive idle timeout)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--http-read-timeout-secs", read_timeout_secs, "the longest pause while a request body arrives")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--http-body-timeout-secs", body_timeout_secs, "a request body must arrive whole within S seconds")
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-message-mb", max_message_mb, "largest gRPC message or HTTP body in MiB")
       ->check(CLI::Range(1, 2047));
   app.add_option("--repository-poll-secs", poll_secs, "rescan the repository for new versions every S seconds (0: off)")
@@ -78,8 +94,11 @@ flow::serving::ServerOptions parse_args(int argc, char** argv) {
       ->default_str("");
   if (const std::optional<int> status = flow::cli::parse(app, argc, argv)) std::exit(*status);
   options.max_message_bytes = max_message_mb << 20;
-  options.repository_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(poll_secs * 1000));
-  options.shutdown_timeout = std::chrono::milliseconds(static_cast<int64_t>(shutdown_secs * 1000));
+  options.repository_poll_interval = milliseconds_of(poll_secs);
+  options.shutdown_timeout = milliseconds_of(shutdown_secs);
+  options.http_header_timeout = milliseconds_of(header_timeout_secs);
+  options.http_read_timeout = milliseconds_of(read_timeout_secs);
+  options.http_body_timeout = milliseconds_of(body_timeout_secs);
   if (kernel_threads > 0) flow::set_num_threads(kernel_threads);
   return options;
 }

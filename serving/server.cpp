@@ -49,6 +49,10 @@ Server::Server(ServerOptions options)
   http.address = options_.address;
   http.threads = options_.http_threads;
   http.max_body_bytes = static_cast<size_t>(options_.max_message_bytes);
+  http.max_connections = options_.http_max_connections;
+  http.header_timeout = options_.http_header_timeout;
+  http.read_timeout = options_.http_read_timeout;
+  http.body_timeout = options_.http_body_timeout;
   const bool shared_port = options_.http_port > 0 && options_.http_port == options_.metrics_port;
   if (options_.http_port >= 0) {
     http.port = options_.http_port;

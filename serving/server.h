@@ -29,8 +29,17 @@ struct ServerOptions {
   int grpc_port = 8001;              // 0: any free port (see Server::grpc_port())
   int http_port = 8000;              // KServe v2 REST; 0: any free port; -1: none
   int metrics_port = 8002;           // 0: any free port; -1: none; http_port's: served by that server
-  // Threads of each HTTP server: each open connection holds one while it lasts.
+  // Worker threads of each HTTP server: they run the handlers that may block (inference,
+  // model metadata); connections, health and metrics are served by its one I/O thread.
   int http_threads = 8;
+  // Open connections each HTTP server keeps; one more is answered 503 and closed.
+  int http_max_connections = 1024;
+  // A request's head must arrive whole within this (from the connection, or the previous answer
+  // on a keep-alive connection, which is closed when idle that long); its body must not pause
+  // longer than http_read_timeout and must arrive whole within http_body_timeout.
+  std::chrono::milliseconds http_header_timeout{5000};
+  std::chrono::milliseconds http_read_timeout{5000};
+  std::chrono::milliseconds http_body_timeout{60000};
   // Largest request or response message (gRPC) or request body (HTTP); the default carries
   // 256 MiB tensors with room to spare.
   int max_message_bytes = 512 << 20;

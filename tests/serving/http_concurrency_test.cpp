@@ -1,7 +1,6 @@
 // Idle and slow HTTP clients do not hold up others: with connections open that send nothing, and
 // one that sends its request a byte at a time for as long as the test lasts, on both the metrics
 // and the REST port, a scrape and REST and gRPC inferences still complete.
-#include <arpa/inet.h>
 #include <httplib.h>
 
 #include <atomic>
@@ -12,19 +11,6 @@ namespace st = serving_test;
 
 namespace {
 
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 TEST(HttpConcurrencyTest, IdleAndSlowConnectionsDoNotHoldUpOthers) {
   st::Repository repo;
   st::export_affine(repo.version_dir("affine", 1), 2.0f);
@@ -33,8 +19,8 @@ TEST(HttpConcurrencyTest, IdleAndSlowConnectionsDoNotHoldUpOthers) {
 
   std::vector<int> idle, slow;
   for (int port : {server->metrics_port(), server->http_port()}) {
-    for (int i = 0; i < kIdlePerPort; ++i) idle.push_back(connect_to(port));
-    slow.push_back(connect_to(port));
+    for (int i = 0; i < kIdlePerPort; ++i) idle.push_back(st::connect_to(port));
+    slow.push_back(st::connect_to(port));
   }
   for (int fd : idle) ASSERT_GE(fd, 0);
   for (int fd : slow) ASSERT_GE(fd, 0);

@@ -2,7 +2,9 @@
 // Shared by the serving tests: tiny Graphs exported with flow::save into a temporary model
 // repository, a server on 127.0.0.1 with free ports, and request helpers.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -195,6 +197,61 @@ inline int free_port() {
                   getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
   close(fd);
   return ok ? ntohs(address.sin_port) : 0;
+}
+
+// A TCP connection to 127.0.0.1:port (-1 when it cannot connect), for clients that misbehave
+// byte by byte.
+inline int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends all of `text`; false when the connection is closed before.
+inline bool send_all(int fd, const std::string& text) {
+  for (size_t sent = 0; sent < text.size();) {
+    const ssize_t n = send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// What arrives on `fd` until the peer closes it, `until` is found in it, or `limit` passes.
+inline std::string receive(int fd, std::chrono::milliseconds limit, const std::string& until = "") {
+  std::string got;
+  const auto end = std::chrono::steady_clock::now() + limit;
+  char buffer[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return got;
+    pollfd ready{fd, POLLIN, 0};
+    if (poll(&ready, 1, static_cast<int>(left.count())) <= 0) return got;
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) return got;
+    got.append(buffer, static_cast<size_t>(n));
+    if (!until.empty() && got.find(until) != std::string::npos) return got;
+  }
+}
+
+// Whether the peer closes `fd` (or resets it) within `limit`, reading and dropping what it sends.
+inline bool closed_within(int fd, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  char buffer[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd ready{fd, POLLIN, 0};
+    if (poll(&ready, 1, static_cast<int>(left.count())) <= 0) return false;
+    if (recv(fd, buffer, sizeof(buffer), 0) <= 0) return true;
+  }
 }
 
 // A flow_serve process on 127.0.0.1 with free ports, read from the line it prints first.

@@ -62,4 +62,28 @@ TEST(ShutdownTest, FlowServeExitsCleanlyOnSigterm) {
   EXPECT_EQ(WEXITSTATUS(wait_status), 0);
 }
 
+// Slow HTTP clients (a byte now and then, on the REST and the metrics port) do not hold up the
+// drain: SIGTERM still ends in exit status 0, well before the forced exit.
+TEST(ShutdownTest, FlowServeExitsCleanlyWithSlowHttpClientsOpen) {
+  st::Repository repo;
+  st::export_affine(repo.version_dir("affine", 1), 3.0f);
+  st::ServeProcess serve(repo.root());
+  ASSERT_GT(serve.pid, 0);
+  std::vector<int> slow;
+  for (int port : {serve.http_port, serve.metrics_port}) {
+    for (int i = 0; i < 4; ++i) slow.push_back(st::connect_to(port));
+  }
+  for (int fd : slow) {
+    ASSERT_GE(fd, 0);
+    st::send_all(fd, "GET /v2/health/li");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const int wait_status = serve.terminate();
+  // The forced exit comes after the shutdown timeout (20 s) + 5 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_TRUE(WIFEXITED(wait_status));
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+  for (int fd : slow) close(fd);
+}
+
 }  // namespace
