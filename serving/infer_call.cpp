@@ -43,6 +43,11 @@ struct QueuedCall {
 void finish_queued(const QueuedCall& queued, const grpc::Status& status, const TensorList& outputs,
                    const JobTimes& times) {
   grpc::Status answer = status;
+  // gRPC drops the answer to a call whose client went or whose deadline passed while it ran:
+  // it is a failure, not a success.
+  if (answer.ok() && queued.call.cancelled()) {
+    answer = grpc::Status(grpc::StatusCode::CANCELLED, "[serving] cancelled by the client, or its deadline passed, while it ran");
+  }
   Clock::duration output_time{};
   if (answer.ok()) {
     const Clock::time_point output_start = Clock::now();

@@ -188,6 +188,25 @@ TEST_F(ErrorsTest, ClientCancellationIsHonoured) {
 
 namespace {
 
+// A call whose deadline passes while its model runs gets DEADLINE_EXCEEDED at the client, and the
+// server counts it as a failure (canceled), not as a success whose answer gRPC then drops.
+TEST(DeadlineTest, DeadlinePassingDuringTheRunIsCountedAsAFailure) {
+  st::Repository repo;
+  st::export_slow(repo.version_dir("slow", 1));
+  auto server = st::start_server(repo.root());
+  auto client = st::connect(*server);
+  const int64_t rows = 256;
+  const auto request =
+      flow::serving::make_infer_request("slow", {st::fp32_tensor("x", {rows, 512}, std::vector<float>(rows * 512, 0.5f))});
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(10));
+  inference::ModelInferResponse response;
+  EXPECT_EQ(client->stub().ModelInfer(&context, request, &response).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  ASSERT_TRUE(st::eventually([&] { return server->in_flight() == 0; }));
+  EXPECT_EQ(st::metric(*server, "nv_inference_request_success", "slow"), 0);
+  EXPECT_EQ(st::metric(*server, "nv_inference_request_failure", "slow"), 1);
+}
+
 TEST(MessageSizeTest, MaxMessageSizeIsConfigurable) {
   st::Repository repo;
   st::export_identity(repo.version_dir("identity", 1), flow::kUInt8);
