@@ -95,6 +95,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
   if (const auto refused = refusal(context, false)) return finish(context, *refused);
   response->set_name(kServerName);
   response->set_version(kServerVersion);
+  response->add_extensions("model_repository");
   return finish(context, grpc::Status::OK);
 }
 
@@ -143,6 +144,60 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   call.finish = [reactor](const grpc::Status& status) { reactor->Finish(status); };
   start_infer(repository_, std::move(call));
   return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServerContext* context,
+                                                            const inference::RepositoryIndexRequest* request,
+                                                            inference::RepositoryIndexResponse* response) {
+  if (const auto refused = refusal(context, false)) return finish(context, *refused);
+  try {
+    repository_.check_repository_name(request->repository_name());
+    for (const auto& entry : repository_.index(request->ready())) {
+      auto* model = response->add_models();
+      model->set_name(entry.name);
+      model->set_version(entry.version);
+      model->set_state(entry.state);
+      model->set_reason(entry.reason);
+    }
+    return finish(context, grpc::Status::OK);
+  } catch (const std::exception& error) {
+    return finish(context, status_of(error));
+  }
+}
+
+namespace {
+
+// Runs a load or unload request: the repository, no parameters (none is understood).
+template <typename Request>
+grpc::Status repository_call(ModelRepository& repository, const Request& request,
+                             void (ModelRepository::*call)(const std::string&)) {
+  try {
+    repository.check_repository_name(request.repository_name());
+    if (!request.parameters().empty()) {
+      fail_status(grpc::StatusCode::INVALID_ARGUMENT, "model '", request.model_name(), "': parameters are not supported, got '",
+                  request.parameters().begin()->first, "'");
+    }
+    (repository.*call)(request.model_name());
+    return grpc::Status::OK;
+  } catch (const std::exception& error) {
+    return status_of(error);
+  }
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(grpc::CallbackServerContext* context,
+                                                                const inference::RepositoryModelLoadRequest* request,
+                                                                inference::RepositoryModelLoadResponse*) {
+  if (const auto refused = refusal(context, false)) return finish(context, *refused);
+  return finish(context, repository_call(repository_, *request, &ModelRepository::load));
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(grpc::CallbackServerContext* context,
+                                                                  const inference::RepositoryModelUnloadRequest* request,
+                                                                  inference::RepositoryModelUnloadResponse*) {
+  if (const auto refused = refusal(context, false)) return finish(context, *refused);
+  return finish(context, repository_call(repository_, *request, &ModelRepository::unload));
 }
 
 }  // namespace flow::serving

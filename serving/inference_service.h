@@ -39,6 +39,15 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                           inference::ModelMetadataResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context, const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* context,
+                                                const inference::RepositoryModelLoadRequest* request,
+                                                inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* context,
+                                                  const inference::RepositoryModelUnloadRequest* request,
+                                                  inference::RepositoryModelUnloadResponse* response) override;
 
  private:
   // UNAUTHENTICATED when the call lacks the token it needs (`health`: ServerLive, ServerReady).

@@ -86,6 +86,14 @@ flow::serving::ServerOptions parse_args(int argc, char** argv) {
       ->check(CLI::Range(1, 2047));
   app.add_option("--repository-poll-secs", poll_secs, "rescan the repository for new versions every S seconds (0: off)")
       ->check(CLI::NonNegativeNumber);
+  std::string model_control = "poll";
+  app.add_option("--model-control-mode", model_control,
+                 "poll: load every model, rescan every --repository-poll-secs; none: load every model once; explicit: "
+                 "load the --load-model ones, then only what the repository API loads")
+      ->check(CLI::IsMember({"none", "poll", "explicit"}));
+  std::vector<std::string> load_models;
+  app.add_option("--load-model", load_models, "explicit model control: a model to load at start (repeatable; '*': all)")
+      ->type_name("NAME");
   app.add_option("--shutdown-timeout-secs", shutdown_secs, "how long SIGTERM waits for in-flight requests")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--tls-cert", options.tls.cert_file, "serve every endpoint over TLS with this certificate chain (PEM)")
@@ -105,7 +113,13 @@ flow::serving::ServerOptions parse_args(int argc, char** argv) {
       ->default_str("");
   if (const std::optional<int> status = flow::cli::parse(app, argc, argv)) std::exit(*status);
   options.max_message_bytes = max_message_mb << 20;
-  options.repository_poll_interval = milliseconds_of(poll_secs);
+  options.repository_poll_interval = model_control == "poll" ? milliseconds_of(poll_secs) : std::chrono::milliseconds(0);
+  options.explicit_model_control = model_control == "explicit";
+  options.explicit_models.insert(load_models.begin(), load_models.end());
+  if (!load_models.empty() && !options.explicit_model_control) {
+    std::cerr << "flow_serve: --load-model needs --model-control-mode explicit\n";
+    std::exit(2);
+  }
   options.shutdown_timeout = milliseconds_of(shutdown_secs);
   options.http_header_timeout = milliseconds_of(header_timeout_secs);
   options.http_read_timeout = milliseconds_of(read_timeout_secs);

@@ -70,7 +70,8 @@ std::string joined(const std::vector<std::string>& strings) {
 
 }  // namespace
 
-ModelRepository::ModelRepository(std::string root, Metrics& metrics) : root_(std::move(root)), metrics_(metrics) {
+ModelRepository::ModelRepository(std::string root, Metrics& metrics, std::optional<std::set<std::string>> explicit_models)
+    : root_(std::move(root)), metrics_(metrics), explicit_models_(std::move(explicit_models)) {
   if (!fs::is_directory(root_)) fail("serving", "model repository ", root_, " is not a directory");
 }
 
@@ -81,7 +82,9 @@ int ModelRepository::poll() {
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(root_, error)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && !name.starts_with(".")) names.push_back(name);
+    if (entry.is_directory() && !name.starts_with(".") && (!explicit_models_ || explicit_models_->contains(name))) {
+      names.push_back(name);
+    }
   }
   for (const auto& name : names) failures += poll_model(name);
 
@@ -94,6 +97,17 @@ int ModelRepository::poll() {
   }
   for (const auto& name : removed) serve(name, {});
   return failures;
+}
+
+void ModelRepository::record_failure(const std::string& key, const std::string& print, const std::string& reason) {
+  std::lock_guard lock(served_mutex_);
+  if (reason.empty()) {
+    failed_.erase(key);
+    failure_reasons_.erase(key);
+  } else {
+    failed_[key] = print;
+    failure_reasons_[key] = reason;
+  }
 }
 
 bool ModelRepository::known_failure(const std::string& key, const std::string& print) const {
@@ -116,11 +130,11 @@ int ModelRepository::poll_model(const std::string& name) {
   config::ModelConfig config;
   try {
     config = read_model_config(model_dir.string());
-    failed_.erase(config_key);
+    record_failure(config_key, "", "");
   } catch (const std::exception& error) {
     if (known_failure(config_key, config_print)) return 0;
     LOG(ERROR) << "[serving] model '" << name << "': " << error.what() << still_serving;
-    failed_[config_key] = config_print;
+    record_failure(config_key, config_print, error.what());
     return 1;
   }
 
@@ -140,11 +154,11 @@ int ModelRepository::poll_model(const std::string& name) {
     if (known_failure(key, print)) continue;
     try {
       next.emplace(version, ServedModel::load(name, version, version_dir.string(), config, metrics_));
-      failed_.erase(key);
+      record_failure(key, "", "");
     } catch (const std::exception& error) {
       LOG(ERROR) << "[serving] model '" << name << "' version " << version << " failed to load" << still_serving
                  << ": " << error.what();
-      failed_[key] = print;
+      record_failure(key, print, error.what());
       ++failures;
     }
   }
@@ -204,6 +218,86 @@ void ModelRepository::clear() {
     std::lock_guard lock(served_mutex_);
     old.swap(served_);
   }
+}
+
+void ModelRepository::check_repository_name(const std::string& name) const {
+  if (!name.empty() && name != fs::path(root_).filename().string()) {
+    fail_status(grpc::StatusCode::NOT_FOUND, "no repository '", name, "' (this server has '", fs::path(root_).filename().string(), "')");
+  }
+}
+
+void ModelRepository::check_explicit(const char* call) const {
+  if (!explicit_models_) {
+    fail_status(grpc::StatusCode::FAILED_PRECONDITION, call, " needs explicit model control (flow_serve --model-control-mode explicit)");
+  }
+}
+
+void ModelRepository::load(const std::string& name) {
+  std::lock_guard poll_lock(poll_mutex_);
+  check_explicit("loading a model");
+  std::error_code error;
+  if (name.empty() || name.starts_with(".") || name.find('/') != std::string::npos || !fs::is_directory(fs::path(root_) / name, error)) {
+    fail_status(grpc::StatusCode::NOT_FOUND, "no model '", name, "' in the repository");
+  }
+  explicit_models_->insert(name);
+  {
+    // An explicit load retries what failed before, changed or not.
+    std::lock_guard lock(served_mutex_);
+    std::erase_if(failed_, [&](const auto& entry) { return entry.first.starts_with(name + "/"); });
+  }
+  poll_model(name);
+  if (!versions(name).empty()) return;
+  std::string reasons;
+  {
+    std::lock_guard lock(served_mutex_);
+    for (const auto& [key, reason] : failure_reasons_) {
+      if (key.starts_with(name + "/")) reasons += (reasons.empty() ? "" : "; ") + key + ": " + reason;
+    }
+  }
+  fail_status(grpc::StatusCode::INVALID_ARGUMENT, "model '", name, "' did not load: ", reasons.empty() ? "no version on disk" : reasons);
+}
+
+void ModelRepository::unload(const std::string& name) {
+  std::lock_guard poll_lock(poll_mutex_);
+  check_explicit("unloading a model");
+  explicit_models_->erase(name);
+  serve(name, {});
+}
+
+std::vector<ModelRepository::IndexEntry> ModelRepository::index(bool ready_only) const {
+  std::set<std::string> names;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(root_, error)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && !name.starts_with(".")) names.insert(name);
+  }
+  std::lock_guard lock(served_mutex_);
+  for (const auto& [name, versions] : served_) names.insert(name);
+  std::vector<IndexEntry> entries;
+  for (const std::string& name : names) {
+    std::map<int64_t, IndexEntry> by_version;
+    if (const auto served = served_.find(name); served != served_.end()) {
+      for (const auto& [version, model] : served->second) by_version[version] = {name, model->version_string(), "READY", ""};
+    }
+    std::string model_reason;
+    for (const auto& [key, reason] : failure_reasons_) {
+      if (!key.starts_with(name + "/")) continue;
+      const std::string what = key.substr(name.size() + 1);
+      if (what == kModelConfigFile) {
+        model_reason = what + ": " + reason;
+      } else if (!ready_only) {
+        by_version.try_emplace(std::stoll(what), IndexEntry{name, what, "UNAVAILABLE", reason});
+      }
+    }
+    for (auto& [version, entry] : by_version) {
+      if (!ready_only || entry.state == "READY") entries.push_back(std::move(entry));
+    }
+    const bool any_served = served_.contains(name);
+    if (!any_served && !ready_only && by_version.empty()) {
+      entries.push_back({name, "", "UNAVAILABLE", model_reason.empty() ? "unloaded" : model_reason});
+    }
+  }
+  return entries;
 }
 
 }  // namespace flow::serving

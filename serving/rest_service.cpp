@@ -144,7 +144,7 @@ void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, Requ
     }
   });
   add("GET", "/v2", Runs::kOnIoThread, [](const HttpRequest&, HttpResponse& response) {
-    send_json(response, {{"name", kServerName}, {"version", kServerVersion}, {"extensions", json::array({"binary_tensor_data"})}});
+    send_json(response, {{"name", kServerName}, {"version", kServerVersion}, {"extensions", json::array({"binary_tensor_data", "model_repository"})}});
   });
   add("GET", kModelPath, Runs::kOnWorker, [&repository](const HttpRequest& request, HttpResponse& response) {
     try {
@@ -162,6 +162,36 @@ void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, Requ
                  "[serving] model '" + request.matches[1] + "'" + (version.empty() ? "" : " version " + version) + " is not ready");
     }
   });
+  add("POST", "/v2/repository/index", Runs::kOnWorker, [&repository](const HttpRequest& request, HttpResponse& response) {
+    bool ready_only = false;
+    if (!request.body.empty()) {
+      const json body = json::parse(request.body, nullptr, false);
+      if (!body.is_object() || (body.contains("ready") && !body["ready"].is_boolean())) {
+        send_error(response, 400, "[serving] the repository index body must be a JSON object with an optional boolean 'ready'");
+        return;
+      }
+      ready_only = body.value("ready", false);
+    }
+    json index = json::array();
+    for (const auto& entry : repository.index(ready_only)) {
+      json model = {{"name", entry.name}, {"state", entry.state}};
+      if (!entry.version.empty()) model["version"] = entry.version;
+      if (!entry.reason.empty()) model["reason"] = entry.reason;
+      index.push_back(std::move(model));
+    }
+    send_json(response, index);
+  });
+  for (const auto& [action, call] : {std::pair{"load", &ModelRepository::load}, {"unload", &ModelRepository::unload}}) {
+    add("POST", std::string("/v2/repository/models/([^/]+)/") + action, Runs::kOnWorker,
+        [&repository, call](const HttpRequest& request, HttpResponse& response) {
+          try {
+            (repository.*call)(request.matches[1]);
+            response.status = 200;
+          } catch (const std::exception& error) {
+            send_status(response, status_of(error));
+          }
+        });
+  }
   add("POST", kModelPath + "/infer", Runs::kOnWorker, [&repository, &tracker](const HttpRequest& request, HttpResponse& response) {
     infer(request, response, repository, tracker);
   });

@@ -1,6 +1,7 @@
 #include "serving/server.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <glog/logging.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -19,10 +20,24 @@ constexpr const char* kInferenceServiceName = "inference.GRPCInferenceService";
 // How long shutdown() lets gRPC connections close by themselves once no request is in flight.
 constexpr std::chrono::milliseconds kCloseGrace{2000};
 
+// The models served at first under explicit model control: those named, or with "*" every model
+// directory.
+std::optional<std::set<std::string>> explicit_models(const ServerOptions& options) {
+  if (!options.explicit_model_control) return std::nullopt;
+  if (!options.explicit_models.contains("*")) return options.explicit_models;
+  std::set<std::string> all;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(options.model_repository, error)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && !name.starts_with(".")) all.insert(name);
+  }
+  return all;
+}
+
 }  // namespace
 
 Server::Server(ServerOptions options)
-    : options_(std::move(options)), repository_(options_.model_repository, metrics_) {
+    : options_(std::move(options)), repository_(options_.model_repository, metrics_, explicit_models(options_)) {
   const int failures = repository_.poll();
   LOG(INFO) << "[serving] " << repository_.models().size() << " model version(s) loaded from " << options_.model_repository
             << (failures ? ", " + std::to_string(failures) + " version(s) failed to load" : "");
@@ -71,7 +86,9 @@ Server::Server(ServerOptions options)
   metrics_port_ = shared_port ? http_port_ : metrics_endpoint_ ? metrics_endpoint_->port() : -1;
   if (http_endpoint_) http_endpoint_->start();
   if (metrics_endpoint_) metrics_endpoint_->start();
-  if (options_.repository_poll_interval.count() > 0) poller_ = std::thread([this] { poll_loop(); });
+  if (options_.repository_poll_interval.count() > 0 && !options_.explicit_model_control) {
+    poller_ = std::thread([this] { poll_loop(); });
+  }
   LOG(INFO) << "[serving] gRPC on " << options_.address << ":" << grpc_port_ << ", HTTP on port " << http_port_
             << ", metrics on port " << metrics_port_;
 }

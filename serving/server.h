@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -46,6 +47,11 @@ struct ServerOptions {
   int max_message_bytes = 512 << 20;
   // How often the repository is rescanned for new versions; 0: only at start-up.
   std::chrono::milliseconds repository_poll_interval{0};
+  // Explicit model control (Triton's): only explicit_models ("*": every model directory) are
+  // loaded at start, the repository extension's load and unload change the set, and nothing is
+  // rescanned.
+  bool explicit_model_control = false;
+  std::set<std::string> explicit_models;
   // How long shutdown() waits for in-flight requests.
   std::chrono::milliseconds shutdown_timeout{30000};
   // TLS for every endpoint (gRPC, REST, metrics); none: plain TCP.
