@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/interpreter.h"
+#include "core/lru_cache.h"
 #include "core/profiler.h"
 #include "core/serialization.h"
 #include "core/thread_pool.h"
@@ -20,6 +21,7 @@
 #include "graph/export.pb.h"
 #include "graph/job.h"
 #include "graph/plan.h"
+#include "oneflow_lite/batch_buckets.h"
 
 namespace flow::lite {
 namespace {
@@ -54,6 +56,7 @@ struct Program {
     std::vector<TensorMeta> out_metas;
     std::vector<const graph::PlannedBuffer*> planned;  // null: allocated per run
   };
+  int64_t batch = 0;
   graph::Plan plan;
   std::vector<Step> steps;
   std::vector<std::pair<int, Tensor>> constants;  // value id, weight
@@ -74,6 +77,31 @@ struct Arena {
   BlockedArenaPtr blocked;
 };
 
+// A program and the arenas of its finished runs. The cache and each run in flight hold it: once
+// evicted, it and its arenas are freed when the last of its runs gives its arena back.
+struct CachedProgram {
+  std::shared_ptr<const Program> program;  // null where a run at the batch size is over the memory limit
+  int64_t run_bytes = 0;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Arena>> free_arenas;
+};
+
+// `given` with zero rows appended up to `rows`, for a bucket's program.
+Tensor pad_rows(const Tensor& given, int64_t rows) {
+  std::vector<int64_t> dims = given.shape().vec();
+  dims[0] = rows;
+  Tensor padded = make_tensor(Shape(dims), given.dtype(), given.device());
+  padded.narrow(0, 0, given.size(0)).copy_(given);
+  Tensor tail = padded.narrow(0, given.size(0), rows - given.size(0));
+  // Zero bytes on CPU: storage-only dtypes (uint16, ...) have no fill kernel.
+  if (tail.device().is_cpu()) {
+    std::memset(tail.data_ptr(), 0, static_cast<size_t>(tail.nbytes()));
+  } else {
+    tail.zero_();
+  }
+  return padded;
+}
+
 }  // namespace
 
 struct Model::Impl {
@@ -84,12 +112,11 @@ struct Model::Impl {
   std::map<std::string, Tensor> weights;  // by constant node name
   int64_t memory_limit = 0;
   bool blocked_layouts = true;
+  bool batch_buckets = false;
 
-  mutable std::mutex mutex;
   // By batch size and, with blocked layouts, the calling thread's kernel threads
   // (current_num_threads()): oneDNN fixes a primitive's threads when it is created.
-  mutable std::map<std::pair<int64_t, int>, std::shared_ptr<const Program>> programs;
-  mutable std::map<const Program*, std::vector<std::unique_ptr<Arena>>> free_arenas;
+  std::unique_ptr<LruCache<std::pair<int64_t, int>, CachedProgram>> programs;
 
   template <typename... Args>
   [[noreturn]] void invalid(const Args&... args) const {
@@ -97,14 +124,22 @@ struct Model::Impl {
   }
   // Refuses `bytes` of memory for `what` when it is over the limit, before it is allocated.
   void check_memory(int64_t bytes, const std::string& what) const;
-  std::shared_ptr<const Program> program(int64_t batch) const;
+  // The cache entry of exactly `batch` rows, made on first use.
+  std::shared_ptr<CachedProgram> cached_program(int64_t batch) const;
+  // The program a run of `batch` rows uses: its bucket's with batch buckets where that run fits
+  // the memory limit, else its own (flow::Error where that one does not fit).
+  std::shared_ptr<CachedProgram> program_for(int64_t batch) const;
   std::shared_ptr<const Program> make_program(int64_t batch) const;
+  // Whether the model's rows are independent (batch_buckets.h), from a program at 2+ rows.
+  bool rows_independent() const;
   // Checks one node of the Job and adds its values (and its step) to the program.
   void add_node(proto::Node& node, int64_t batch, bool rebatch, Program& program, std::map<std::string, int>& value_ids,
                 std::map<std::string, TensorMeta>& metas, std::map<int64_t, int>& input_of_index,
                 std::map<int64_t, int>& output_of_index) const;
-  std::unique_ptr<Arena> take_arena(const Program& program) const;
-  void give_back(const Program& program, std::unique_ptr<Arena> arena) const;
+  std::unique_ptr<Arena> take_arena(CachedProgram& cached) const;
+  static void give_back(CachedProgram& cached, std::unique_ptr<Arena> arena);
+  // Runs the program on inputs of its batch size.
+  TensorList run_program(CachedProgram& cached, const TensorList& given) const;
 };
 
 namespace {
@@ -276,6 +311,7 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
     }
   }
   auto program = std::make_shared<Program>();
+  program->batch = batch;
   std::map<std::string, int> value_ids;
   std::map<std::string, TensorMeta> metas;
   std::map<int64_t, int> input_of_index, output_of_index;
@@ -342,26 +378,52 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
   return program;
 }
 
-std::shared_ptr<const Program> Model::Impl::program(int64_t batch) const {
-  std::lock_guard<std::mutex> lock(mutex);
+std::shared_ptr<CachedProgram> Model::Impl::cached_program(int64_t batch) const {
   const std::pair<int64_t, int> key{batch, blocked_layouts ? current_num_threads() : 0};
-  auto cached = programs.find(key);
-  if (cached != programs.end()) return cached->second;
-  std::shared_ptr<const Program> made = make_program(batch);
-  check_memory(made->run_bytes, "a run at batch " + std::to_string(batch));
-  return programs[key] = made;
+  return programs->get_or_make(key, [&] {
+    auto made = std::make_shared<CachedProgram>();
+    made->program = make_program(batch);
+    made->run_bytes = made->program->run_bytes;
+    // Only the size is kept of a program over the limit: its packed weights would count too.
+    if (made->run_bytes > memory_limit) made->program = nullptr;
+    return made;
+  });
 }
 
-std::unique_ptr<Arena> Model::Impl::take_arena(const Program& program) const {
+std::shared_ptr<CachedProgram> Model::Impl::program_for(int64_t batch) const {
+  const int64_t bucket = batch_buckets ? bucket_size(batch) : batch;
+  if (bucket != batch) {
+    std::shared_ptr<CachedProgram> padded = cached_program(bucket);
+    if (padded->program) return padded;
+  }
+  std::shared_ptr<CachedProgram> exact = cached_program(batch);
+  if (!exact->program) check_memory(exact->run_bytes, "a run at batch " + std::to_string(batch));
+  return exact;
+}
+
+bool Model::Impl::rows_independent() const {
+  const int64_t exported_batch = exported.batch_size();
+  // At one row, element-wise ops broadcast a row instead of splitting rows.
+  const std::shared_ptr<const Program> program = exported_batch >= 2 ? program_for(exported_batch)->program : make_program(2);
+  std::set<std::string> batch_slot_nodes;
+  for (const auto& slot : exported.batch_slots()) batch_slot_nodes.insert(slot.node());
+  std::vector<RowStep> steps;
+  for (const Program::Step& step : program->steps) {
+    steps.push_back({step.op, &step.attrs, &step.inputs, &step.outputs, batch_slot_nodes.count(step.node) != 0});
+  }
+  return lite::rows_independent(steps, program->value_metas, program->input_values, program->output_values, program->batch);
+}
+
+std::unique_ptr<Arena> Model::Impl::take_arena(CachedProgram& cached) const {
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto& free = free_arenas[&program];
-    if (!free.empty()) {
-      auto arena = std::move(free.back());
-      free.pop_back();
+    std::lock_guard<std::mutex> lock(cached.mutex);
+    if (!cached.free_arenas.empty()) {
+      auto arena = std::move(cached.free_arenas.back());
+      cached.free_arenas.pop_back();
       return arena;
     }
   }
+  const Program& program = *cached.program;
   auto arena = std::make_unique<Arena>();
   for (const auto& [device, bytes] : program.plan.block_bytes) arena->blocks[device] = make_tensor({bytes}, kUInt8, Device(device));
   for (const auto& step : program.steps) {
@@ -376,9 +438,9 @@ std::unique_ptr<Arena> Model::Impl::take_arena(const Program& program) const {
   return arena;
 }
 
-void Model::Impl::give_back(const Program& program, std::unique_ptr<Arena> arena) const {
-  std::lock_guard<std::mutex> lock(mutex);
-  free_arenas[&program].push_back(std::move(arena));
+void Model::Impl::give_back(CachedProgram& cached, std::unique_ptr<Arena> arena) {
+  std::lock_guard<std::mutex> lock(cached.mutex);
+  cached.free_arenas.push_back(std::move(arena));
 }
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -386,10 +448,12 @@ Model::~Model() = default;
 
 std::shared_ptr<const Model> Model::load(const std::string& dir, const LoadOptions& options) {
   if (options.memory_limit_bytes < 0) fail("oneflow_lite", "memory_limit must be >= 0, got ", options.memory_limit_bytes);
+  if (options.program_cache_entries < 1) fail("oneflow_lite", "program_cache_capacity must be >= 1, got ", options.program_cache_entries);
   auto impl = std::make_unique<Impl>();
   impl->dir = dir;
   impl->memory_limit = options.memory_limit_bytes > 0 ? options.memory_limit_bytes : physical_memory_bytes();
   impl->blocked_layouts = options.blocked_layouts_enabled;
+  impl->programs = std::make_unique<LruCache<std::pair<int64_t, int>, CachedProgram>>(static_cast<size_t>(options.program_cache_entries));
   impl->exported = read_exported(dir);
   try {
     impl->inputs = specs_of(impl->exported.inputs());
@@ -443,7 +507,8 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const LoadOptio
     impl->weights[node.name()] = weight.device() == expected.device ? weight : weight.to(expected.device);
   }
   // Checks every op, kernel and meta now, and plans the exported batch size once.
-  impl->program(impl->exported.batch_size());
+  impl->program_for(impl->exported.batch_size());
+  impl->batch_buckets = options.batch_buckets_enabled && impl->exported.dynamic_batch() && impl->rows_independent();
   auto model = std::shared_ptr<const Model>(new Model(std::move(impl)));
   model->check_by_running();
   return model;
@@ -481,12 +546,15 @@ const std::vector<TensorSpec>& Model::inputs() const { return impl_->inputs; }
 const std::vector<TensorSpec>& Model::outputs() const { return impl_->outputs; }
 bool Model::dynamic_batch() const { return impl_->exported.dynamic_batch(); }
 int64_t Model::exported_batch() const { return impl_->exported.batch_size(); }
-int64_t Model::planned_bytes(int64_t batch) const { return impl_->program(batch)->planned_bytes; }
-int64_t Model::run_bytes(int64_t batch) const { return impl_->program(batch)->run_bytes; }
+int64_t Model::program_batch(int64_t batch) const { return impl_->program_for(batch)->program->batch; }
+int64_t Model::planned_bytes(int64_t batch) const { return impl_->program_for(batch)->program->planned_bytes; }
+int64_t Model::run_bytes(int64_t batch) const { return impl_->program_for(batch)->program->run_bytes; }
 int64_t Model::blocked_steps(int64_t batch) const {
-  const auto program = impl_->program(batch);
+  const auto program = impl_->program_for(batch)->program;
   return program->blocked ? program->blocked->blocked_steps() : 0;
 }
+bool Model::batch_buckets() const { return impl_->batch_buckets; }
+int64_t Model::cached_programs() const { return static_cast<int64_t>(impl_->programs->size()); }
 
 TensorList Model::run(const TensorList& given) const {
   const auto& specs = impl_->inputs;
@@ -513,31 +581,41 @@ TensorList Model::run(const TensorList& given) const {
            shape_str(spec.shape), dynamic_batch() ? " with one batch size for every input" : "");
     }
   }
-  const std::shared_ptr<const Program> program = impl_->program(batch);
-  std::unique_ptr<Arena> arena = impl_->take_arena(*program);
-  struct GiveBack {
-    const Impl& impl;
-    const Program& program;
-    std::unique_ptr<Arena>& arena;
-    ~GiveBack() { impl.give_back(program, std::move(arena)); }
-  } give_back{*impl_, *program, arena};
+  const std::shared_ptr<CachedProgram> cached = impl_->program_for(batch);
+  const int64_t rows = cached->program->batch;
+  if (rows == batch) return impl_->run_program(*cached, given);
+  TensorList padded;
+  for (const Tensor& input : given) padded.push_back(pad_rows(input, rows));
+  TensorList results = impl_->run_program(*cached, padded);
+  for (Tensor& result : results) result = result.narrow(0, 0, batch);
+  return results;
+}
 
-  TensorList values(program->num_values);
-  for (const auto& [id, weight] : program->constants) values[id] = weight;
-  for (size_t i = 0; i < given.size(); ++i) values[program->input_values[i]] = given[i].is_contiguous() ? given[i] : given[i].contiguous();
+TensorList Model::Impl::run_program(CachedProgram& cached, const TensorList& given) const {
+  const Program& program = *cached.program;
+  std::unique_ptr<Arena> arena = take_arena(cached);
+  struct GiveBack {
+    CachedProgram& cached;
+    std::unique_ptr<Arena>& arena;
+    ~GiveBack() { Impl::give_back(cached, std::move(arena)); }
+  } give_back{cached, arena};
+
+  TensorList values(program.num_values);
+  for (const auto& [id, weight] : program.constants) values[id] = weight;
+  for (size_t i = 0; i < given.size(); ++i) values[program.input_values[i]] = given[i].is_contiguous() ? given[i] : given[i].contiguous();
   const bool profiling = profiler::is_recording();
-  for (size_t s = 0; s < program->steps.size(); ++s) {
-    const Program::Step& step = program->steps[s];
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    const Program::Step& step = program.steps[s];
     const profiler::Clock::time_point start = profiling ? profiler::Clock::now() : profiler::Clock::time_point();
-    if (program->blocked && program->blocked->runs(s)) {
+    if (program.blocked && program.blocked->runs(s)) {
       try {
-        program->blocked->run(s, *arena->blocked, values, step.planned.empty() ? Tensor() : arena->planned_outputs[s][0]);
+        program.blocked->run(s, *arena->blocked, values, step.planned.empty() ? Tensor() : arena->planned_outputs[s][0]);
       } catch (const Error&) {
         throw;
       } catch (const std::exception& e) {
-        fail("oneflow_lite", "model '", name(), "': node '", step.node, "' (", step.op->name, ", blocked layout): ", e.what());
+        fail("oneflow_lite", "model '", exported.name(), "': node '", step.node, "' (", step.op->name, ", blocked layout): ", e.what());
       }
-      if (profiling) record_step(*program, step, true, start);
+      if (profiling) record_step(program, step, true, start);
       continue;
     }
     TensorList inputs;
@@ -556,15 +634,15 @@ TensorList Model::run(const TensorList& given) const {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      fail("oneflow_lite", "model '", name(), "': node '", step.node, "' (", step.op->name, "): ", e.what());
+      fail("oneflow_lite", "model '", exported.name(), "': node '", step.node, "' (", step.op->name, "): ", e.what());
     }
     for (size_t j = 0; j < results.size(); ++j) values[step.outputs[j]] = std::move(results[j]);
-    if (profiling) record_step(*program, step, false, start);
+    if (profiling) record_step(program, step, false, start);
   }
   TensorList results;
-  for (size_t i = 0; i < program->output_values.size(); ++i) {
-    const Tensor& value = values[program->output_values[i]];
-    results.push_back(program->copy_output[i] ? value.clone() : value);
+  for (size_t i = 0; i < program.output_values.size(); ++i) {
+    const Tensor& value = values[program.output_values[i]];
+    results.push_back(program.copy_output[i] ? value.clone() : value);
   }
   return results;
 }
