@@ -6,7 +6,6 @@
 #include <iomanip>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -21,7 +20,7 @@
 #include "graph/export.pb.h"
 #include "graph/job.h"
 #include "graph/plan.h"
-#include "oneflow_lite/batch_buckets.h"
+#include "oneflow_lite/model_impl.h"
 
 namespace flow::lite {
 namespace {
@@ -43,106 +42,6 @@ std::string shape_str(const std::vector<int64_t>& dims) {
 }
 
 std::string meta_str(const TensorMeta& meta) { return shape_str(meta.shape.vec()) + " " + dtype_name(meta.dtype) + " on " + meta.device.str(); }
-
-// The Job made concrete for one batch size: every meta inferred, intermediate memory planned,
-// values numbered so that a run is a walk over a vector.
-struct Program {
-  struct Step {
-    std::string node;
-    const OpDef* op = nullptr;
-    Attrs attrs;
-    std::vector<int> inputs;
-    std::vector<int> outputs;
-    std::vector<TensorMeta> out_metas;
-    std::vector<const graph::PlannedBuffer*> planned;  // null: allocated per run
-  };
-  int64_t batch = 0;
-  graph::Plan plan;
-  std::vector<Step> steps;
-  std::vector<std::pair<int, Tensor>> constants;  // value id, weight
-  std::vector<int> input_values;
-  std::vector<int> output_values;
-  std::vector<bool> copy_output;  // the output is (a view of) an input or a weight: hand out a copy
-  std::vector<TensorMeta> value_metas;
-  std::shared_ptr<const BlockedLayouts> blocked;  // null: every step runs its op's kernel
-  int num_values = 0;
-  int64_t planned_bytes = 0;
-  int64_t run_bytes = 0;  // planned_bytes plus the outputs allocated per run
-};
-
-// The memory of one run in flight: each device's block and the planned output tensors in it.
-struct Arena {
-  std::map<std::string, Tensor> blocks;
-  std::vector<TensorList> planned_outputs;  // per step
-  BlockedArenaPtr blocked;
-};
-
-// A program and the arenas of its finished runs. The cache and each run in flight hold it: once
-// evicted, it and its arenas are freed when the last of its runs gives its arena back.
-struct CachedProgram {
-  std::shared_ptr<const Program> program;  // null where a run at the batch size is over the memory limit
-  int64_t run_bytes = 0;
-  std::mutex mutex;
-  std::vector<std::unique_ptr<Arena>> free_arenas;
-};
-
-// `given` with zero rows appended up to `rows`, for a bucket's program.
-Tensor pad_rows(const Tensor& given, int64_t rows) {
-  std::vector<int64_t> dims = given.shape().vec();
-  dims[0] = rows;
-  Tensor padded = make_tensor(Shape(dims), given.dtype(), given.device());
-  padded.narrow(0, 0, given.size(0)).copy_(given);
-  Tensor tail = padded.narrow(0, given.size(0), rows - given.size(0));
-  // Zero bytes on CPU: storage-only dtypes (uint16, ...) have no fill kernel.
-  if (tail.device().is_cpu()) {
-    std::memset(tail.data_ptr(), 0, static_cast<size_t>(tail.nbytes()));
-  } else {
-    tail.zero_();
-  }
-  return padded;
-}
-
-}  // namespace
-
-struct Model::Impl {
-  std::string dir;
-  proto::ExportedModel exported;
-  std::vector<TensorSpec> inputs, outputs;
-  std::vector<Device> input_devices;
-  std::map<std::string, Tensor> weights;  // by constant node name
-  int64_t memory_limit = 0;
-  bool blocked_layouts = true;
-  bool batch_buckets = false;
-
-  // By batch size and, with blocked layouts, the calling thread's kernel threads
-  // (current_num_threads()): oneDNN fixes a primitive's threads when it is created.
-  std::unique_ptr<LruCache<std::pair<int64_t, int>, CachedProgram>> programs;
-
-  template <typename... Args>
-  [[noreturn]] void invalid(const Args&... args) const {
-    fail("oneflow_lite", dir, ": ", args...);
-  }
-  // Refuses `bytes` of memory for `what` when it is over the limit, before it is allocated.
-  void check_memory(int64_t bytes, const std::string& what) const;
-  // The cache entry of exactly `batch` rows, made on first use.
-  std::shared_ptr<CachedProgram> cached_program(int64_t batch) const;
-  // The program a run of `batch` rows uses: its bucket's with batch buckets where that run fits
-  // the memory limit, else its own (flow::Error where that one does not fit).
-  std::shared_ptr<CachedProgram> program_for(int64_t batch) const;
-  std::shared_ptr<const Program> make_program(int64_t batch) const;
-  // Whether the model's rows are independent (batch_buckets.h), from a program at 2+ rows.
-  bool rows_independent() const;
-  // Checks one node of the Job and adds its values (and its step) to the program.
-  void add_node(proto::Node& node, int64_t batch, bool rebatch, Program& program, std::map<std::string, int>& value_ids,
-                std::map<std::string, TensorMeta>& metas, std::map<int64_t, int>& input_of_index,
-                std::map<int64_t, int>& output_of_index) const;
-  std::unique_ptr<Arena> take_arena(CachedProgram& cached) const;
-  static void give_back(CachedProgram& cached, std::unique_ptr<Arena> arena);
-  // Runs the program on inputs of its batch size.
-  TensorList run_program(CachedProgram& cached, const TensorList& given) const;
-};
-
-namespace {
 
 proto::ExportedModel read_exported(const std::string& dir) {
   const std::filesystem::path path = std::filesystem::path(dir) / "model.pb";
@@ -205,15 +104,6 @@ void check_spec(const char* kind, const TensorSpec& spec, const TensorMeta& meta
     reject("is ", meta_str(meta), " but the model's ", kind, " '", spec.name, "' is ", shape_str(spec.shape), " ", dtype_name(spec.dtype),
            " (batch ", batch, ")");
   }
-}
-
-// One profiler event per step: the op's name, category "lite_blocked" for steps on oneDNN's
-// blocked layouts (their values are not tensors, so metas stand in) and "lite_node" for the rest.
-void record_step(const Program& program, const Program::Step& step, bool blocked, profiler::Clock::time_point start) {
-  std::vector<TensorMeta> inputs;
-  inputs.reserve(step.inputs.size());
-  for (int id : step.inputs) inputs.push_back(program.value_metas[id]);
-  profiler::record_op(*step.op, inputs, step.out_metas, step.attrs, blocked ? "lite_blocked" : "lite_node", start);
 }
 
 }  // namespace
@@ -378,74 +268,6 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
   return program;
 }
 
-std::shared_ptr<CachedProgram> Model::Impl::cached_program(int64_t batch) const {
-  const std::pair<int64_t, int> key{batch, blocked_layouts ? current_num_threads() : 0};
-  return programs->get_or_make(key, [&] {
-    auto made = std::make_shared<CachedProgram>();
-    made->program = make_program(batch);
-    made->run_bytes = made->program->run_bytes;
-    // Only the size is kept of a program over the limit: its packed weights would count too.
-    if (made->run_bytes > memory_limit) made->program = nullptr;
-    return made;
-  });
-}
-
-std::shared_ptr<CachedProgram> Model::Impl::program_for(int64_t batch) const {
-  const int64_t bucket = batch_buckets ? bucket_size(batch) : batch;
-  if (bucket != batch) {
-    std::shared_ptr<CachedProgram> padded = cached_program(bucket);
-    if (padded->program) return padded;
-  }
-  std::shared_ptr<CachedProgram> exact = cached_program(batch);
-  if (!exact->program) check_memory(exact->run_bytes, "a run at batch " + std::to_string(batch));
-  return exact;
-}
-
-bool Model::Impl::rows_independent() const {
-  const int64_t exported_batch = exported.batch_size();
-  // At one row, element-wise ops broadcast a row instead of splitting rows.
-  const std::shared_ptr<const Program> program = exported_batch >= 2 ? program_for(exported_batch)->program : make_program(2);
-  std::set<std::string> batch_slot_nodes;
-  for (const auto& slot : exported.batch_slots()) batch_slot_nodes.insert(slot.node());
-  std::vector<RowStep> steps;
-  for (const Program::Step& step : program->steps) {
-    steps.push_back({step.op, &step.attrs, &step.inputs, &step.outputs, batch_slot_nodes.count(step.node) != 0});
-  }
-  return lite::rows_independent(steps, program->value_metas, program->input_values, program->output_values, program->batch);
-}
-
-std::unique_ptr<Arena> Model::Impl::take_arena(CachedProgram& cached) const {
-  {
-    std::lock_guard<std::mutex> lock(cached.mutex);
-    if (!cached.free_arenas.empty()) {
-      auto arena = std::move(cached.free_arenas.back());
-      cached.free_arenas.pop_back();
-      return arena;
-    }
-  }
-  const Program& program = *cached.program;
-  auto arena = std::make_unique<Arena>();
-  for (const auto& [device, bytes] : program.plan.block_bytes) arena->blocks[device] = make_tensor({bytes}, kUInt8, Device(device));
-  for (const auto& step : program.steps) {
-    TensorList outputs;
-    for (size_t j = 0; j < step.planned.size(); ++j) {
-      const graph::PlannedBuffer* buffer = step.planned[j];
-      outputs.push_back(buffer ? graph::planned_tensor(arena->blocks.at(buffer->device), *buffer, step.out_metas[j]) : Tensor());
-    }
-    arena->planned_outputs.push_back(std::move(outputs));
-  }
-  if (program.blocked) arena->blocked = program.blocked->make_arena();
-  return arena;
-}
-
-void Model::Impl::give_back(CachedProgram& cached, std::unique_ptr<Arena> arena) {
-  std::lock_guard<std::mutex> lock(cached.mutex);
-  cached.free_arenas.push_back(std::move(arena));
-}
-
-Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Model::~Model() = default;
-
 std::shared_ptr<const Model> Model::load(const std::string& dir, const LoadOptions& options) {
   if (options.memory_limit_bytes < 0) fail("oneflow_lite", "memory_limit must be >= 0, got ", options.memory_limit_bytes);
   if (options.program_cache_entries < 1) fail("oneflow_lite", "program_cache_capacity must be >= 1, got ", options.program_cache_entries);
@@ -581,70 +403,7 @@ TensorList Model::run(const TensorList& given) const {
            shape_str(spec.shape), dynamic_batch() ? " with one batch size for every input" : "");
     }
   }
-  const std::shared_ptr<CachedProgram> cached = impl_->program_for(batch);
-  const int64_t rows = cached->program->batch;
-  if (rows == batch) return impl_->run_program(*cached, given);
-  TensorList padded;
-  for (const Tensor& input : given) padded.push_back(pad_rows(input, rows));
-  TensorList results = impl_->run_program(*cached, padded);
-  for (Tensor& result : results) result = result.narrow(0, 0, batch);
-  return results;
-}
-
-TensorList Model::Impl::run_program(CachedProgram& cached, const TensorList& given) const {
-  const Program& program = *cached.program;
-  std::unique_ptr<Arena> arena = take_arena(cached);
-  struct GiveBack {
-    CachedProgram& cached;
-    std::unique_ptr<Arena>& arena;
-    ~GiveBack() { Impl::give_back(cached, std::move(arena)); }
-  } give_back{cached, arena};
-
-  TensorList values(program.num_values);
-  for (const auto& [id, weight] : program.constants) values[id] = weight;
-  for (size_t i = 0; i < given.size(); ++i) values[program.input_values[i]] = given[i].is_contiguous() ? given[i] : given[i].contiguous();
-  const bool profiling = profiler::is_recording();
-  for (size_t s = 0; s < program.steps.size(); ++s) {
-    const Program::Step& step = program.steps[s];
-    const profiler::Clock::time_point start = profiling ? profiler::Clock::now() : profiler::Clock::time_point();
-    if (program.blocked && program.blocked->runs(s)) {
-      try {
-        program.blocked->run(s, *arena->blocked, values, step.planned.empty() ? Tensor() : arena->planned_outputs[s][0]);
-      } catch (const Error&) {
-        throw;
-      } catch (const std::exception& e) {
-        fail("oneflow_lite", "model '", exported.name(), "': node '", step.node, "' (", step.op->name, ", blocked layout): ", e.what());
-      }
-      if (profiling) record_step(program, step, true, start);
-      continue;
-    }
-    TensorList inputs;
-    inputs.reserve(step.inputs.size());
-    for (int id : step.inputs) inputs.push_back(values[id]);
-    TensorList outputs;
-    if (!step.planned.empty()) {
-      const TensorList& planned = arena->planned_outputs[s];
-      for (size_t j = 0; j < planned.size(); ++j) {
-        outputs.push_back(planned[j].defined() ? planned[j] : make_tensor(step.out_metas[j].shape, step.out_metas[j].dtype, step.out_metas[j].device));
-      }
-    }
-    TensorList results;
-    try {
-      results = execute_op(*step.op, inputs, step.attrs, step.out_metas, std::move(outputs));
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      fail("oneflow_lite", "model '", exported.name(), "': node '", step.node, "' (", step.op->name, "): ", e.what());
-    }
-    for (size_t j = 0; j < results.size(); ++j) values[step.outputs[j]] = std::move(results[j]);
-    if (profiling) record_step(program, step, false, start);
-  }
-  TensorList results;
-  for (size_t i = 0; i < program.output_values.size(); ++i) {
-    const Tensor& value = values[program.output_values[i]];
-    results.push_back(program.copy_output[i] ? value.clone() : value);
-  }
-  return results;
+  return impl_->run_batch(given, batch);
 }
 
 }  // namespace flow::lite
