@@ -268,6 +268,9 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
   return program;
 }
 
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+
 std::shared_ptr<const Model> Model::load(const std::string& dir, const LoadOptions& options) {
   if (options.memory_limit_bytes < 0) fail("oneflow_lite", "memory_limit must be >= 0, got ", options.memory_limit_bytes);
   if (options.program_cache_entries < 1) fail("oneflow_lite", "program_cache_capacity must be >= 1, got ", options.program_cache_entries);

@@ -1,5 +1,7 @@
 // oneflow_lite: the cache of planned programs, batch buckets, and the runs on them.
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "core/interpreter.h"
 #include "core/profiler.h"
@@ -101,9 +103,6 @@ void Model::Impl::give_back(CachedProgram& cached, std::unique_ptr<Arena> arena)
   std::lock_guard<std::mutex> lock(cached.mutex);
   cached.free_arenas.push_back(std::move(arena));
 }
-
-Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Model::~Model() = default;
 
 TensorList Model::Impl::run_batch(const TensorList& given, int64_t batch) const {
   const std::shared_ptr<CachedProgram> cached = program_for(batch);
