@@ -16,8 +16,7 @@
 
 namespace {
 
-// AddressSanitizer runs the soak several times slower and keeps freed memory in quarantine: fewer
-// batch sizes there.
+// AddressSanitizer runs the soak several times slower: fewer batch sizes there.
 #if defined(__SANITIZE_ADDRESS__)
 #define FLOW_SOAK_UNDER_ASAN 1
 #elif defined(__has_feature)
@@ -25,10 +24,14 @@ namespace {
 #define FLOW_SOAK_UNDER_ASAN 1
 #endif
 #endif
+// ASan also keeps up to 256 MiB of freed memory in quarantine (quarantine_size_mb's default),
+// resident until reused: 134 and 173 MiB of growth over the 300 sizes there.
 #ifdef FLOW_SOAK_UNDER_ASAN
 constexpr int64_t kBatchSizes = 300;
+constexpr double kGrowthBoundMib = 200 + 256;
 #else
 constexpr int64_t kBatchSizes = 2000;
+constexpr double kGrowthBoundMib = 200;
 #endif
 
 double resident_mib() {
@@ -71,11 +74,11 @@ double soak_growth_mib(const flow::lite::LoadOptions& options) {
 }
 
 // Before the program cache was bounded: 243 -> 2191 MiB over 2000 sizes (Release, 2 cores).
-TEST(LiteMemorySoak, ThousandsOfBatchSizesKeepMemoryBounded) { EXPECT_LT(soak_growth_mib({}), 200.0); }
+TEST(LiteMemorySoak, ThousandsOfBatchSizesKeepMemoryBounded) { EXPECT_LT(soak_growth_mib({}), kGrowthBoundMib); }
 
 // Without batch buckets every size compiles a program, and only the cache's bound holds memory.
 TEST(LiteMemorySoak, ExactProgramsKeepMemoryBoundedToo) {
-  EXPECT_LT(soak_growth_mib(flow::lite::LoadOptions().batch_buckets(false)), 200.0);
+  EXPECT_LT(soak_growth_mib(flow::lite::LoadOptions().batch_buckets(false)), kGrowthBoundMib);
 }
 
 }  // namespace
