@@ -6,13 +6,13 @@
 #include <iomanip>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <set>
 #include <sstream>
 
 #include <unistd.h>
 
 #include "core/interpreter.h"
+#include "core/lru_cache.h"
 #include "core/profiler.h"
 #include "core/serialization.h"
 #include "core/thread_pool.h"
@@ -20,6 +20,7 @@
 #include "graph/export.pb.h"
 #include "graph/job.h"
 #include "graph/plan.h"
+#include "oneflow_lite/model_impl.h"
 
 namespace flow::lite {
 namespace {
@@ -41,73 +42,6 @@ std::string shape_str(const std::vector<int64_t>& dims) {
 }
 
 std::string meta_str(const TensorMeta& meta) { return shape_str(meta.shape.vec()) + " " + dtype_name(meta.dtype) + " on " + meta.device.str(); }
-
-// The Job made concrete for one batch size: every meta inferred, intermediate memory planned,
-// values numbered so that a run is a walk over a vector.
-struct Program {
-  struct Step {
-    std::string node;
-    const OpDef* op = nullptr;
-    Attrs attrs;
-    std::vector<int> inputs;
-    std::vector<int> outputs;
-    std::vector<TensorMeta> out_metas;
-    std::vector<const graph::PlannedBuffer*> planned;  // null: allocated per run
-  };
-  graph::Plan plan;
-  std::vector<Step> steps;
-  std::vector<std::pair<int, Tensor>> constants;  // value id, weight
-  std::vector<int> input_values;
-  std::vector<int> output_values;
-  std::vector<bool> copy_output;  // the output is (a view of) an input or a weight: hand out a copy
-  std::vector<TensorMeta> value_metas;
-  std::shared_ptr<const BlockedLayouts> blocked;  // null: every step runs its op's kernel
-  int num_values = 0;
-  int64_t planned_bytes = 0;
-  int64_t run_bytes = 0;  // planned_bytes plus the outputs allocated per run
-};
-
-// The memory of one run in flight: each device's block and the planned output tensors in it.
-struct Arena {
-  std::map<std::string, Tensor> blocks;
-  std::vector<TensorList> planned_outputs;  // per step
-  BlockedArenaPtr blocked;
-};
-
-}  // namespace
-
-struct Model::Impl {
-  std::string dir;
-  proto::ExportedModel exported;
-  std::vector<TensorSpec> inputs, outputs;
-  std::vector<Device> input_devices;
-  std::map<std::string, Tensor> weights;  // by constant node name
-  int64_t memory_limit = 0;
-  bool blocked_layouts = true;
-
-  mutable std::mutex mutex;
-  // By batch size and, with blocked layouts, the calling thread's kernel threads
-  // (current_num_threads()): oneDNN fixes a primitive's threads when it is created.
-  mutable std::map<std::pair<int64_t, int>, std::shared_ptr<const Program>> programs;
-  mutable std::map<const Program*, std::vector<std::unique_ptr<Arena>>> free_arenas;
-
-  template <typename... Args>
-  [[noreturn]] void invalid(const Args&... args) const {
-    fail("oneflow_lite", dir, ": ", args...);
-  }
-  // Refuses `bytes` of memory for `what` when it is over the limit, before it is allocated.
-  void check_memory(int64_t bytes, const std::string& what) const;
-  std::shared_ptr<const Program> program(int64_t batch) const;
-  std::shared_ptr<const Program> make_program(int64_t batch) const;
-  // Checks one node of the Job and adds its values (and its step) to the program.
-  void add_node(proto::Node& node, int64_t batch, bool rebatch, Program& program, std::map<std::string, int>& value_ids,
-                std::map<std::string, TensorMeta>& metas, std::map<int64_t, int>& input_of_index,
-                std::map<int64_t, int>& output_of_index) const;
-  std::unique_ptr<Arena> take_arena(const Program& program) const;
-  void give_back(const Program& program, std::unique_ptr<Arena> arena) const;
-};
-
-namespace {
 
 proto::ExportedModel read_exported(const std::string& dir) {
   const std::filesystem::path path = std::filesystem::path(dir) / "model.pb";
@@ -170,15 +104,6 @@ void check_spec(const char* kind, const TensorSpec& spec, const TensorMeta& meta
     reject("is ", meta_str(meta), " but the model's ", kind, " '", spec.name, "' is ", shape_str(spec.shape), " ", dtype_name(spec.dtype),
            " (batch ", batch, ")");
   }
-}
-
-// One profiler event per step: the op's name, category "lite_blocked" for steps on oneDNN's
-// blocked layouts (their values are not tensors, so metas stand in) and "lite_node" for the rest.
-void record_step(const Program& program, const Program::Step& step, bool blocked, profiler::Clock::time_point start) {
-  std::vector<TensorMeta> inputs;
-  inputs.reserve(step.inputs.size());
-  for (int id : step.inputs) inputs.push_back(program.value_metas[id]);
-  profiler::record_op(*step.op, inputs, step.out_metas, step.attrs, blocked ? "lite_blocked" : "lite_node", start);
 }
 
 }  // namespace
@@ -276,6 +201,7 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
     }
   }
   auto program = std::make_shared<Program>();
+  program->batch = batch;
   std::map<std::string, int> value_ids;
   std::map<std::string, TensorMeta> metas;
   std::map<int64_t, int> input_of_index, output_of_index;
@@ -342,54 +268,17 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
   return program;
 }
 
-std::shared_ptr<const Program> Model::Impl::program(int64_t batch) const {
-  std::lock_guard<std::mutex> lock(mutex);
-  const std::pair<int64_t, int> key{batch, blocked_layouts ? current_num_threads() : 0};
-  auto cached = programs.find(key);
-  if (cached != programs.end()) return cached->second;
-  std::shared_ptr<const Program> made = make_program(batch);
-  check_memory(made->run_bytes, "a run at batch " + std::to_string(batch));
-  return programs[key] = made;
-}
-
-std::unique_ptr<Arena> Model::Impl::take_arena(const Program& program) const {
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto& free = free_arenas[&program];
-    if (!free.empty()) {
-      auto arena = std::move(free.back());
-      free.pop_back();
-      return arena;
-    }
-  }
-  auto arena = std::make_unique<Arena>();
-  for (const auto& [device, bytes] : program.plan.block_bytes) arena->blocks[device] = make_tensor({bytes}, kUInt8, Device(device));
-  for (const auto& step : program.steps) {
-    TensorList outputs;
-    for (size_t j = 0; j < step.planned.size(); ++j) {
-      const graph::PlannedBuffer* buffer = step.planned[j];
-      outputs.push_back(buffer ? graph::planned_tensor(arena->blocks.at(buffer->device), *buffer, step.out_metas[j]) : Tensor());
-    }
-    arena->planned_outputs.push_back(std::move(outputs));
-  }
-  if (program.blocked) arena->blocked = program.blocked->make_arena();
-  return arena;
-}
-
-void Model::Impl::give_back(const Program& program, std::unique_ptr<Arena> arena) const {
-  std::lock_guard<std::mutex> lock(mutex);
-  free_arenas[&program].push_back(std::move(arena));
-}
-
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
 std::shared_ptr<const Model> Model::load(const std::string& dir, const LoadOptions& options) {
   if (options.memory_limit_bytes < 0) fail("oneflow_lite", "memory_limit must be >= 0, got ", options.memory_limit_bytes);
+  if (options.program_cache_entries < 1) fail("oneflow_lite", "program_cache_capacity must be >= 1, got ", options.program_cache_entries);
   auto impl = std::make_unique<Impl>();
   impl->dir = dir;
   impl->memory_limit = options.memory_limit_bytes > 0 ? options.memory_limit_bytes : physical_memory_bytes();
   impl->blocked_layouts = options.blocked_layouts_enabled;
+  impl->programs = std::make_unique<LruCache<std::pair<int64_t, int>, CachedProgram>>(static_cast<size_t>(options.program_cache_entries));
   impl->exported = read_exported(dir);
   try {
     impl->inputs = specs_of(impl->exported.inputs());
@@ -443,7 +332,8 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const LoadOptio
     impl->weights[node.name()] = weight.device() == expected.device ? weight : weight.to(expected.device);
   }
   // Checks every op, kernel and meta now, and plans the exported batch size once.
-  impl->program(impl->exported.batch_size());
+  impl->program_for(impl->exported.batch_size());
+  impl->batch_buckets = options.batch_buckets_enabled && impl->exported.dynamic_batch() && impl->rows_independent();
   auto model = std::shared_ptr<const Model>(new Model(std::move(impl)));
   model->check_by_running();
   return model;
@@ -481,12 +371,15 @@ const std::vector<TensorSpec>& Model::inputs() const { return impl_->inputs; }
 const std::vector<TensorSpec>& Model::outputs() const { return impl_->outputs; }
 bool Model::dynamic_batch() const { return impl_->exported.dynamic_batch(); }
 int64_t Model::exported_batch() const { return impl_->exported.batch_size(); }
-int64_t Model::planned_bytes(int64_t batch) const { return impl_->program(batch)->planned_bytes; }
-int64_t Model::run_bytes(int64_t batch) const { return impl_->program(batch)->run_bytes; }
+int64_t Model::program_batch(int64_t batch) const { return impl_->program_for(batch)->program->batch; }
+int64_t Model::planned_bytes(int64_t batch) const { return impl_->program_for(batch)->program->planned_bytes; }
+int64_t Model::run_bytes(int64_t batch) const { return impl_->program_for(batch)->program->run_bytes; }
 int64_t Model::blocked_steps(int64_t batch) const {
-  const auto program = impl_->program(batch);
+  const auto program = impl_->program_for(batch)->program;
   return program->blocked ? program->blocked->blocked_steps() : 0;
 }
+bool Model::batch_buckets() const { return impl_->batch_buckets; }
+int64_t Model::cached_programs() const { return static_cast<int64_t>(impl_->programs->size()); }
 
 TensorList Model::run(const TensorList& given) const {
   const auto& specs = impl_->inputs;
@@ -513,60 +406,7 @@ TensorList Model::run(const TensorList& given) const {
            shape_str(spec.shape), dynamic_batch() ? " with one batch size for every input" : "");
     }
   }
-  const std::shared_ptr<const Program> program = impl_->program(batch);
-  std::unique_ptr<Arena> arena = impl_->take_arena(*program);
-  struct GiveBack {
-    const Impl& impl;
-    const Program& program;
-    std::unique_ptr<Arena>& arena;
-    ~GiveBack() { impl.give_back(program, std::move(arena)); }
-  } give_back{*impl_, *program, arena};
-
-  TensorList values(program->num_values);
-  for (const auto& [id, weight] : program->constants) values[id] = weight;
-  for (size_t i = 0; i < given.size(); ++i) values[program->input_values[i]] = given[i].is_contiguous() ? given[i] : given[i].contiguous();
-  const bool profiling = profiler::is_recording();
-  for (size_t s = 0; s < program->steps.size(); ++s) {
-    const Program::Step& step = program->steps[s];
-    const profiler::Clock::time_point start = profiling ? profiler::Clock::now() : profiler::Clock::time_point();
-    if (program->blocked && program->blocked->runs(s)) {
-      try {
-        program->blocked->run(s, *arena->blocked, values, step.planned.empty() ? Tensor() : arena->planned_outputs[s][0]);
-      } catch (const Error&) {
-        throw;
-      } catch (const std::exception& e) {
-        fail("oneflow_lite", "model '", name(), "': node '", step.node, "' (", step.op->name, ", blocked layout): ", e.what());
-      }
-      if (profiling) record_step(*program, step, true, start);
-      continue;
-    }
-    TensorList inputs;
-    inputs.reserve(step.inputs.size());
-    for (int id : step.inputs) inputs.push_back(values[id]);
-    TensorList outputs;
-    if (!step.planned.empty()) {
-      const TensorList& planned = arena->planned_outputs[s];
-      for (size_t j = 0; j < planned.size(); ++j) {
-        outputs.push_back(planned[j].defined() ? planned[j] : make_tensor(step.out_metas[j].shape, step.out_metas[j].dtype, step.out_metas[j].device));
-      }
-    }
-    TensorList results;
-    try {
-      results = execute_op(*step.op, inputs, step.attrs, step.out_metas, std::move(outputs));
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      fail("oneflow_lite", "model '", name(), "': node '", step.node, "' (", step.op->name, "): ", e.what());
-    }
-    for (size_t j = 0; j < results.size(); ++j) values[step.outputs[j]] = std::move(results[j]);
-    if (profiling) record_step(*program, step, false, start);
-  }
-  TensorList results;
-  for (size_t i = 0; i < program->output_values.size(); ++i) {
-    const Tensor& value = values[program->output_values[i]];
-    results.push_back(program->copy_output[i] ? value.clone() : value);
-  }
-  return results;
+  return impl_->run_batch(given, batch);
 }
 
 }  // namespace flow::lite

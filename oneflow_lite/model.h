@@ -1,8 +1,8 @@
 #pragma once
 // oneflow_lite: the inference-only runtime for deploy exports (flow::save(graph, dir)). It loads
-// and validates an export directory, plans memory once per batch size (static offsets from a
-// liveness analysis), and runs the Job with the core kernels. It links neither autograd, nn,
-// optim, data nor the graph compiler.
+// and validates an export directory, plans memory once per batch size or bucket of them (static
+// offsets from a liveness analysis), keeps the most recently used of these programs, and runs the
+// Job with the core kernels. It links neither autograd, nn, optim, data nor the graph compiler.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,6 +36,26 @@ struct LoadOptions {
     blocked_layouts_enabled = enabled;
     return *this;
   }
+  // The most programs a model keeps compiled (one per batch size, or bucket, and kernel thread
+  // count, each with its planned memory, packed weights and the arenas of finished runs): the
+  // least recently used is dropped for a new one, so that memory does not grow with the batch
+  // sizes clients send. At least 1.
+  int64_t program_cache_entries = 8;
+  LoadOptions& program_cache_capacity(int64_t programs) {
+    program_cache_entries = programs;
+    return *this;
+  }
+  // Whether a dynamic-batch model whose every op treats rows independently (by the ops' SBP
+  // signatures) runs a batch on the program of its bucket: up to 8 rows the exact size, above it
+  // the next 2^k or 3 * 2^(k-1), the inputs padded with zero rows and the outputs cut back
+  // (oneflow_lite/batch_buckets.h). Results may differ from an exact-size program's in the last
+  // bits, where kernels block a product differently. Off, or for other models: one program per
+  // batch size.
+  bool batch_buckets_enabled = true;
+  LoadOptions& batch_buckets(bool enabled) {
+    batch_buckets_enabled = enabled;
+    return *this;
+  }
 };
 
 class Model {
@@ -63,6 +83,9 @@ class Model {
   // count, dtype, shape and device of every input (flow::Error naming the input). Thread-safe:
   // concurrent calls run in separate planned memory.
   TensorList run(const TensorList& inputs) const;
+  // The batch size of the program a run at `batch` uses: its bucket with batch buckets (when the
+  // bucket's run fits the memory limit), else `batch`. The three below describe that program.
+  int64_t program_batch(int64_t batch) const;
   // The planned intermediate memory of one run at `batch` (planned once, then reused).
   int64_t planned_bytes(int64_t batch) const;
   // What one run at `batch` allocates: planned intermediates plus the outputs it hands out. A
@@ -70,6 +93,12 @@ class Model {
   int64_t run_bytes(int64_t batch) const;
   // How many of the Job's ops at `batch` run on blocked layouts (0 with blocked_layouts(false)).
   int64_t blocked_steps(int64_t batch) const;
+  // Whether runs use batch buckets: LoadOptions::batch_buckets on, a dynamic batch, and rows
+  // that every op treats independently.
+  bool batch_buckets() const;
+  // How many programs are cached now (at most LoadOptions::program_cache_capacity), batch sizes
+  // found over the memory limit included.
+  int64_t cached_programs() const;
 
  private:
   struct Impl;

@@ -161,11 +161,33 @@ std::vector<TensorMeta> fused_linear_infer(const std::vector<TensorMeta>& in, co
   return fused_infer(operands, attrs, false);
 }
 
+// The linear's signatures joined with the epilogue's element-wise ones where they agree on the
+// product: e.g. rows split (weights broadcast) with the other operands split or broadcast like
+// them. A partial-sum product joins none, since the epilogue is not linear.
+std::vector<SbpSignature> fused_linear_sbp(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  const auto linear_inputs = static_cast<size_t>(attrs.get<int64_t>("linear_inputs"));
+  const OpDef& linear = find_op("linear");
+  const std::vector<TensorMeta> linear_in(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(linear_inputs));
+  std::vector<TensorMeta> operands = checked_infer(linear, linear_in, attrs);
+  operands.insert(operands.end(), in.begin() + static_cast<std::ptrdiff_t>(linear_inputs), in.end());
+  std::vector<SbpSignature> signatures;
+  for (const SbpSignature& product : linear.sbp(linear_in, attrs)) {
+    for (const SbpSignature& epilogue : sbp::elementwise(operands, attrs)) {
+      if (!(epilogue.inputs[0] == product.outputs[0])) continue;
+      SbpSignature joined{product.inputs, epilogue.outputs};
+      joined.inputs.insert(joined.inputs.end(), epilogue.inputs.begin() + 1, epilogue.inputs.end());
+      signatures.push_back(std::move(joined));
+    }
+  }
+  return signatures;
+}
+
 const OpDef& kFusedLinear = OpBuilder("fused_linear")
                                 .inputs({"linear_inputs_and_operands"}, /*variadic=*/true)
                                 .outputs({"out"})
                                 .attrs({{"program", AttrType::kString}, {"shape", AttrType::kInts}, {"linear_inputs", AttrType::kInt}})
                                 .infer(fused_linear_infer)
+                                .sbp(fused_linear_sbp)
                                 // The linear's products (2 per multiply-accumulate) plus its epilogue.
                                 .flops([](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
                                   return 2 * out[0].shape.numel() * in[1].shape[1] + program_flops(attrs);

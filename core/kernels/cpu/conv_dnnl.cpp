@@ -67,7 +67,7 @@ ConvPrimitives make_primitives(const ConvKey& key) {
 
 // The primitives of the configuration; for bfloat16, nullopt where oneDNN has no optimized kernel
 // for one of the three on this CPU (float32 always has them).
-std::optional<ConvPrimitives>& primitives(const ConvKey& key) {
+std::shared_ptr<const std::optional<ConvPrimitives>> primitives(const ConvKey& key) {
   return cached_primitives<std::optional<ConvPrimitives>>(key, [](const ConvKey& key) -> std::optional<ConvPrimitives> {
     if (key.type == memory::data_type::f32) return make_primitives(key);
     try {
@@ -113,9 +113,9 @@ void forward_kernel(KernelContext& ctx) {
     return x.dtype() == kFloat32 ? run.operator()<float>() : run.operator()<BFloat16>();
   }
   const ConvKey key = make_key(x.shape(), w.shape(), y.shape(), ctx.attrs, has_bias, x.dtype());
-  std::optional<ConvPrimitives>& found = primitives(key);
-  if (!found) return in_float32<forward_kernel>(ctx);
-  ConvPrimitives& p = *found;
+  const auto found = primitives(key);  // held while it runs: another thread may evict it
+  if (!*found) return in_float32<forward_kernel>(ctx);
+  const ConvPrimitives& p = **found;
   dnnl::stream stream = stream_for_call();
   Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
   Bound weights = bind_memory(key.weights, w.data_ptr(), p.forward.weights_desc(), stream, true);
@@ -132,9 +132,9 @@ void backward_data_kernel(KernelContext& ctx) {
   Tensor& grad_input = ctx.outputs[0];
   if (grad_input.numel() == 0) return;
   const ConvKey key = make_key(grad_input.shape(), w.shape(), grad.shape(), ctx.attrs, false, grad.dtype());
-  std::optional<ConvPrimitives>& found = primitives(key);
-  if (!found) return in_float32<backward_data_kernel>(ctx);
-  ConvPrimitives& p = *found;
+  const auto found = primitives(key);  // held while it runs: another thread may evict it
+  if (!*found) return in_float32<backward_data_kernel>(ctx);
+  const ConvPrimitives& p = **found;
   dnnl::stream stream = stream_for_call();
   Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward_data.diff_dst_desc(), stream, true);
   Bound weights = bind_memory(key.weights, w.data_ptr(), p.backward_data.weights_desc(), stream, true);
@@ -166,9 +166,9 @@ void backward_weights_kernel(KernelContext& ctx) {
     return conv_grad_weight_by_gemm(ctx);
   }
   const ConvKey key = make_key(x.shape(), grad_weight.shape(), grad.shape(), ctx.attrs, false, grad.dtype());
-  std::optional<ConvPrimitives>& found = primitives(key);
-  if (!found) return in_float32<backward_weights_kernel>(ctx);
-  ConvPrimitives& p = *found;
+  const auto found = primitives(key);  // held while it runs: another thread may evict it
+  if (!*found) return in_float32<backward_weights_kernel>(ctx);
+  const ConvPrimitives& p = **found;
   dnnl::stream stream = stream_for_call();
   Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward_weights.diff_dst_desc(), stream, true);
   Bound src = bind_memory(key.src, x.data_ptr(), p.backward_weights.src_desc(), stream, true);

@@ -6,9 +6,7 @@
 
 #include <cstdlib>
 #include <dnnl.hpp>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <string_view>
@@ -16,6 +14,8 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "core/kernels/cpu/kernel_caches.h"
+#include "core/lru_cache.h"
 #include "core/thread_pool.h"
 
 namespace flow::cpu::dnnl_util {
@@ -81,27 +81,24 @@ inline void write_back(Bound& bound, dnnl::stream& stream) {
   if (bound.reordered) dnnl::reorder(bound.inner, bound.user).execute(stream, bound.inner, bound.user);
 }
 
-// The cache slot of `key` for the calling thread's thread count, with OpenMP set to that count so
-// that a primitive created for the slot uses it: oneDNN 2.6 fixes a primitive's threads when it is
-// created (measured: a conv created at 1 thread runs on 1 when called at 2, and one created at 2
-// ignores a cap of 1).
-template <typename Key, typename Value>
-std::unique_ptr<Value>& slot_for_threads(std::map<std::pair<Key, int>, std::unique_ptr<Value>>& cache, const Key& key) {
-  sync_openmp_threads();
-  return cache[{key, current_num_threads()}];
-}
-
 // The primitives of `key` for the calling thread's thread count, made by make(key) on first use:
-// creating a primitive JIT-compiles code, so each is made once. One cache per call site (the
-// lambda's type), shared by all threads under its mutex.
+// creating a primitive JIT-compiles code, so each is made once while it stays cached. One cache per
+// call site (the lambda's type), shared by all threads, holding the primitives of at most
+// primitive_cache_capacity() shapes (kernel_caches.h); the caller holds the returned pointer while
+// it runs them, so that another thread's eviction cannot free them. OpenMP is set to the calling
+// thread's count first, so that a primitive made here uses it: oneDNN 2.6 fixes a primitive's
+// threads when it is created (measured: a conv created at 1 thread runs on 1 when called at 2, and
+// one created at 2 ignores a cap of 1).
 template <typename Value, typename Key, typename Make>
-Value& cached_primitives(const Key& key, Make make) {
-  static std::mutex mutex;
-  static std::map<std::pair<Key, int>, std::unique_ptr<Value>> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<Value>& slot = slot_for_threads(cache, key);
-  if (!slot) slot = std::make_unique<Value>(make(key));
-  return *slot;
+std::shared_ptr<const Value> cached_primitives(const Key& key, Make make) {
+  static LruCache<std::pair<Key, int>, const Value> cache(primitive_cache_capacity());
+  const size_t capacity = primitive_cache_capacity();
+  if (cache.capacity() != capacity) cache.set_capacity(capacity);
+  sync_openmp_threads();
+  return cache.get_or_make({key, current_num_threads()}, [&] {
+    count_primitives_made();
+    return std::make_shared<const Value>(make(key));
+  });
 }
 
 // flow caches its primitives and runs each on whichever thread calls: Graph workers, concurrent lite

@@ -6,14 +6,15 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "core/kernels/cpu/convert.h"
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/elementwise_math.h"
+#include "core/kernels/cpu/kernel_caches.h"
 #include "core/kernels/cpu/loop.h"
 #include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/reduced_float.h"
+#include "core/lru_cache.h"
 #include "core/op.h"
 #include "core/ops/fused.h"
 #include "core/thread_pool.h"
@@ -82,14 +83,11 @@ std::vector<CompiledStep<T>> compile(const fused::Program& program) {
   return steps;
 }
 
-// Decoding a program costs more than a small tile loop, so each distinct program is decoded once.
+// Decoding a program costs more than a small tile loop, so each distinct program is decoded once
+// while it is among the fused_program_cache_capacity() most recently run.
 std::shared_ptr<const fused::Program> cached_program(const std::string& text) {
-  static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<const fused::Program>> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = cache[text];
-  if (!slot) slot = std::make_shared<const fused::Program>(fused::decode(text));
-  return slot;
+  static LruCache<std::string, const fused::Program> cache(fused_program_cache_capacity());
+  return cache.get_or_make(text, [&] { return std::make_shared<const fused::Program>(fused::decode(text)); });
 }
 
 // A rounding step's float16/bfloat16 output.

@@ -107,7 +107,7 @@ struct Primitives {
   dnnl::layer_normalization_backward backward;
 };
 
-Primitives& primitives(const Key& key) {
+std::shared_ptr<const Primitives> primitives(const Key& key) {
   return cached_primitives<Primitives>(key, [](const Key& key) {
     const normalization_flags affine = normalization_flags::use_scale | normalization_flags::use_shift;
     const memory::desc data = plain({key.rows, key.features});
@@ -132,13 +132,14 @@ void forward_dnnl(KernelContext& ctx) {
   const Key key{l.rows, l.features, static_cast<float>(ctx.attrs.get<double>("eps"))};
   const bool affine = ctx.inputs.size() == 3;
   std::vector<float> ones, zeros, variance(static_cast<size_t>(l.rows));
+  const auto cached = primitives(key);  // held until the run ends: another thread may evict it
   dnnl::stream stream = stream_for_call();
-  run_primitive(primitives(key).forward, stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},
-                                                  {DNNL_ARG_SCALE, feature_memory(l, affine ? &ctx.inputs[1] : nullptr, ones, 1.0f)},
-                                                  {DNNL_ARG_SHIFT, feature_memory(l, affine ? &ctx.inputs[2] : nullptr, zeros, 0.0f)},
-                                                  {DNNL_ARG_DST, memory(plain({l.rows, l.features}), engine(), ctx.outputs[0].data_ptr())},
-                                                  {DNNL_ARG_MEAN, memory(plain({l.rows}), engine(), ctx.outputs[1].data_ptr())},
-                                                  {DNNL_ARG_VARIANCE, memory(plain({l.rows}), engine(), variance.data())}});
+  run_primitive(cached->forward, stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},
+                                         {DNNL_ARG_SCALE, feature_memory(l, affine ? &ctx.inputs[1] : nullptr, ones, 1.0f)},
+                                         {DNNL_ARG_SHIFT, feature_memory(l, affine ? &ctx.inputs[2] : nullptr, zeros, 0.0f)},
+                                         {DNNL_ARG_DST, memory(plain({l.rows, l.features}), engine(), ctx.outputs[0].data_ptr())},
+                                         {DNNL_ARG_MEAN, memory(plain({l.rows}), engine(), ctx.outputs[1].data_ptr())},
+                                         {DNNL_ARG_VARIANCE, memory(plain({l.rows}), engine(), variance.data())}});
   stream.wait();
   float* rstd = ctx.outputs[2].data_ptr<float>();
   for (int64_t r = 0; r < l.rows; ++r) rstd[r] = 1.0f / std::sqrt(variance[r] + key.eps);
@@ -156,17 +157,18 @@ void backward_dnnl(KernelContext& ctx) {
   // The biased variance the forward saw (oneDNN adds eps back).
   std::vector<float> variance(static_cast<size_t>(l.rows)), ones, zeros;
   for (int64_t r = 0; r < l.rows; ++r) variance[r] = static_cast<float>(1.0 / (static_cast<double>(rstd[r]) * rstd[r]) - static_cast<double>(key.eps));
+  const auto cached = primitives(key);  // held until the run ends: another thread may evict it
   dnnl::stream stream = stream_for_call();
-  run_primitive(primitives(key).backward, stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[1].data_ptr())},
-                                                   {DNNL_ARG_MEAN, memory(plain({l.rows}), engine(), ctx.inputs[2].data_ptr())},
-                                                   {DNNL_ARG_VARIANCE, memory(plain({l.rows}), engine(), variance.data())},
-                                                   {DNNL_ARG_DIFF_DST, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},
-                                                   {DNNL_ARG_SCALE, feature_memory(l, affine ? &ctx.inputs[4] : nullptr, ones, 1.0f)},
-                                                   // Unused by the gradient, but oneDNN 2.6 wants it with use_shift.
-                                                   {DNNL_ARG_SHIFT, feature_memory(l, nullptr, zeros, 0.0f)},
-                                                   {DNNL_ARG_DIFF_SRC, memory(plain({l.rows, l.features}), engine(), ctx.outputs[0].data_ptr())},
-                                                   {DNNL_ARG_DIFF_SCALE, memory(plain({l.features}), engine(), ctx.outputs[1].data_ptr())},
-                                                   {DNNL_ARG_DIFF_SHIFT, memory(plain({l.features}), engine(), ctx.outputs[2].data_ptr())}});
+  run_primitive(cached->backward, stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[1].data_ptr())},
+                                          {DNNL_ARG_MEAN, memory(plain({l.rows}), engine(), ctx.inputs[2].data_ptr())},
+                                          {DNNL_ARG_VARIANCE, memory(plain({l.rows}), engine(), variance.data())},
+                                          {DNNL_ARG_DIFF_DST, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},
+                                          {DNNL_ARG_SCALE, feature_memory(l, affine ? &ctx.inputs[4] : nullptr, ones, 1.0f)},
+                                          // Unused by the gradient, but oneDNN 2.6 wants it with use_shift.
+                                          {DNNL_ARG_SHIFT, feature_memory(l, nullptr, zeros, 0.0f)},
+                                          {DNNL_ARG_DIFF_SRC, memory(plain({l.rows, l.features}), engine(), ctx.outputs[0].data_ptr())},
+                                          {DNNL_ARG_DIFF_SCALE, memory(plain({l.features}), engine(), ctx.outputs[1].data_ptr())},
+                                          {DNNL_ARG_DIFF_SHIFT, memory(plain({l.features}), engine(), ctx.outputs[2].data_ptr())}});
   stream.wait();
 }
 

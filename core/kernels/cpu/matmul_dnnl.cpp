@@ -39,7 +39,7 @@ bool worth_taking(const char* implementation, dnnl_type operands) {
 }
 
 // nullopt where oneDNN has no kernel worth taking for the product on this CPU.
-const std::optional<Product>& product(const ProductKey& key) {
+std::shared_ptr<const std::optional<Product>> product(const ProductKey& key) {
   return cached_primitives<std::optional<Product>>(key, [](const ProductKey& key) -> std::optional<Product> {
     const memory::desc a({key.m, key.k}, key.operands, key.a_strides), b({key.k, key.n}, key.operands, key.b_strides);
     const memory::desc c = plain({key.m, key.n}, key.result), bias = key.bias ? plain({1, key.n}, key.operands) : memory::desc();
@@ -126,7 +126,8 @@ bool onednn_matmul(const Tensor& a, const Tensor& b, Tensor& out) {
   const auto key = key_for(a.dtype(), out.dtype(), m, k, n, operand_strides(a, strides_a), operand_strides(b, strides_b), false);
   if (!key) return false;
   const ThreadCapScope cap(product_threads(*key));
-  const auto& p = product(*key);
+  const auto cached = product(*key);  // held while it runs: another thread may evict it
+  const std::optional<Product>& p = *cached;
   if (!p) return false;
   const Tensor oa = operand(a, strides_a), ob = operand(b, strides_b);
   const Shape out_batch(out.shape().begin(), out.shape().end() - 2);
@@ -145,7 +146,8 @@ bool onednn_linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor&
   const auto key = key_for(x.dtype(), out.dtype(), rows, in_features, out_features, {in_features, 1}, {1, in_features}, bias.defined());
   if (!key) return false;
   const ThreadCapScope cap(product_threads(*key));
-  const auto& p = product(*key);
+  const auto cached = product(*key);  // held while it runs: another thread may evict it
+  const std::optional<Product>& p = *cached;
   if (!p) return false;
   run(*p, x.data_ptr(), w.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr());
   return true;

@@ -30,7 +30,7 @@ struct NormPrimitives {
   dnnl::batch_normalization_backward backward_primitive;
 };
 
-NormPrimitives& primitives(const NormKey& key) {
+std::shared_ptr<const NormPrimitives> primitives(const NormKey& key) {
   return cached_primitives<NormPrimitives>(key, [](const NormKey& key) {
     const normalization_flags affine = normalization_flags::use_scale | normalization_flags::use_shift;
     const memory::desc data = plain(key.dims);
@@ -66,7 +66,8 @@ void eval_kernel(KernelContext& ctx) {
   const NormLayout l = norm_layout(x.shape());
   const bool affine = ctx.inputs.size() == 5;
   const NormKey key = make_key(l, ctx.attrs.get<double>("eps"), false);
-  NormPrimitives& p = primitives(key);
+  const auto cached = primitives(key);  // held while it runs: another thread may evict it
+  const NormPrimitives& p = *cached;
   std::vector<float> ones, zeros;
   dnnl::stream stream = stream_for_call();
   run_primitive(p.forward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
@@ -84,7 +85,8 @@ void train_kernel(KernelContext& ctx) {
   const NormLayout l = norm_layout(x.shape());
   const bool affine = ctx.inputs.size() == 3;
   const NormKey key = make_key(l, ctx.attrs.get<double>("eps"), true);
-  NormPrimitives& p = primitives(key);
+  const auto cached = primitives(key);  // held while it runs: another thread may evict it
+  const NormPrimitives& p = *cached;
   std::vector<float> ones, zeros, variance(static_cast<size_t>(l.c));
   dnnl::stream stream = stream_for_call();
   run_primitive(p.forward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
@@ -122,7 +124,8 @@ void train_grad_kernel(KernelContext& ctx) {
   const NormLayout l = norm_layout(x.shape());
   const bool affine = ctx.inputs.size() == 7;
   const NormKey key = make_key(l, ctx.attrs.get<double>("eps"), true);
-  NormPrimitives& p = primitives(key);
+  const auto cached = primitives(key);  // held while it runs: another thread may evict it
+  const NormPrimitives& p = *cached;
   const float* invstd = ctx.inputs[5].data_ptr<float>();
   // The biased variance the forward saw; oneDNN adds eps back, so precision holds even when it is tiny.
   std::vector<float> variance(static_cast<size_t>(l.c)), ones, zeros;

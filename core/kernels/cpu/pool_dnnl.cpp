@@ -50,7 +50,7 @@ PoolPrimitives make_primitives(const PoolKey& key, const memory::desc& src, cons
 // generic loop several times slower than reordering to the channel-blocked layout (nChw8c),
 // pooling there with the JIT kernel and reordering back. The kernels bind their buffers through
 // reorders whenever a primitive's layout is not plain.
-PoolPrimitives& primitives(const PoolKey& key) {
+std::shared_ptr<const PoolPrimitives> primitives(const PoolKey& key) {
   return cached_primitives<PoolPrimitives>(key, [](const PoolKey& key) {
     PoolPrimitives plain_layout = make_primitives(key, plain(key.src), plain(key.dst));
     const std::string implementation = plain_layout.forward.impl_info_str();
@@ -62,7 +62,8 @@ PoolPrimitives& primitives(const PoolKey& key) {
 
 // y = pool(x) by the key's forward primitive, for pooling that needs no workspace.
 void run_forward(const PoolKey& key, const Tensor& x, Tensor& y) {
-  PoolPrimitives& p = primitives(key);
+  const auto cached = primitives(key);  // held while it runs: another thread may evict it
+  const PoolPrimitives& p = *cached;
   dnnl::stream stream = stream_for_call();
   Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
   Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
@@ -105,7 +106,8 @@ void avg_pool_grad_kernel(KernelContext& ctx) {
   Tensor& grad_input = ctx.outputs[0];
   if (grad_input.numel() == 0) return;
   const PoolKey key = make_key(grad_input.shape(), grad.shape(), ctx.attrs);
-  PoolPrimitives& p = primitives(key);
+  const auto cached = primitives(key);  // held while it runs: another thread may evict it
+  const PoolPrimitives& p = *cached;
   dnnl::stream stream = stream_for_call();
   Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward.diff_dst_desc(), stream, true);
   Bound diff_src = bind_memory(key.src, grad_input.data_ptr(), p.backward.diff_src_desc(), stream, false);
