@@ -181,8 +181,10 @@ void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, Requ
     }
     send_json(response, index);
   });
-  for (const auto& [action, call] : {std::pair{"load", &ModelRepository::load}, {"unload", &ModelRepository::unload}}) {
-    add("POST", std::string("/v2/repository/models/([^/]+)/") + action, Runs::kOnWorker,
+  for (const auto& action : {std::pair{"load", &ModelRepository::load}, {"unload", &ModelRepository::unload}}) {
+    // Not a structured binding: clang 14 cannot capture one.
+    const auto call = action.second;
+    add("POST", std::string("/v2/repository/models/([^/]+)/") + action.first, Runs::kOnWorker,
         [&repository, call](const HttpRequest& request, HttpResponse& response) {
           try {
             (repository.*call)(request.matches[1]);
