@@ -99,16 +99,21 @@ def attack_batch_sizes(args):
     binary_infer(server.http_port, 64)
     before = server.rss()
     statuses = {}
-    samples = []
-    for i, batch in enumerate(range(65, 65 + args.batch_sizes)):
-        status, _ = binary_infer(server.http_port, batch)
-        statuses[status] = statuses.get(status, 0) + 1
-        if i % 250 == 249:
-            samples.append(f"{server.rss():.0f}")
+    passes = []
+    # A second pass over the same sizes tells a bound (flat) from a leak (growing again).
+    for _ in range(2):
+        samples = []
+        for i, batch in enumerate(range(65, 65 + args.batch_sizes)):
+            status, _ = binary_infer(server.http_port, batch)
+            statuses[status] = statuses.get(status, 0) + 1
+            if i % 250 == 249:
+                samples.append(f"{server.rss():.0f}")
+        passes.append(", ".join(samples))
     after = server.rss()
     server.stop()
-    return (f"{args.batch_sizes} binary REST inferences, batch sizes 65..{64 + args.batch_sizes}",
-            f"{statuses}; RSS every 250: {', '.join(samples)} MiB", before, after, None)
+    return (f"2 x {args.batch_sizes} binary REST inferences, batch sizes 65..{64 + args.batch_sizes}",
+            f"{statuses}; RSS every 250 requests, first pass: {passes[0]} MiB; second pass: {passes[1]} MiB",
+            before, after, None)
 
 
 def chunked(port, total, chunk=1 << 20):
