@@ -47,6 +47,9 @@ void print_plan(std::ostream& out, const PlanExplanation& plan) {
       << milliseconds(log.passes_seconds) << ", plan " << milliseconds(log.plan_seconds) << ", runtime " << milliseconds(log.runtime_seconds)
       << "\n";
   out << "  traced " << plan.traced_op_count() << " ops (" << log.traced_nodes << " nodes): " << counts_str(log.traced_ops) << "\n";
+  out << "  training rewrites: ";
+  for (size_t i = 0; i < log.training_rewrites.size(); ++i) out << (i ? ", " : "") << log.training_rewrites[i];
+  out << (log.training_rewrites.empty() ? "none\n" : "\n");
   out << "  passes:\n";
   for (const auto& record : log.passes) print_pass(out, record);
   out << "  after passes " << plan.nodes_after_passes << " nodes: " << counts_str(plan.ops_after_passes) << "\n";

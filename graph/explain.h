@@ -21,6 +21,7 @@ namespace flow::graph {
 struct CompileLog {
   int64_t traced_nodes = 0;                   // every node of the traced Job
   std::map<std::string, int64_t> traced_ops;  // op type -> traced nodes of it (sources and outputs left out)
+  std::vector<std::string> training_rewrites;  // applied while tracing, in their order (graph/training/rewrites.h)
   std::vector<PassRecord> passes;             // in pipeline order
   std::vector<std::string> guard_failures;    // per earlier plan, why this input signature fails its guards
   double trace_seconds = 0;

@@ -18,19 +18,23 @@
 #include "graph/executor.h"
 #include "graph/frozen_inference.h"
 #include "graph/passes.h"
-#include "graph/pipeline_schedule.h"
 #include "graph/tracer.h"
+#include "graph/training/gradient_accumulation.h"
+#include "graph/training/loss_scaling.h"
+#include "graph/training/optimizer_step.h"
+#include "graph/training/pipeline_schedule.h"
+#include "graph/training/rewrites.h"
 
 namespace flow::nn {
 namespace {
 
 using graph::meta_str;
+using graph::training::optimizer_prefix;
 
 std::atomic<int> g_graph_count{0};
 
 TensorMeta meta_of_tensor(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
 
-std::string optimizer_prefix(size_t index) { return "_optimizer." + std::to_string(index) + "."; }
 // The grad scaler's variables and state_dict entries.
 const std::string kGradScalerPrefix = "_grad_scaler.";
 
@@ -47,63 +51,6 @@ struct RestoreModes {
   ~RestoreModes() { apply_modes(modes); }
 };
 
-// Data parallel: the partial-sum gradients of broadcast parameters are reduced with one
-// collective per placement and dtype (a bucket, as DDP does) instead of one per gradient, each
-// collective paying a fixed cost: all-reduced to broadcast, or, under ZeRO-2, reduce-scattered to
-// the rows that the parameter's sharded update reads (Optimizer::trace_step).
-void reduce_gradients_in_buckets(const TensorList& params, int64_t zero_stage) {
-  const NdSbp broadcast{Sbp::broadcast()}, partial{Sbp::partial_sum()};
-  std::map<std::tuple<bool, std::string, DType>, TensorList> buckets;
-  for (const Tensor& p : params) {
-    if (!p.is_global() || !graph::is_traced(p.grad()) || !(p.sbp() == broadcast) || !(p.grad().sbp() == partial)) continue;
-    const bool scatter = zero_stage >= 2 && optim::Optimizer::zero_shardable(p);
-    buckets[{scatter, p.placement().str(), p.dtype()}].push_back(p);
-  }
-  for (auto& [key, bucket] : buckets) {
-    TensorList grads;
-    for (const Tensor& p : bucket) grads.push_back(p.grad());
-    const TensorList reduced = std::get<0>(key) ? distributed::reduce_scatter_partial_sums(grads) : distributed::all_reduce_partial_sums(grads);
-    for (size_t k = 0; k < bucket.size(); ++k) bucket[k].set_grad(reduced[k]);
-  }
-}
-
-// Pipeline parallelism: the model's parameters live on more than one placement (its stages).
-// The placements of the parameters, in the order of the parameters: a pipeline's stages.
-std::vector<Placement> stages_of(const TensorList& params) {
-  std::vector<Placement> stages;
-  for (const Tensor& p : params) {
-    if (p.is_global() && std::find(stages.begin(), stages.end(), p.placement()) == stages.end()) stages.push_back(p.placement());
-  }
-  return stages;
-}
-
-// This rank's stage among `stages`, or -1 unless it is in exactly one.
-int64_t stage_of_this_rank(const std::vector<Placement>& stages) {
-  int64_t stage = -1;
-  for (size_t s = 0; s < stages.size(); ++s) {
-    if (!stages[s].contains(distributed::get_rank())) continue;
-    if (stage >= 0) return -1;
-    stage = static_cast<int64_t>(s);
-  }
-  return stage;
-}
-
-// Divides the gradients of params by the loss scale (they become the quotients) and returns the
-// sum of every quotient times 0 (a float32 0-d tensor): NaN exactly when a quotient is not
-// finite, else 0. Nothing without gradients.
-Tensor unscale_gradients(const TensorList& params, const Tensor& scale) {
-  autograd::NoGradGuard no_grad;
-  const Tensor inverse = 1.0 / scale;
-  Tensor sum;
-  for (Tensor p : params) {
-    const Tensor grad = p.grad() * inverse.to(p.grad().dtype());
-    p.set_grad(grad);
-    const Tensor term = amp::zero_or_nan(grad);
-    sum = sum.defined() ? sum + term : term;
-  }
-  return sum;
-}
-
 }  // namespace
 
 // What tracing saw of one module call: its input and output metas.
@@ -119,6 +66,7 @@ struct Graph::Traced {
   std::map<std::string, Tensor> fixed;  // the eager tensors behind variable and constant nodes
   std::vector<graph::InputGuard> output_layouts;  // each output's meta, and placement and sbp if global
   std::vector<TensorList> trained_params;  // per optimizer: parameters updated in the graph
+  std::vector<std::string> training_rewrites;  // those applied, in pipeline order
   std::map<const Module*, ModuleCall> module_calls;
 };
 
@@ -214,41 +162,7 @@ void Graph::add_optimizer(std::shared_ptr<optim::Optimizer> optimizer, std::shar
 
 void Graph::set_grad_scaler(std::shared_ptr<amp::GradScaler> scaler) {
   if (is_compiled()) fail("graph", "set_grad_scaler after the graph was compiled");
-  if (!scaler) fail("graph", "set_grad_scaler got a null GradScaler");
-  // The growth tracker is a float32 variable: counts up to 2^24 are exact.
-  if (scaler->options().growth_interval_ > (int64_t{1} << 24)) {
-    fail("graph", "set_grad_scaler: growth_interval ", scaler->options().growth_interval_, " is above the 2^24 a graph counts to");
-  }
-  grad_scaler_ = std::move(scaler);
-}
-
-void Graph::make_loss_scale_variables() {
-  if (optimizers_.empty()) fail("graph", name_, ": set_grad_scaler needs add_optimizer: the scaler scales a training graph's loss");
-  for (const auto& optimizer : optimizers_) {
-    for (const auto& group : optimizer->param_groups()) {
-      for (const auto& p : group.params) {
-        if (p.is_global()) fail("graph", name_, ": set_grad_scaler does not support global parameters yet");
-      }
-    }
-  }
-  if (loss_scale_.defined()) return;
-  std::tie(loss_scale_, growth_tracker_) = loss_scale_values(optimizers_.front()->param_groups().front().params.front().device());
-}
-
-std::pair<Tensor, Tensor> Graph::loss_scale_values(const Device& device) const {
-  const TensorOptions options = TensorOptions(kFloat32).device(device);
-  return {scalar_tensor(grad_scaler_->get_scale(), options), scalar_tensor(static_cast<double>(grad_scaler_->growth_tracker()), options)};
-}
-
-void Graph::update_loss_scale(const Tensor& found_inf) {
-  autograd::NoGradGuard no_grad;
-  const amp::GradScalerOptions& options = grad_scaler_->options();
-  const Tensor counted = growth_tracker_ + 1.0;
-  const Tensor grow = ge(counted, static_cast<double>(options.growth_interval_));
-  const Tensor scale = where(found_inf, loss_scale_ * options.backoff_factor_, where(grow, loss_scale_ * options.growth_factor_, loss_scale_));
-  const Tensor tracker = where(found_inf, Scalar(0.0), where(grow, Scalar(0.0), counted));
-  loss_scale_.copy_(scale);
-  growth_tracker_.copy_(tracker);
+  loss_scaling_ = std::make_unique<graph::training::LossScaling>(std::move(scaler));
 }
 
 void Graph::train(bool on) {
@@ -269,48 +183,6 @@ void Graph::debug(int v_level, std::ostream& log) {
   if (v_level < 0 || v_level > 3) fail("graph", "debug level must be 0..3, got ", v_level);
   debug_level_ = v_level;
   log_ = &log;
-}
-
-GraphConfig& GraphConfig::set_gradient_accumulation_steps(int64_t steps) {
-  if (steps < 1) fail("graph", "gradient accumulation steps must be at least 1, got ", steps);
-  gradient_accumulation_steps_ = steps;
-  return *this;
-}
-
-GraphConfig& GraphConfig::set_pipeline_schedule(PipelineSchedule schedule) {
-  pipeline_schedule_ = schedule;
-  return *this;
-}
-
-GraphConfig& GraphConfig::enable_amp(bool on, DType dtype) {
-  check_autocast_dtype("graph.enable_amp", dtype);
-  amp_enabled_ = on;
-  amp_dtype_ = dtype;
-  return *this;
-}
-
-GraphConfig& GraphConfig::enable_inference_freezing(bool on) {
-  inference_freezing_enabled_ = on;
-  return *this;
-}
-
-GraphConfig& GraphConfig::add_pass(std::string name, graph::PassFn pass) {
-  if (name.empty()) fail("graph.add_pass", "a pass needs a name (explain() and the Job dumps show it)");
-  if (!pass) fail("graph.add_pass", "pass ", name, " is empty");
-  user_passes_.emplace_back(std::move(name), std::move(pass));
-  return *this;
-}
-
-GraphConfig& GraphConfig::enable_zero(int64_t stage) {
-  if (stage < 0 || stage > 2) fail("graph", "ZeRO stage must be 0 (off), 1 or 2, got ", stage);
-  zero_stage_ = stage;
-  return *this;
-}
-
-GraphConfig& GraphConfig::set_cache_limit(int64_t limit) {
-  if (limit < 1) fail("graph", "cache limit must be at least 1, got ", limit);
-  cache_limit_ = limit;
-  return *this;
 }
 
 const Graph::CompiledPlan& Graph::current() const {
@@ -363,11 +235,11 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
     }
     for (auto& [key, b] : module->named_buffers()) variable_names[b.impl()] = prefix + "." + key;
   }
-  const bool scaling = with_optimizers && grad_scaler_ && grad_scaler_->is_enabled();
+  graph::training::LossScaling* const scaling = with_optimizers && loss_scaling_ && loss_scaling_->enabled() ? loss_scaling_.get() : nullptr;
   if (scaling) {
-    make_loss_scale_variables();
-    variable_names[loss_scale_.impl()] = kGradScalerPrefix + "scale";
-    variable_names[growth_tracker_.impl()] = kGradScalerPrefix + "growth_tracker";
+    scaling->make_variables(optimizers_, name_);
+    variable_names[scaling->scale().impl()] = kGradScalerPrefix + "scale";
+    variable_names[scaling->growth_tracker().impl()] = kGradScalerPrefix + "growth_tracker";
   }
   if (with_optimizers) {
     for (size_t i = 0; i < optimizers_.size(); ++i) {
@@ -393,6 +265,8 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
   } restore{module_params, eager_grads};
 
   graph::Tracer tracer(name_, variable_names, debug_level, *log_);
+  std::vector<std::string> applied;  // training rewrites, by name
+  if (config_.amp_enabled()) applied.push_back("amp");
   std::vector<int> micro_batch_starts;
   {
     InterpreterGuard guard(&tracer);
@@ -410,41 +284,19 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
     const TensorList outputs = [&] {
       const autocast amp(config_.amp_dtype(), config_.amp_enabled());
       std::optional<autograd::LossScaleGuard> loss_scale;
-      if (scaling) loss_scale.emplace(loss_scale_);
-      return with_optimizers ? build_micro_batches(lazy_inputs, tracer.job(), micro_batch_starts) : build(lazy_inputs);
+      if (scaling) loss_scale.emplace(scaling->scale());
+      if (!with_optimizers) return build(lazy_inputs);
+      return graph::training::build_micro_batches([this](const TensorList& in) { return build(in); }, lazy_inputs,
+                                                  config_.gradient_accumulation_steps(), tracer.job(), micro_batch_starts, name_);
     }();
     if (with_optimizers) {
-      Tensor all_zero_or_nan;  // NaN when any optimizer's unscaled gradients hold an inf or NaN
-      traced.trained_params.assign(optimizers_.size(), {});
-      for (size_t i = 0; i < optimizers_.size(); ++i) {
-        for (auto& group : optimizers_[i]->param_groups()) {
-          for (auto& p : group.params) {
-            // A global gradient without a piece here belongs to a stage on other ranks: its update
-            // records nothing on this rank, but its step count advances everywhere alike.
-            if (p.grad().defined() && (graph::is_traced(p.grad()) || p.grad().is_global())) traced.trained_params[i].push_back(p);
-          }
-        }
-        const TensorList& params = traced.trained_params[i];
-        if (config_.gradient_accumulation_steps() > 1) {
-          // The micro-batches' gradients were summed: their mean is the whole batch's gradient.
-          autograd::NoGradGuard no_grad;
-          for (Tensor p : params) p.set_grad(p.grad() * (1.0 / static_cast<double>(config_.gradient_accumulation_steps())));
-        }
-        reduce_gradients_in_buckets(params, config_.zero_stage());
-        const Tensor zero_or_nan = scaling ? unscale_gradients(params, loss_scale_) : Tensor();
-        Tensor skip;
-        if (zero_or_nan.defined()) {
-          skip = ne(zero_or_nan, 0.0);
-          all_zero_or_nan = all_zero_or_nan.defined() ? all_zero_or_nan + zero_or_nan : zero_or_nan;
-        }
-        optimizers_[i]->trace_step(params, [&](size_t k, const std::string& scalar) {
-          const Tensor& p = params[k];
-          const Tensor fed = tracer.add_feed(optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar, p.dtype(), p.device());
-          if (!p.is_global()) return fed;
-          return distributed::make_global({Shape{}, p.dtype(), p.device()}, p.placement(), broadcast_sbp(p.placement()), fed);
-        }, config_.zero_stage(), skip);
-      }
-      if (all_zero_or_nan.defined()) update_loss_scale(ne(all_zero_or_nan, 0.0));
+      graph::training::UpdateTrace updates =
+          graph::training::trace_updates({optimizers_, config_.gradient_accumulation_steps(), config_.zero_stage(), scaling, tracer});
+      traced.trained_params = std::move(updates.trained_params);
+      applied.push_back("optimizer_step");
+      if (config_.gradient_accumulation_steps() > 1) applied.push_back("gradient_accumulation");
+      if (scaling) applied.push_back("loss_scaling");
+      if (updates.bucketed) applied.push_back("gradient_buckets");
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
       tracer.add_output(static_cast<int>(i), outputs[i]);
@@ -452,64 +304,14 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
     }
   }
   tracer.release();
-  const std::vector<Placement> stages = stages_of(module_params);
-  if (micro_batch_starts.size() > 2 && stages.size() > 1) {
-    const int64_t stage = stage_of_this_rank(stages);
-    bool one_forward_one_backward = false;
-    if (config_.pipeline_schedule() == PipelineSchedule::k1F1B && stage >= 0) {
-      const auto warmup = static_cast<int64_t>(stages.size()) - 1 - stage;
-      one_forward_one_backward = graph::schedule_one_forward_one_backward(tracer.job(), micro_batch_starts, tracer.gradient_nodes(), warmup);
-    }
-    const bool scheduled =
-        one_forward_one_backward || graph::schedule_forwards_first(tracer.job(), micro_batch_starts, tracer.gradient_nodes());
-    if (debug_level >= 1) {
-      *log_ << "(GRAPH:" << name_ << ") pipeline schedule: "
-            << (one_forward_one_backward ? "1F1B, stage " + std::to_string(stage) + " of " + std::to_string(stages.size())
-                : scheduled          ? "every micro-batch's forward before the backwards (GPipe)"
-                                     : "trace order (the forwards-first order would break a dependency)");
-      if (config_.pipeline_schedule() == PipelineSchedule::k1F1B && !one_forward_one_backward) {
-        *log_ << "; 1F1B refused: " << (stage < 0 ? "this rank is in several stages" : "a collective or in-place op among the micro-batches");
-      }
-      *log_ << "\n";
-    }
+  if (graph::training::schedule_pipeline(tracer.job(), micro_batch_starts, tracer.gradient_nodes(), module_params,
+                                         config_.pipeline_schedule(), name_, debug_level, *log_)) {
+    applied.push_back("pipeline_schedule");
   }
+  traced.training_rewrites = graph::training::in_pipeline_order(applied);
   traced.job.Clear();
   traced.job.Swap(&tracer.job());
   traced.fixed = tracer.captured();
-}
-
-TensorList Graph::build_micro_batches(const TensorList& inputs, const graph::proto::Job& job, std::vector<int>& micro_batch_starts) {
-  const int64_t n = config_.gradient_accumulation_steps();
-  if (n == 1) return build(inputs);
-  std::vector<TensorList> results;
-  for (int64_t k = 0; k < n; ++k) {
-    micro_batch_starts.push_back(job.nodes_size());
-    TensorList micro;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const Tensor& x = inputs[i];
-      if (x.dim() == 0 || x.size(0) % n != 0) {
-        fail("graph", name_, ": gradient accumulation over ", n, " micro-batches needs dim 0 of input ", i, " ", x.shape(), " to divide by ", n);
-      }
-      const int64_t rows = x.size(0) / n;
-      micro.push_back(x.narrow(0, k * rows, rows));
-    }
-    results.push_back(build(micro));
-  }
-  micro_batch_starts.push_back(job.nodes_size());
-  autograd::NoGradGuard no_grad;
-  TensorList outputs;
-  for (size_t o = 0; o < results[0].size(); ++o) {
-    TensorList parts;
-    for (const TensorList& result : results) parts.push_back(result.at(o));
-    if (parts[0].dim() > 0) {
-      outputs.push_back(cat(parts, 0));
-      continue;
-    }
-    Tensor sum = parts[0];
-    for (size_t k = 1; k < parts.size(); ++k) sum = sum + parts[k];
-    outputs.push_back(sum * (1.0 / static_cast<double>(n)));
-  }
-  return outputs;
 }
 
 Graph::CompiledPlan& Graph::plan_for(const TensorList& inputs) {
@@ -565,6 +367,7 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
   traced.job.set_training(config_.training());
   log.traced_nodes = traced.job.nodes_size();
   log.traced_ops = graph::op_counts(traced.job);
+  log.training_rewrites = traced.training_rewrites;
   log.trace_seconds = phase_seconds();
   graph::PassContext context{traced.fixed};
   graph::PassManager passes;
@@ -652,22 +455,6 @@ graph::proto::Job Graph::trace_inference(const std::vector<TensorMeta>& input_me
   return std::move(traced.job);
 }
 
-std::map<std::string, Tensor> Graph::next_feeds(const CompiledPlan& plan) {
-  std::map<std::string, Tensor> feeds;
-  for (size_t i = 0; i < optimizers_.size(); ++i) {
-    const TensorList& params = plan.traced.trained_params[i];
-    const auto values = optimizers_[i]->next_step_scalars(params);
-    for (size_t k = 0; k < params.size(); ++k) {
-      for (const auto& [scalar, value] : values[k]) {
-        feeds[optimizer_prefix(i) + "param." + std::to_string(k) + "." + scalar] =
-            scalar_tensor(value, TensorOptions(params[k].dtype()).device(params[k].device()));
-      }
-    }
-    if (schedulers_[i]) schedulers_[i]->step();
-  }
-  return feeds;
-}
-
 std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const std::function<TensorList(int64_t)>& next_inputs) {
   const graph::PieceSource source = [&](int64_t piece, TensorList& inputs, std::map<std::string, Tensor>& feeds) {
     inputs = next_inputs(piece);
@@ -683,7 +470,7 @@ std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const 
       const Tensor piece = t.is_global() ? t.impl()->global->local : t;
       t = piece.defined() ? piece.contiguous() : piece;
     }
-    feeds = next_feeds(plan);
+    feeds = graph::training::next_step_feeds(optimizers_, schedulers_, plan.traced.trained_params);
   };
   // A parameter written outside this plan (an eager step, load_state_dict, another graph) since
   // its rounded copy was made: the copy is made again before the plan reads it.
@@ -701,7 +488,7 @@ std::vector<TensorList> Graph::execute(CompiledPlan& plan, int64_t steps, const 
     }
   }
   train_step_ += config_.training() ? steps : 0;
-  if (loss_scale_.defined()) grad_scaler_->set_progress(loss_scale_.item<float>(), static_cast<int64_t>(growth_tracker_.item<float>()));
+  if (loss_scaling_) loss_scaling_->publish();
   return outputs;
 }
 
@@ -754,8 +541,8 @@ StateDict Graph::state_dict() const {
     for (const auto& [key, value] : state.metadata()) out.metadata()[optimizer_prefix(i) + key] = value;
     if (schedulers_[i]) out.metadata()[optimizer_prefix(i) + "lr_scheduler.last_epoch"] = std::to_string(schedulers_[i]->last_epoch());
   }
-  if (grad_scaler_ && grad_scaler_->is_enabled()) {
-    const StateDict scaler_state = grad_scaler_->state_dict();
+  if (loss_scaling_ && loss_scaling_->enabled()) {
+    const StateDict scaler_state = loss_scaling_->scaler().state_dict();
     for (const auto& [key, value] : scaler_state.metadata()) out.metadata()[kGradScalerPrefix + key] = value;
   }
   out.metadata()["train_step"] = std::to_string(train_step_);
@@ -783,20 +570,14 @@ void Graph::load_state_dict(const StateDict& state, bool strict) {
     auto epoch = sub.metadata().find("lr_scheduler.last_epoch");
     if (schedulers_[i] && epoch != sub.metadata().end()) schedulers_[i]->set_last_epoch(std::stoll(epoch->second));
   }
-  if (grad_scaler_ && grad_scaler_->is_enabled()) {
+  if (loss_scaling_ && loss_scaling_->enabled()) {
     StateDict scaler_state;
     for (const auto& [key, value] : state.metadata()) {
       if (key.rfind(kGradScalerPrefix, 0) == 0) scaler_state.metadata()[key.substr(kGradScalerPrefix.size())] = value;
     }
     if (!scaler_state.metadata().empty()) {
-      grad_scaler_->load_state_dict(scaler_state);
-      if (loss_scale_.defined()) {
-        // The Job's variables, written in place.
-        autograd::NoGradGuard no_grad;
-        const auto [scale, tracker] = loss_scale_values(loss_scale_.device());
-        loss_scale_.copy_(scale);
-        growth_tracker_.copy_(tracker);
-      }
+      loss_scaling_->scaler().load_state_dict(scaler_state);
+      loss_scaling_->reload();
     } else if (strict) {
       fail("graph", name_, ".load_state_dict: the state has no grad scaler state (_grad_scaler.*) and the graph has a grad scaler");
     }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "graph/explain.h"
+#include "graph/graph_config.h"
 #include "graph/job.h"
 #include "graph/passes.h"
 #include "graph/plan.h"
@@ -28,82 +29,12 @@
 
 namespace flow::graph {
 class Executor;
+namespace training {
+class LossScaling;
 }
+}  // namespace flow::graph
 
 namespace flow::nn {
-
-// How a pipeline-parallel Graph orders its micro-batches (graph/pipeline_schedule.h), as
-// torch.distributed.pipelining's ScheduleGPipe and Schedule1F1B.
-enum class PipelineSchedule { kGPipe, k1F1B };
-
-class GraphConfig {
- public:
-  // Set by add_optimizer.
-  bool training() const { return training_; }
-  // The most input signatures the graph compiles a plan for (default 8); a call with one more
-  // is a flow::Error naming the signatures seen. Each plan holds its own Job, runtime and
-  // planned memory block, so the limit also bounds memory.
-  GraphConfig& set_cache_limit(int64_t limit);
-  int64_t cache_limit() const { return cache_limit_; }
-  // ZeRO (OneFlow's config.enable_zero): the optimizer state of data-parallel parameters
-  // (global, broadcast on a 1-D placement) is split along dim 0 over their ranks, each rank
-  // updates its rows and all-gathers the parameter; stage 2 also reduce-scatters the gradients
-  // instead of all-reducing them. 0 turns it off. Set before the first call.
-  GraphConfig& enable_zero(int64_t stage = 1);
-  int64_t zero_stage() const { return zero_stage_; }
-  // Each call's inputs are split along dim 0 into `steps` micro-batches; build() runs on each
-  // (traced one after another into the Job), their gradients are averaged and the optimizer
-  // updates once, so a call equals one step on the whole batch (for mean-reduced losses). 0-d
-  // outputs (losses) are averaged over the micro-batches, others concatenated along dim 0. With
-  // modules on different placements this is pipeline parallelism. Set before the first call.
-  GraphConfig& set_gradient_accumulation_steps(int64_t steps);
-  int64_t gradient_accumulation_steps() const { return gradient_accumulation_steps_; }
-  // The micro-batch order of a pipeline (parameters on several placements, gradient
-  // accumulation > 1). kGPipe (default): all forwards, then all backwards. k1F1B: stage s of S
-  // (stages numbered by the order of the model's parameters) runs S-1-s forwards, then one
-  // forward and one backward in turn, holding at most S-s micro-batches' activations; it falls
-  // back to GPipe, logged at debug(1), where stages share a collective inside the micro-batches or
-  // a rank is in more than one stage. Set before the first call.
-  GraphConfig& set_pipeline_schedule(PipelineSchedule schedule);
-  PipelineSchedule pipeline_schedule() const { return pipeline_schedule_; }
-  // A user pass (Job -> Job, graph/passes.h; fx::graph_pass writes one with the fx API), run on
-  // every traced Job before the default pipeline, in the order added, so the default passes
-  // (DCE, fusion) clean up after it. explain() reports it like the built-in passes. Plans
-  // compiled after it is added run it.
-  GraphConfig& add_pass(std::string name, graph::PassFn pass);
-  // Automatic mixed precision (OneFlow's config.enable_amp): build() is traced under
-  // flow::autocast(dtype) (core/autocast.h), so the Job casts parameters and activations for
-  // matrix products and convolutions to `dtype` and back to float32 where the policy needs it,
-  // the gradients of float32 parameters stay float32, and the optimizer updates float32 master
-  // weights. dtype is bfloat16 or float16. Set before the first call.
-  GraphConfig& enable_amp(bool on = true, DType dtype = kBFloat16);
-  bool amp_enabled() const { return amp_enabled_; }
-  DType amp_dtype() const { return amp_dtype_; }
-  // Frozen inference (torch.jit.freeze's idea; graph/frozen_inference.h), on by default: a plan
-  // of a graph without optimizer, on CPU, whose Job writes no parameter or buffer, runs on a copy
-  // of its Job with the parameters frozen into constants (the folded conv + batch-norm weights
-  // computed once) and its convolutions, pooling and linears on oneDNN's blocked layouts with
-  // weights reordered once. It is frozen at its first call and again at a call whose parameters
-  // and buffers kept their storage versions since the previous call (or the calling thread's
-  // kernel threads changed); a call whose parameters changed since the previous call (eager
-  // training between inference calls, load_state_dict, copy_) runs the unfrozen plan, so weights
-  // changing before every call are never frozen in vain. Writes through data_ptr() are not seen.
-  GraphConfig& enable_inference_freezing(bool on = true);
-  bool inference_freezing_enabled() const { return inference_freezing_enabled_; }
-  const std::vector<std::pair<std::string, graph::PassFn>>& user_passes() const { return user_passes_; }
-
- private:
-  friend class Graph;
-  bool training_ = false;
-  int64_t cache_limit_ = 8;
-  int64_t zero_stage_ = 0;
-  int64_t gradient_accumulation_steps_ = 1;
-  PipelineSchedule pipeline_schedule_ = PipelineSchedule::kGPipe;
-  bool amp_enabled_ = false;
-  DType amp_dtype_ = kBFloat16;
-  bool inference_freezing_enabled_ = true;
-  std::vector<std::pair<std::string, graph::PassFn>> user_passes_;
-};
 
 class Graph {
  public:
@@ -213,23 +144,12 @@ class Graph {
   CompiledPlan& plan_for(const TensorList& inputs);
   // guard_failures: why the signature fails each earlier plan's guards.
   void compile(graph::InputSignature signature, std::vector<std::string> guard_failures);
-  // build() on the inputs, or on each micro-batch of them with gradient accumulation;
-  // micro_batch_starts gets the Job position where each micro-batch's trace began, then where
-  // the last one ended (nothing without gradient accumulation).
-  TensorList build_micro_batches(const TensorList& inputs, const graph::proto::Job& job, std::vector<int>& micro_batch_starts);
   // Traces build() on lazy inputs of this signature (global inputs: lazy global tensors whose
   // pieces are the Job's inputs).
   void trace(const graph::InputSignature& inputs, bool with_optimizers, int debug_level, Traced& traced);
   const CompiledPlan& current() const;
   // Every registered module and submodule with its train/eval mode, parents first.
   std::vector<std::pair<Module*, bool>> module_modes() const;
-  std::map<std::string, Tensor> next_feeds(const CompiledPlan& plan);
-  // The grad scaler's variables (loss_scale_, growth_tracker_), made once from its state.
-  void make_loss_scale_variables();
-  // The grad scaler's scale and growth tracker as float32 0-d tensors on `device`.
-  std::pair<Tensor, Tensor> loss_scale_values(const Device& device) const;
-  // Traces the scale's backoff (found_inf) or growth and the growth tracker's count.
-  void update_loss_scale(const Tensor& found_inf);
   std::vector<TensorList> execute(CompiledPlan& plan, int64_t steps, const std::function<TensorList(int64_t)>& next_inputs);
   // The frozen plan's executor or the unfrozen one (config().enable_inference_freezing).
   graph::Executor& executor_for_call(CompiledPlan& plan);
@@ -242,9 +162,7 @@ class Graph {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> modules_;
   std::vector<std::shared_ptr<optim::Optimizer>> optimizers_;
   std::vector<std::shared_ptr<optim::LRScheduler>> schedulers_;
-  std::shared_ptr<amp::GradScaler> grad_scaler_;
-  // The grad scaler's scale and growth tracker as the Job's variables (made by the first trace).
-  Tensor loss_scale_, growth_tracker_;
+  std::unique_ptr<graph::training::LossScaling> loss_scaling_;  // set_grad_scaler's
   std::vector<std::unique_ptr<CompiledPlan>> plans_;  // in compile order
   CompiledPlan* current_ = nullptr;                   // the plan the latest call ran
   std::vector<std::pair<Module*, bool>> traced_modes_;  // the modes every plan traces in

@@ -1,5 +1,6 @@
 #pragma once
-// Schedules for a pipeline-parallel Job traced as micro-batches. build() is traced once per
+// Training rewrite "pipeline_schedule": the order of a pipeline-parallel Job traced as
+// micro-batches (parameters on several placements, gradient accumulation > 1). build() is traced once per
 // micro-batch, forward then backward, so in trace order a stage would wait for micro-batch k's
 // gradient before computing micro-batch k+1's forward, and the stages would take turns.
 //
@@ -12,10 +13,13 @@
 //   micro-batches' activations are alive on stage s. Each stage has its own order: the stages
 //   may only talk point to point (send/recv, matched per peer in order), never by a collective.
 #include <cstdint>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+#include "graph/graph_config.h"
 #include "graph/job.h"
 
 namespace flow::graph {
@@ -32,4 +36,16 @@ bool schedule_forwards_first(proto::Job& job, const std::vector<int>& micro_batc
 bool schedule_one_forward_one_backward(proto::Job& job, const std::vector<int>& micro_batch_starts,
                                        const std::set<std::string>& gradient_nodes, int64_t warmup_forwards);
 
+namespace training {
+
+// The rewrite: when the model's parameters (`params`, in order) live on more than one placement
+// (the stages) and the Job holds more than one micro-batch, reorders it by `schedule` (1F1B needs
+// this rank in exactly one stage and no collective among the micro-batches, else GPipe; GPipe
+// falls back to trace order when it would break a dependency). debug_level >= 1 logs the choice.
+// Returns whether it applied (several stages, several micro-batches).
+bool schedule_pipeline(proto::Job& job, const std::vector<int>& micro_batch_starts, const std::set<std::string>& gradient_nodes,
+                       const TensorList& params, nn::PipelineSchedule schedule, const std::string& graph, int debug_level,
+                       std::ostream& log);
+
+}  // namespace training
 }  // namespace flow::graph

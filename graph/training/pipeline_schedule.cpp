@@ -1,10 +1,11 @@
-#include "graph/pipeline_schedule.h"
+#include "graph/training/pipeline_schedule.h"
 
 #include <glog/logging.h>
 
 #include <algorithm>
 
 #include "core/op.h"
+#include "core/comm/process_group.h"
 #include "core/ops/comm.h"
 
 namespace flow::graph {
@@ -98,4 +99,55 @@ bool schedule_one_forward_one_backward(proto::Job& job, const std::vector<int>& 
   return reorder(job, split, order);
 }
 
+
+namespace training {
+namespace {
+
+// The placements of the parameters, in the order of the parameters: a pipeline's stages.
+std::vector<Placement> stages_of(const TensorList& params) {
+  std::vector<Placement> stages;
+  for (const Tensor& p : params) {
+    if (p.is_global() && std::find(stages.begin(), stages.end(), p.placement()) == stages.end()) stages.push_back(p.placement());
+  }
+  return stages;
+}
+
+// This rank's stage among `stages`, or -1 unless it is in exactly one.
+int64_t stage_of_this_rank(const std::vector<Placement>& stages) {
+  int64_t stage = -1;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    if (!stages[s].contains(distributed::get_rank())) continue;
+    if (stage >= 0) return -1;
+    stage = static_cast<int64_t>(s);
+  }
+  return stage;
+}
+
+}  // namespace
+
+bool schedule_pipeline(proto::Job& job, const std::vector<int>& micro_batch_starts, const std::set<std::string>& gradient_nodes,
+                       const TensorList& params, nn::PipelineSchedule schedule, const std::string& graph, int debug_level,
+                       std::ostream& log) {
+  const std::vector<Placement> stages = stages_of(params);
+  if (micro_batch_starts.size() <= 2 || stages.size() <= 1) return false;
+  const int64_t stage = stage_of_this_rank(stages);
+  bool one_forward_one_backward = false;
+  if (schedule == nn::PipelineSchedule::k1F1B && stage >= 0) {
+    const auto warmup = static_cast<int64_t>(stages.size()) - 1 - stage;
+    one_forward_one_backward = schedule_one_forward_one_backward(job, micro_batch_starts, gradient_nodes, warmup);
+  }
+  const bool scheduled = one_forward_one_backward || schedule_forwards_first(job, micro_batch_starts, gradient_nodes);
+  if (debug_level < 1) return true;
+  log << "(GRAPH:" << graph << ") pipeline schedule: "
+      << (one_forward_one_backward ? "1F1B, stage " + std::to_string(stage) + " of " + std::to_string(stages.size())
+          : scheduled          ? "every micro-batch's forward before the backwards (GPipe)"
+                               : "trace order (the forwards-first order would break a dependency)");
+  if (schedule == nn::PipelineSchedule::k1F1B && !one_forward_one_backward) {
+    log << "; 1F1B refused: " << (stage < 0 ? "this rank is in several stages" : "a collective or in-place op among the micro-batches");
+  }
+  log << "\n";
+  return true;
+}
+
+}  // namespace training
 }  // namespace flow::graph
