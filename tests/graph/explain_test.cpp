@@ -11,6 +11,7 @@
 #include "core/functional.h"
 #include "graph/explain.h"
 #include "graph/graph.h"
+#include "graph/training/rewrites.h"
 #include "graph_helpers.h"
 
 namespace nn = flow::nn;
@@ -217,6 +218,37 @@ TEST(Explain, BatchSizeChangeGivesTwoSignaturesAndTheReason) {
   }
   EXPECT_TRUE(update_fused);
   expect_consistent_passes(report.plans[1], graph.job());
+}
+
+// The training rewrites a plan applied, in the pipeline's order (graph/training/rewrites.h):
+// none for inference, the optimizer step for training, more as the config turns them on.
+TEST(Explain, ListsTheTrainingRewritesEachPlanApplied) {
+  auto predict_net = make_mlp();
+  PredictGraph predict(predict_net);
+  predict(batch(0, kFull).first);
+  EXPECT_TRUE(predict.explain().plans.at(0).log.training_rewrites.empty());
+  EXPECT_NE(printed(predict.explain()).find("training rewrites: none"), std::string::npos);
+
+  auto net = make_mlp();
+  TrainGraph plain(net, std::make_shared<optim::SGD>(net->parameters(), optim::SGDOptions(0.05)));
+  auto [x, y] = batch(0, kFull);
+  plain(x, y);
+  EXPECT_EQ(plain.explain().plans.at(0).log.training_rewrites, std::vector<std::string>{"optimizer_step"});
+
+  auto scaled_net = make_mlp();
+  TrainGraph scaled(scaled_net, std::make_shared<optim::SGD>(scaled_net->parameters(), optim::SGDOptions(0.05)));
+  scaled.config().enable_amp(true).set_gradient_accumulation_steps(2);
+  scaled.set_grad_scaler(std::make_shared<flow::amp::GradScaler>());
+  scaled(x, y);
+  const std::vector<std::string> expected{"amp", "gradient_accumulation", "loss_scaling", "optimizer_step"};
+  EXPECT_EQ(scaled.explain().plans.at(0).log.training_rewrites, expected);
+  EXPECT_NE(printed(scaled.explain()).find("training rewrites: amp, gradient_accumulation, loss_scaling, optimizer_step"),
+            std::string::npos);
+  // The list's order is the pipeline's.
+  std::vector<std::string> pipeline;
+  for (const auto& rewrite : graph::training::training_rewrites()) pipeline.push_back(rewrite.name);
+  EXPECT_EQ(pipeline, (std::vector<std::string>{"amp", "gradient_accumulation", "loss_scaling", "gradient_buckets", "optimizer_step",
+                                                "pipeline_schedule"}));
 }
 
 TEST(Explain, MemoryIsThePlansPlannedBytesAndReuseIsReal) {
