@@ -2,12 +2,11 @@
 // ways, clone and safetensors round trips. They have no arithmetic kernels.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <limits>
 
+#include "common/scratch_dir.h"
 #include "common/test_util.h"
 #include "core/flow.h"
 #include "core/serialization.h"
@@ -63,12 +62,12 @@ TEST(StorageDType, CastsCloneAndExtremes) {
 }
 
 TEST(StorageDType, SafetensorsRoundTrip) {
-  const auto path = (std::filesystem::temp_directory_path() / ("flow_storage_dtype_" + std::to_string(getpid()) + ".safetensors")).string();
+  const flow::testing::ScratchDir scratch;
+  const auto path = (scratch / "state.safetensors").string();
   flow::StateDict state;
   for (DType dtype : kStorageOnly) state.insert(flow::dtype_name(dtype), flow::tensor<double>({1, 2, 3}).to(dtype));
   flow::save(state, path);
   const flow::StateDict loaded = flow::load(path);
-  std::filesystem::remove(path);
   for (DType dtype : kStorageOnly) {
     const auto& t = loaded.at(flow::dtype_name(dtype));
     EXPECT_EQ(t.dtype(), dtype);

@@ -1,11 +1,11 @@
 // The quickstart programs' command lines: --help, bad flags (exit status 2 naming the flag), and a
 // run of zero epochs that still saves the state and, for the Graph quickstart, exports the model.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
 #include "common/command_line.h"
+#include "common/scratch_dir.h"
 #include "data/vision.h"
 
 namespace fs = std::filesystem;
@@ -16,14 +16,8 @@ namespace {
 
 class QuickstartCliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("flow_quickstart_cli_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return (scratch_ / name).string(); }
+  flow::testing::ScratchDir scratch_;
 };
 
 TEST_F(QuickstartCliTest, CommandLineErrorsNameTheFlag) {

@@ -12,6 +12,7 @@
 
 #include "common/graphs.h"
 #include "common/models.h"
+#include "common/scratch_dir.h"
 #include "core/flow.h"
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/linear_packed.h"
@@ -27,12 +28,6 @@ namespace {
 
 class BlockedLayoutTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("flow_lite_blocked_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Exports net's inference Graph (traced at `shape`) and loads it twice: layout pass on and off.
   void export_net(const std::shared_ptr<nn::Module>& net, const flow::Shape& shape) {
@@ -63,7 +58,8 @@ class BlockedLayoutTest : public ::testing::Test {
     }
   }
 
-  fs::path dir_;
+  flow::testing::ScratchDir scratch_;
+  const fs::path dir_ = scratch_ / "model";
   std::shared_ptr<const flow::lite::Model> blocked_, plain_;
 };
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/graphs.h"
+#include "common/scratch_dir.h"
 #include "common/test_util.h"
 #include "graph/export.h"
 #include "oneflow_lite/model.h"
@@ -25,13 +26,7 @@ namespace {
 
 class ExportCrashTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("flow_export_crash_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  fs::path root_;
+  flow::testing::ScratchDir scratch_;
 };
 
 // A two-layer MLP of about 8 MB of weights, so that an export takes a while; seed picks them.
@@ -60,7 +55,7 @@ bool equal(const Tensor& a, const Tensor& b) { return a.tolist<float>() == b.tol
 
 TEST_F(ExportCrashTest, KilledExportLeavesOldOrNewExport) {
   const auto a = make_export(1), b = make_export(2);
-  const std::string dir = (root_ / "model" / "1").string();
+  const std::string dir = (scratch_ / "model" / "1").string();
   const Tensor x = flow::randn({3, 256});
   flow::graph::write_export(b, dir);
   const Tensor answer_b = answer(dir, x);
@@ -90,7 +85,7 @@ TEST_F(ExportCrashTest, KilledExportLeavesOldOrNewExport) {
   flow::graph::write_export(b, dir);
   EXPECT_TRUE(equal(answer(dir, x), answer_b));
   std::vector<std::string> entries;
-  for (const auto& entry : fs::directory_iterator(root_ / "model")) entries.push_back(entry.path().filename().string());
+  for (const auto& entry : fs::directory_iterator(scratch_ / "model")) entries.push_back(entry.path().filename().string());
   EXPECT_EQ(entries, std::vector<std::string>{"1"});
 }
 
@@ -98,13 +93,13 @@ TEST_F(ExportCrashTest, ReexportReplacesOnlyAnExportDirectory) {
   flow::manual_seed(3);
   test_graphs::PredictGraph graph(std::make_shared<flow::nn::Linear>(4, 2));
   graph(flow::zeros({1, 4}));
-  const std::string dir = (root_ / "export").string();
+  const std::string dir = (scratch_ / "export").string();
   flow::save(graph, dir + "/");  // a trailing slash names the same directory
   flow::save(graph, dir);
   EXPECT_EQ(flow::lite::Model::load(dir)->outputs().size(), 1u);
   std::ofstream(fs::path(dir) / "notes.txt") << "mine";
   EXPECT_THROW_MSG(flow::save(graph, dir), "holds 'notes.txt', which is not part of an export");
   EXPECT_TRUE(fs::exists(fs::path(dir) / "notes.txt"));
-  std::ofstream(root_ / "file") << "x";
-  EXPECT_THROW_MSG(flow::save(graph, (root_ / "file").string()), "exists and is not a directory");
+  std::ofstream(scratch_ / "file") << "x";
+  EXPECT_THROW_MSG(flow::save(graph, (scratch_ / "file").string()), "exists and is not a directory");
 }

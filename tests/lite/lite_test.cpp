@@ -10,6 +10,7 @@
 
 #include "common/graphs.h"
 #include "common/models.h"
+#include "common/scratch_dir.h"
 #include "common/test_util.h"
 #include "core/autocast.h"
 #include "core/kernels/cpu/dnnl_util.h"
@@ -30,14 +31,8 @@ namespace {
 // A fresh directory under the system temp dir, removed with the fixture.
 class LiteTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("flow_lite_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string dir(const std::string& sub = "model") const { return (dir_ / sub).string(); }
-  fs::path dir_;
+  std::string dir(const std::string& sub = "model") const { return (scratch_ / sub).string(); }
+  flow::testing::ScratchDir scratch_;
 };
 
 void expect_close(const Tensor& actual, const Tensor& expected, double rtol = 1e-5) {

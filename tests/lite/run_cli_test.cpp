@@ -1,7 +1,6 @@
 // oneflow_lite_run, the command line of oneflow_lite: prints a model's outputs for given or
 // generated inputs, benchmarks it, and rejects bad flags with exit status 2 naming the flag.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -10,6 +9,7 @@
 #include "common/command_line.h"
 #include "common/graphs.h"
 #include "common/models.h"
+#include "common/scratch_dir.h"
 #include "core/serialization.h"
 #include "graph/export.h"
 #include "oneflow_lite/model.h"
@@ -24,18 +24,15 @@ class LiteRunCliTest : public ::testing::Test {
  protected:
   // The quickstart MLP exported with a dynamic batch: input "image" (-1, 1, 28, 28), output "logits".
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("flow_lite_run_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
     flow::manual_seed(0);
     test_graphs::PredictGraph graph(test_models::mlp());
     graph(flow::randn({2, 1, 28, 28}));
     flow::save(graph, model_dir(), flow::ExportOptions().input_names({"image"}).output_names({"logits"}));
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string model_dir() const { return (dir_ / "model").string(); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string model_dir() const { return (scratch_ / "model").string(); }
+  std::string path(const std::string& name) const { return (scratch_ / name).string(); }
   const std::string tool_ = FLOW_LITE_RUN_PATH;
-  fs::path dir_;
+  flow::testing::ScratchDir scratch_;
 };
 
 TEST_F(LiteRunCliTest, PrintsTheOutputsOfGivenInputs) {

@@ -1,7 +1,6 @@
 // The vision models deploy: exported from an eval Graph, they run in oneflow_lite with the
 // eager model's results.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +10,7 @@
 #include "autograd/grad_mode.h"
 #include "common/graphs.h"
 #include "common/models.h"
+#include "common/scratch_dir.h"
 #include "core/functional.h"
 #include "graph/export.h"
 #include "models/vision/mobilenet_v2.h"
@@ -43,15 +43,14 @@ void expect_deploys(const std::shared_ptr<flow::nn::Module>& model, const std::s
   }
   test_graphs::PredictGraph graph(model);
   graph(images);
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("flow_zoo_" + name + "_" + std::to_string(getpid()))).string();
+  const flow::testing::ScratchDir scratch(name);
+  const std::string dir = (scratch / "model").string();
   flow::save(graph, dir);
   const auto lite = flow::lite::Model::load(dir);
   const flow::TensorList outputs = lite->run({images});
   ASSERT_EQ(outputs.size(), 1u);
   ASSERT_EQ(outputs[0].shape(), expected.shape());
   EXPECT_LT(relative_difference(outputs[0], expected), 1e-4);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(ZooDeploy, Resnet18RunsInOneflowLite) { expect_deploys(vm::resnet18(vm::ResNetOptions().num_classes(10)), "resnet18"); }

@@ -12,6 +12,7 @@
 #include "common/command_line.h"
 #include "common/graphs.h"
 #include "common/models.h"
+#include "common/scratch_dir.h"
 #include "models/vision/mobilenet_v2.h"
 #include "models/vision/resnet.h"
 #include "common/test_util.h"
@@ -42,14 +43,7 @@ std::string dims_arg(const Tensor& t) {
 
 class OnnxExportTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("flow_onnx_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return (scratch_ / name).string(); }
 
   std::string write_bin(const Tensor& t, const std::string& name) const {
     const Tensor host = t.contiguous();
@@ -77,7 +71,7 @@ class OnnxExportTest : public ::testing::Test {
     return model;
   }
 
-  fs::path dir_;
+  flow::testing::ScratchDir scratch_;
 };
 
 int count_nodes(const ::onnx::ModelProto& model, const std::string& op_type) {

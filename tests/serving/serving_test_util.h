@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "core/functional.h"
 #include "graph/export.h"
 #include "nn/conv_norm.h"
@@ -121,22 +122,14 @@ inline void write_file(const fs::path& path, const std::string& text) {
 // A model repository in a fresh temporary directory, removed at the end.
 class Repository {
  public:
-  Repository() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() /
-            ("flow_serving_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(getpid()));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  ~Repository() { fs::remove_all(root_); }
-  const fs::path& root() const { return root_; }
-  fs::path version_dir(const std::string& model, int version) const { return root_ / model / std::to_string(version); }
+  const fs::path& root() const { return scratch_.path(); }
+  fs::path version_dir(const std::string& model, int version) const { return scratch_ / model / std::to_string(version); }
   void write_config(const std::string& model, const std::string& text) const {
-    write_file(root_ / model / "config.pbtxt", text);
+    write_file(scratch_ / model / "config.pbtxt", text);
   }
 
  private:
-  fs::path root_;
+  flow::testing::ScratchDir scratch_{"repository"};
 };
 
 // Exports an affine model (y = scale * x) as `version` of model "affine": written under a hidden
