@@ -15,6 +15,7 @@
 #include "core/comm/global.h"
 #include "core/comm/process_group.h"
 #include "core/functional.h"
+#include "graph/compiled_plan.h"
 #include "graph/executor.h"
 #include "graph/frozen_inference.h"
 #include "graph/passes.h"
@@ -29,14 +30,13 @@ namespace flow::nn {
 namespace {
 
 using graph::meta_str;
+using graph::training::kGradScalerPrefix;
 using graph::training::optimizer_prefix;
 
 std::atomic<int> g_graph_count{0};
 
 TensorMeta meta_of_tensor(const Tensor& t) { return {t.shape(), t.dtype(), t.device()}; }
 
-// The grad scaler's variables and state_dict entries.
-const std::string kGradScalerPrefix = "_grad_scaler.";
 
 // Modules in a train/eval mode, parents first: train() also sets the children, so applying them
 // in order gives every module its own mode.
@@ -52,50 +52,6 @@ struct RestoreModes {
 };
 
 }  // namespace
-
-// What tracing saw of one module call: its input and output metas.
-struct Graph::ModuleCall {
-  TensorMeta input;
-  TensorMeta output;
-  bool has_output = false;
-};
-
-// What one trace of build() gave.
-struct Graph::Traced {
-  graph::proto::Job job;
-  std::map<std::string, Tensor> fixed;  // the eager tensors behind variable and constant nodes
-  std::vector<graph::InputGuard> output_layouts;  // each output's meta, and placement and sbp if global
-  std::vector<TensorList> trained_params;  // per optimizer: parameters updated in the graph
-  std::vector<std::string> training_rewrites;  // those applied, in pipeline order
-  std::map<const Module*, ModuleCall> module_calls;
-};
-
-// One input signature's compilation. The executor refers to the Job and plan, so a CompiledPlan
-// stays where it was made (plans_ holds it by pointer).
-struct Graph::CompiledPlan {
-  graph::InputSignature signature;
-  std::vector<TensorMeta> input_metas;
-  Traced traced;
-  std::unique_ptr<graph::Plan> plan;
-  std::unique_ptr<graph::Executor> executor;
-  double compile_seconds = 0;
-  graph::CompileLog log;
-  // The rounded parameter copies fuse_update_cast made, each with its parameter's storage version
-  // when the copy last matched it (the Graph's own updates write both and bump the version).
-  struct CastCopy {
-    Tensor parameter;
-    Tensor copy;
-    uint64_t version = 0;
-  };
-  std::vector<CastCopy> cast_copies;
-  // Why the plan never runs frozen (graph/frozen_inference.h), or empty when it may: `executor` is
-  // then made only for a call that runs unfrozen. The storage versions of the variables' and
-  // constants' tensors at the previous call (or compile) decide whether a call freezes.
-  std::string freeze_refusal;
-  std::unique_ptr<graph::FrozenInference> frozen;
-  std::vector<uint64_t> previous_versions;
-  bool ran_frozen = false;
-};
 
 // Gives traced ops the scope of the module being called and records module inputs/outputs.
 class Graph::Observer final : public ModuleCallObserver {
@@ -186,13 +142,14 @@ void Graph::debug(int v_level, std::ostream& log) {
 }
 
 const Graph::CompiledPlan& Graph::current() const {
-  if (!current_) fail("graph", type_name(), " has no compiled plan yet: call the graph once to trace and compile it");
-  return *current_;
+  const CompiledPlan* latest = plans_.latest();
+  if (!latest) fail("graph", type_name(), " has no compiled plan yet: call the graph once to trace and compile it");
+  return *latest;
 }
 
 const graph::InputSignature& Graph::compiled_signature(int64_t index) const {
   if (index < 0 || index >= num_compiled_plans()) fail("graph", name(), " has ", num_compiled_plans(), " compiled plans, no plan ", index);
-  return plans_[static_cast<size_t>(index)]->signature;
+  return plans_.at(static_cast<size_t>(index)).signature;
 }
 
 const graph::proto::Job& Graph::job() const { return current().traced.job; }
@@ -203,7 +160,7 @@ graph::ExplainReport Graph::explain() const {
   if (plans_.empty()) fail("graph", type_name(), ".explain(): nothing compiled yet; call the graph once to trace and compile it");
   graph::ExplainReport report{name_, {}};
   for (size_t i = 0; i < plans_.size(); ++i) {
-    const CompiledPlan& plan = *plans_[i];
+    const CompiledPlan& plan = plans_.at(i);
     graph::PlanExplanation explanation =
         graph::explain_plan(static_cast<int64_t>(i), plan.signature, plan.log, plan.traced.job, *plan.plan, plan.compile_seconds);
     explanation.freeze_refusal = plan.freeze_refusal;
@@ -220,7 +177,7 @@ graph::ExplainReport Graph::explain() const {
 
 const std::vector<TensorMeta>& Graph::input_metas() const {
   static const std::vector<TensorMeta> none;
-  return current_ ? current_->input_metas : none;
+  return plans_.latest() ? plans_.latest()->input_metas : none;
 }
 
 void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int debug_level, Traced& traced) {
@@ -317,29 +274,18 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
 Graph::CompiledPlan& Graph::plan_for(const TensorList& inputs) {
   if (name_.empty()) name_ = type_name() + "_" + std::to_string(g_graph_count++);
   graph::InputSignature signature = graph::signature_of(inputs, name_);
-  if (current_ && current_->signature == signature) return *current_;
-  for (auto& plan : plans_) {
-    if (plan->signature == signature) return *(current_ = plan.get());
-  }
-  if (num_compiled_plans() >= config_.cache_limit()) {
-    std::string seen;
-    for (size_t i = 0; i < plans_.size(); ++i) seen += "\n  plan " + std::to_string(i) + ": " + graph::signature_str(plans_[i]->signature);
-    fail("graph", name_, ": input signature ", graph::signature_str(signature), " would compile a plan past the cache limit of ",
-         config_.cache_limit(), " (graph.config().set_cache_limit(n) raises it); signatures compiled:", seen);
-  }
-  std::vector<std::string> guard_failures;
-  for (const auto& plan : plans_) guard_failures.push_back(graph::signature_change(plan->signature, signature));
+  if (CompiledPlan* cached = plans_.find(signature)) return *cached;
+  std::vector<std::string> guard_failures = plans_.guard_failures(signature, config_.cache_limit(), name_);
   if (debug_level_ >= 1 && !plans_.empty()) {
     // torch._dynamo's recompile log: the new signature, then the guard each cached plan fails.
     *log_ << "(GRAPH:" << name_ << ") recompiling (plan " << plans_.size() << ", cache limit " << config_.cache_limit()
           << ") for input signature " << graph::signature_str(signature) << "\n";
     for (size_t i = 0; i < guard_failures.size(); ++i) *log_ << "(GRAPH:" << name_ << ")   plan " << i << " guard failed: " << guard_failures[i] << "\n";
   }
-  compile(std::move(signature), std::move(guard_failures));
-  return *(current_ = plans_.back().get());
+  return compile(std::move(signature), std::move(guard_failures));
 }
 
-void Graph::compile(graph::InputSignature signature, std::vector<std::string> guard_failures) {
+Graph::CompiledPlan& Graph::compile(graph::InputSignature signature, std::vector<std::string> guard_failures) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto phase_start = start;
@@ -398,7 +344,7 @@ void Graph::compile(graph::InputSignature signature, std::vector<std::string> gu
   log.runtime_seconds = phase_seconds();
   compiled->compile_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (debug_level_ >= 1) *log_ << "(GRAPH:" << name_ << ") compiled in " << compiled->compile_seconds << " s\n";
-  plans_.push_back(std::move(compiled));
+  return plans_.add(std::move(compiled));
 }
 
 bool Graph::is_global() const {
@@ -528,113 +474,6 @@ std::vector<TensorList> Graph::run_pipelined(int64_t steps, const std::function<
   const TensorList first = next_inputs(0);
   CompiledPlan& plan = plan_for(first);
   return execute(plan, steps, [&](int64_t step) { return step == 0 ? first : next_inputs(step); });
-}
-
-StateDict Graph::state_dict() const {
-  StateDict out;
-  for (const auto& [prefix, module] : modules_) {
-    for (const auto& [key, t] : module->state_dict()) out.insert(prefix + "." + key, t);
-  }
-  for (size_t i = 0; i < optimizers_.size(); ++i) {
-    const StateDict state = optimizers_[i]->state_dict();
-    for (const auto& [key, t] : state) out.insert(optimizer_prefix(i) + key, t);
-    for (const auto& [key, value] : state.metadata()) out.metadata()[optimizer_prefix(i) + key] = value;
-    if (schedulers_[i]) out.metadata()[optimizer_prefix(i) + "lr_scheduler.last_epoch"] = std::to_string(schedulers_[i]->last_epoch());
-  }
-  if (loss_scaling_ && loss_scaling_->enabled()) {
-    const StateDict scaler_state = loss_scaling_->scaler().state_dict();
-    for (const auto& [key, value] : scaler_state.metadata()) out.metadata()[kGradScalerPrefix + key] = value;
-  }
-  out.metadata()["train_step"] = std::to_string(train_step_);
-  return out;
-}
-
-void Graph::load_state_dict(const StateDict& state, bool strict) {
-  for (const auto& [prefix, module] : modules_) {
-    StateDict sub;
-    for (const auto& [key, t] : state) {
-      if (key.rfind(prefix + ".", 0) == 0) sub.insert(key.substr(prefix.size() + 1), t);
-    }
-    module->load_state_dict(sub, strict);
-  }
-  for (size_t i = 0; i < optimizers_.size(); ++i) {
-    const std::string prefix = optimizer_prefix(i);
-    StateDict sub;
-    for (const auto& [key, t] : state) {
-      if (key.rfind(prefix, 0) == 0) sub.insert(key.substr(prefix.size()), t);
-    }
-    for (const auto& [key, value] : state.metadata()) {
-      if (key.rfind(prefix, 0) == 0) sub.metadata()[key.substr(prefix.size())] = value;
-    }
-    optimizers_[i]->load_state_dict(sub);
-    auto epoch = sub.metadata().find("lr_scheduler.last_epoch");
-    if (schedulers_[i] && epoch != sub.metadata().end()) schedulers_[i]->set_last_epoch(std::stoll(epoch->second));
-  }
-  if (loss_scaling_ && loss_scaling_->enabled()) {
-    StateDict scaler_state;
-    for (const auto& [key, value] : state.metadata()) {
-      if (key.rfind(kGradScalerPrefix, 0) == 0) scaler_state.metadata()[key.substr(kGradScalerPrefix.size())] = value;
-    }
-    if (!scaler_state.metadata().empty()) {
-      loss_scaling_->scaler().load_state_dict(scaler_state);
-      loss_scaling_->reload();
-    } else if (strict) {
-      fail("graph", name_, ".load_state_dict: the state has no grad scaler state (_grad_scaler.*) and the graph has a grad scaler");
-    }
-  }
-  auto step = state.metadata().find("train_step");
-  if (step != state.metadata().end()) train_step_ = std::stoll(step->second);
-}
-
-void Graph::print_module(std::ostream& out, const std::string& name, const Module& module, int indent) const {
-  const std::string pad(static_cast<size_t>(indent), ' ');
-  const std::string inner = pad + "  ";
-  out << pad << "(MODULE:" << name << ":" << module.name() << "(" << module.extra_repr() << ")): (\n";
-  const ModuleCall* call = nullptr;
-  if (current_) {
-    auto found = current_->traced.module_calls.find(&module);
-    if (found != current_->traced.module_calls.end()) call = &found->second;
-  }
-  if (call) out << inner << "(INPUT:_" << name << "_input.0:tensor(..., is_lazy=true, " << meta_str(call->input) << "))\n";
-  for (const auto& [key, p] : module.named_parameters(false)) {
-    out << inner << "(PARAMETER:" << name << "." << key << ":tensor(..., " << graph::guard_str(graph::guard_of(p))
-        << (p.requires_grad() ? ", requires_grad=true" : "") << ")): ()\n";
-  }
-  for (const auto& [key, b] : module.named_buffers(false)) {
-    out << inner << "(BUFFER:" << name << "." << key << ":tensor(..., " << graph::guard_str(graph::guard_of(b)) << ")): ()\n";
-  }
-  for (const auto& [child_name, child] : module.named_children()) print_module(out, name + "." + child_name, *child, indent + 2);
-  if (call && call->has_output) {
-    out << inner << "(OUTPUT:_" << name << "_output.0:tensor(..., is_lazy=true, " << meta_str(call->output) << "))\n";
-  }
-  out << pad << ")\n";
-}
-
-void Graph::pretty_print(std::ostream& out) const {
-  const std::string graph_name = name_.empty() ? type_name() : name_;
-  out << "(GRAPH:" << graph_name << ":" << type_name() << "): (\n";
-  out << "  (CONFIG:config:GraphConfig(training=" << (config_.training() ? "true" : "false") << ", cache_limit=" << config_.cache_limit()
-      << (config_.amp_enabled() ? std::string(", amp=") + dtype_name(config_.amp_dtype()) : std::string())
-      << ", compiled_plans=" << plans_.size() << "))\n";
-  if (current_) {
-    const graph::InputSignature& inputs = current_->signature;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      out << "  (INPUT:_" << graph_name << "_input." << i << ":tensor(..., " << graph::guard_str(inputs[i]) << "))\n";
-    }
-  }
-  for (const auto& [name, module] : modules_) print_module(out, name, *module, 2);
-  if (current_) {
-    const std::vector<graph::InputGuard>& outputs = current_->traced.output_layouts;
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      out << "  (OUTPUT:_" << graph_name << "_output." << i << ":tensor(..., " << graph::guard_str(outputs[i]) << "))\n";
-    }
-  }
-  out << ")";
-}
-
-std::ostream& operator<<(std::ostream& out, const Graph& graph) {
-  graph.pretty_print(out);
-  return out;
 }
 
 }  // namespace flow::nn

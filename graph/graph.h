@@ -21,6 +21,7 @@
 #include "graph/job.h"
 #include "graph/passes.h"
 #include "graph/plan.h"
+#include "graph/plan_cache.h"
 #include "graph/signature.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
@@ -142,8 +143,9 @@ class Graph {
   void add_module(const std::string& name, std::shared_ptr<Module> module);
   // The cached plan for these inputs' signature, compiled first if it is new.
   CompiledPlan& plan_for(const TensorList& inputs);
-  // guard_failures: why the signature fails each earlier plan's guards.
-  void compile(graph::InputSignature signature, std::vector<std::string> guard_failures);
+  // Compiles and caches the plan of `signature`; guard_failures: why it fails each earlier plan's
+  // guards.
+  CompiledPlan& compile(graph::InputSignature signature, std::vector<std::string> guard_failures);
   // Traces build() on lazy inputs of this signature (global inputs: lazy global tensors whose
   // pieces are the Job's inputs).
   void trace(const graph::InputSignature& inputs, bool with_optimizers, int debug_level, Traced& traced);
@@ -163,8 +165,7 @@ class Graph {
   std::vector<std::shared_ptr<optim::Optimizer>> optimizers_;
   std::vector<std::shared_ptr<optim::LRScheduler>> schedulers_;
   std::unique_ptr<graph::training::LossScaling> loss_scaling_;  // set_grad_scaler's
-  std::vector<std::unique_ptr<CompiledPlan>> plans_;  // in compile order
-  CompiledPlan* current_ = nullptr;                   // the plan the latest call ran
+  graph::PlanCache<CompiledPlan> plans_;
   std::vector<std::pair<Module*, bool>> traced_modes_;  // the modes every plan traces in
   int64_t train_step_ = 0;
 };

@@ -16,6 +16,9 @@
 
 namespace flow::graph::training {
 
+// The prefix of the scaler's Job variables and state_dict entries.
+inline const std::string kGradScalerPrefix = "_grad_scaler.";
+
 class LossScaling {
  public:
   // Throws flow::Error for a null scaler or a growth_interval above the 2^24 a float32 counts.
