@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "launcher/job.h"
+#include "launcher/rank_supervisor.h"
 
 namespace {
 
@@ -29,7 +29,7 @@ std::chrono::milliseconds to_milliseconds(double seconds) {
 // Which streams go to the log files and which to the console, as torchrun's --tee (both) and
 // --redirects (files only); a stream named by neither goes to the console only. --log-dir alone
 // logs both streams and keeps them on the console, as --tee 3.
-void resolve_streams(flow::launcher::JobSpec& spec, std::optional<int> tee, std::optional<int> redirects) {
+void resolve_streams(flow::launcher::LaunchSpec& spec, std::optional<int> tee, std::optional<int> redirects) {
   if (spec.log_dir.empty()) {
     if (tee) usage_error("--tee needs --log-dir (the directory of the log files)");
     if (redirects) usage_error("--redirects needs --log-dir (the directory of the log files)");
@@ -43,8 +43,8 @@ void resolve_streams(flow::launcher::JobSpec& spec, std::optional<int> tee, std:
 }
 
 // The command line, checked and resolved; exits 0 after --help, 2 after a usage error.
-flow::launcher::JobSpec parse_args(int argc, char** argv) {
-  flow::launcher::JobSpec spec;
+flow::launcher::LaunchSpec parse_args(int argc, char** argv) {
+  flow::launcher::LaunchSpec spec;
   double kill_timeout_secs = 10;
   double timeout_secs = 0;
   std::optional<std::string> rdzv_id;
@@ -127,4 +127,4 @@ flow::launcher::JobSpec parse_args(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return flow::launcher::run_job(parse_args(argc, argv)); }
+int main(int argc, char** argv) { return flow::launcher::run_ranks(parse_args(argc, argv)); }

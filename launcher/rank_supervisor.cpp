@@ -1,4 +1,4 @@
-#include "launcher/job.h"
+#include "launcher/rank_supervisor.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -48,7 +48,7 @@ std::string got_signal_message(int signal) { return std::string("got SIG") + sig
 void report(const std::string& message) { write_fully(STDERR_FILENO, "flow_run: " + message + "\n"); }
 
 // The environment of one rank: flow_run's own, with torchrun's variables set for this rank.
-std::vector<std::string> rank_environment(const JobSpec& spec, int local_rank) {
+std::vector<std::string> rank_environment(const LaunchSpec& spec, int local_rank) {
   const std::vector<std::pair<std::string, std::string>> rank_variables = {
       {"MASTER_ADDR", spec.master_addr},
       {"MASTER_PORT", std::to_string(spec.master_port)},
@@ -101,7 +101,7 @@ enum class StopReason { none, rank_failed, signal, timeout };
 
 class Supervisor {
  public:
-  explicit Supervisor(const JobSpec& spec) : spec_(spec) {}
+  explicit Supervisor(const LaunchSpec& spec) : spec_(spec) {}
   ~Supervisor() {
     if (signal_fd_ >= 0) close(signal_fd_);
   }
@@ -373,7 +373,7 @@ class Supervisor {
     return kExitRankFailed;
   }
 
-  const JobSpec& spec_;
+  const LaunchSpec& spec_;
   std::vector<Rank> ranks_;
   int signal_fd_ = -1;
   Clock::time_point started_;
@@ -451,6 +451,6 @@ std::optional<int> pick_free_port(const std::string& address, std::string& error
   return port;
 }
 
-int run_job(const JobSpec& spec) { return Supervisor(spec).run(); }
+int run_ranks(const LaunchSpec& spec) { return Supervisor(spec).run(); }
 
 }  // namespace flow::launcher

@@ -1,7 +1,7 @@
 #pragma once
-// The job flow_run supervises: N local ranks of one program, each with torchrun's environment,
-// their output prefixed by rank (and written to per-rank log files on request), stopped together
-// when one fails, on a signal or on a timeout.
+// The ranks flow_run supervises (a job, in torchrun's words): N local ranks of one program, each
+// with torchrun's environment, their output prefixed by rank (and written to per-rank log files on
+// request), stopped together when one fails, on a signal or on a timeout.
 #include <chrono>
 #include <optional>
 #include <string>
@@ -14,7 +14,7 @@ inline constexpr int kStdoutStream = 1;
 inline constexpr int kStderrStream = 2;
 inline constexpr int kBothStreams = kStdoutStream | kStderrStream;
 
-struct JobSpec {
+struct LaunchSpec {
   int nproc_per_node = 1;
   int nnodes = 1;
   int node_rank = 0;
@@ -58,6 +58,6 @@ std::string random_rdzv_id();
 bool make_directories(const std::string& directory, std::string& error);
 
 // Runs the job to the end and returns flow_run's exit status.
-int run_job(const JobSpec& spec);
+int run_ranks(const LaunchSpec& spec);
 
 }  // namespace flow::launcher
