@@ -2,6 +2,7 @@
 // The options flow_client and flow_loadgen share (--url, --model, --version, --batch, --input)
 // and the request inputs they build from a model's metadata.
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -15,6 +16,8 @@ namespace flow::serving::cli {
 
 struct ModelArgs {
   std::string url = "localhost:8001";
+  ClientOptions client;   // TLS files; the token is read from token_file
+  std::string token_file;
   std::string model, version;
   int64_t batch = 1;
   std::vector<std::string> inputs;  // NAME=v1,v2,... as given
@@ -34,8 +37,28 @@ inline bool parse_input(const std::string& text, std::pair<std::string, std::vec
   return true;
 }
 
+// --url and the connection's security: --tls-ca (with --tls-cert/--tls-key for mutual TLS) and
+// --token-file.
 inline void add_url_option(CLI::App& app, ModelArgs& args) {
   app.add_option("--url", args.url, "the server's gRPC address")->type_name("HOST:PORT")->capture_default_str();
+  app.add_option("--tls-ca", args.client.tls_ca_file, "speak TLS, trusting the server certificate this CA signed (PEM)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-cert", args.client.tls_cert_file, "this client's certificate, for mutual TLS (PEM)")->check(CLI::ExistingFile);
+  app.add_option("--tls-key", args.client.tls_key_file, "this client's private key, for mutual TLS (PEM)")->check(CLI::ExistingFile);
+  app.add_option("--token-file", args.token_file, "send the bearer token on this file's first line")->check(CLI::ExistingFile);
+}
+
+// The client options the flags give, the token read from its file. Throws flow::Error when it
+// cannot be read.
+inline ClientOptions client_options(const ModelArgs& args) {
+  ClientOptions options = args.client;
+  if (!args.token_file.empty()) {
+    std::ifstream file(args.token_file);
+    std::getline(file, options.token);
+    options.token = CLI::detail::trim_copy(options.token);
+    if (options.token.empty()) fail("client", "no token on the first line of '", args.token_file, "'");
+  }
+  return options;
 }
 
 // --model (required or not) and --version.

@@ -1,6 +1,8 @@
 #include "serving/client.h"
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <type_traits>
 
 #include "core/half.h"
@@ -27,19 +29,34 @@ auto visit_datatype(const std::string& datatype, Fn&& fn) {
   fail("client", "datatype '", datatype, "' has no fixed element size");
 }
 
+std::string read_pem(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) fail("client", "cannot read the PEM file '", path, "'");
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
 }  // namespace
 
 Client::Client(const std::string& target, ClientOptions options) : options_(options) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(options_.max_message_bytes);
   arguments.SetMaxSendMessageSize(options_.max_message_bytes);
-  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options_.tls_ca_file.empty()) {
+    grpc::SslCredentialsOptions tls;
+    tls.pem_root_certs = read_pem(options_.tls_ca_file);
+    if (!options_.tls_cert_file.empty()) tls.pem_cert_chain = read_pem(options_.tls_cert_file);
+    if (!options_.tls_key_file.empty()) tls.pem_private_key = read_pem(options_.tls_key_file);
+    credentials = grpc::SslCredentials(tls);
+  }
+  channel_ = grpc::CreateCustomChannel(target, credentials, arguments);
   stub_ = inference::GRPCInferenceService::NewStub(channel_);
   health_stub_ = grpc::health::v1::Health::NewStub(channel_);
 }
 
 void Client::prepare(grpc::ClientContext& context) const {
   if (options_.timeout.count() > 0) context.set_deadline(std::chrono::system_clock::now() + options_.timeout);
+  if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
 }
 
 template <typename Response, typename Request, typename Method>

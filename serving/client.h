@@ -37,6 +37,12 @@ class RpcError : public Error {
 struct ClientOptions {
   int max_message_bytes = 512 << 20;
   std::chrono::milliseconds timeout{0};  // per call; 0: no deadline
+  // TLS: the CA that signed the server's certificate (set: the channel speaks TLS), and for
+  // mutual TLS this client's certificate and key. PEM files.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string token;  // sent as "authorization: Bearer <token>" on every call made through call()/infer()
 };
 
 class Client {

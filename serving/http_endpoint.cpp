@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -79,7 +80,12 @@ bool closes_connection(const HttpResponse& response) {
 
 }  // namespace
 
-class Session;
+// What stop() needs of a session, whatever its stream.
+class SessionBase {
+ public:
+  virtual ~SessionBase() = default;
+  virtual void stop() = 0;
+};
 
 class HttpEndpoint::Impl {
  public:
@@ -98,17 +104,22 @@ class HttpEndpoint::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
   std::mutex sessions_mutex;
-  std::map<Session*, std::weak_ptr<Session>> sessions;
+  std::map<SessionBase*, std::weak_ptr<SessionBase>> sessions;
+  std::optional<asio::ssl::context> tls;  // set: connections speak TLS
   asio::thread_pool workers;
   asio::io_context io;
   tcp::acceptor acceptor;
   std::thread io_thread;
 };
 
-class Session : public std::enable_shared_from_this<Session> {
+// One connection: Stream is beast::tcp_stream, or beast::ssl_stream over one for TLS.
+template <typename Stream>
+class Session : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
   // The endpoint outlives its sessions: stop() waits until every connection is closed.
-  Session(HttpEndpoint::Impl& endpoint, tcp::socket socket) : endpoint_(&endpoint), stream_(std::move(socket)) {}
+  template <typename... StreamArgs>
+  explicit Session(HttpEndpoint::Impl& endpoint, StreamArgs&&... stream_args)
+      : endpoint_(&endpoint), stream_(std::forward<StreamArgs>(stream_args)...) {}
 
   ~Session() {
     endpoint_->connections.fetch_sub(1);
@@ -119,21 +130,32 @@ class Session : public std::enable_shared_from_this<Session> {
   void start() {
     {
       std::lock_guard lock(endpoint_->sessions_mutex);
-      endpoint_->sessions.emplace(this, weak_from_this());
+      endpoint_->sessions.emplace(this, this->weak_from_this());
     }
-    read_head();
+    if constexpr (kTls) {
+      socket_layer().expires_after(options().header_timeout);
+      stream_.async_handshake(asio::ssl::stream_base::server, [self = this->shared_from_this()](beast::error_code error) {
+        if (error) return self->close();
+        self->read_head();
+      });
+    } else {
+      read_head();
+    }
   }
 
   // On the endpoint's stop: a connection that waits for, or is still receiving, a request is
   // closed now; one whose request is being handled closes after its answer.
-  void stop() {
-    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+  void stop() override {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
       if (!self->handling_) self->close();
     });
   }
 
  private:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
   const HttpOptions& options() const { return endpoint_->options; }
+  beast::tcp_stream& socket_layer() { return beast::get_lowest_layer(stream_); }
 
   void read_head() {
     if (endpoint_->stopping) return close();
@@ -141,8 +163,8 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(std::min<size_t>(options().max_header_bytes, UINT32_MAX)));
     parser_->body_limit(static_cast<std::uint64_t>(options().max_body_bytes));
-    stream_.expires_after(options().header_timeout);
-    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code error, size_t) {
+    socket_layer().expires_after(options().header_timeout);
+    http::async_read_header(stream_, buffer_, *parser_, [self = this->shared_from_this()](beast::error_code error, size_t) {
       self->on_head(error);
     });
   }
@@ -186,8 +208,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!body_pending) return handle();
     if (const auto expect = head.find(http::field::expect); expect != head.end() && beast::iequals(expect->value(), "100-continue")) {
       auto interim = std::make_shared<http::response<http::empty_body>>(http::status::continue_, head.version());
-      stream_.expires_after(options().write_timeout);
-      http::async_write(stream_, *interim, [self = shared_from_this(), interim](beast::error_code error, size_t) {
+      socket_layer().expires_after(options().write_timeout);
+      http::async_write(stream_, *interim, [self = this->shared_from_this(), interim](beast::error_code error, size_t) {
         if (error) return self->close();
         self->start_body();
       });
@@ -204,8 +226,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void read_body() {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(body_deadline_ - Clock::now());
     if (left.count() <= 0) return answer(closing_error(408, "[serving] the request body did not arrive in time"));
-    stream_.expires_after(std::min(left, options().read_timeout));
-    http::async_read_some(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code error, size_t) {
+    socket_layer().expires_after(std::min(left, options().read_timeout));
+    http::async_read_some(stream_, buffer_, *parser_, [self = this->shared_from_this()](beast::error_code error, size_t) {
       if (error == http::error::body_limit) return self->answer(closing_error(413, self->too_large()));
       if (error == beast::error::timeout) return self->answer(closing_error(408, "[serving] the request body stopped arriving"));
       if (error) return self->bad_request_or_close(error);
@@ -218,7 +240,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle() {
     request_.body = parser_->release().body();
     handling_ = true;
-    auto run = [self = shared_from_this()] {
+    auto run = [self = this->shared_from_this()] {
       HttpResponse response = self->run_handler();
       asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
         self->answer(std::move(response));
@@ -262,8 +284,8 @@ class Session : public std::enable_shared_from_this<Session> {
     message->keep_alive(keep_alive);
     message->prepare_payload();
     if (head_only_) message->body().clear();
-    stream_.expires_after(options().write_timeout);
-    http::async_write(stream_, *message, [self = shared_from_this(), message, keep_alive](beast::error_code error, size_t) {
+    socket_layer().expires_after(options().write_timeout);
+    http::async_write(stream_, *message, [self = this->shared_from_this(), message, keep_alive](beast::error_code error, size_t) {
       if (error || !keep_alive) return self->close();
       self->read_head();
     });
@@ -283,12 +305,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.socket().close(ignored);
+    socket_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    socket_layer().socket().close(ignored);
   }
 
   HttpEndpoint::Impl* const endpoint_;
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpRequest request_;
@@ -317,16 +339,23 @@ void HttpEndpoint::Impl::accept() {
       LOG(WARNING) << "[serving] HTTP accept on port " << self->port << " failed: " << error.message();
     } else if (self->connections.fetch_add(1) >= self->options.max_connections) {
       self->connections.fetch_sub(1);
+      beast::error_code ignored;
+      if (self->tls) {
+        // A plain-text refusal means nothing to a TLS client: the connection is just closed.
+        socket.close(ignored);
+        return self->accept();
+      }
       // Small enough for the socket's send buffer: written at once, never waited for.
       const HttpResponse refusal = closing_error(503, "[serving] too many connections (limit " + std::to_string(self->options.max_connections) + ")");
       const std::string text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
                                std::to_string(refusal.body.size()) + "\r\n\r\n" + refusal.body;
-      beast::error_code ignored;
       socket.non_blocking(true, ignored);
       socket.write_some(asio::buffer(text), ignored);
       socket.shutdown(tcp::socket::shutdown_both, ignored);
+    } else if (self->tls) {
+      std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*self, std::move(socket), *self->tls)->start();
     } else {
-      std::make_shared<Session>(*self, std::move(socket))->start();
+      std::make_shared<Session<beast::tcp_stream>>(*self, std::move(socket))->start();
     }
     self->accept();
   });
@@ -337,6 +366,22 @@ HttpEndpoint::HttpEndpoint(HttpOptions options) : impl_(std::make_unique<Impl>(s
   beast::error_code error;
   const auto address = asio::ip::make_address(o.address, error);
   if (error) fail("serving", "cannot listen for HTTP on ", o.address, ":", o.port, ": ", error.message());
+  if (o.tls.enabled()) {
+    o.tls.check();
+    try {
+      auto& tls = impl_->tls.emplace(asio::ssl::context::tls_server);
+      tls.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
+                      asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+      tls.use_certificate_chain_file(o.tls.cert_file);
+      tls.use_private_key_file(o.tls.key_file, asio::ssl::context::pem);
+      if (!o.tls.client_ca_file.empty()) {
+        tls.load_verify_file(o.tls.client_ca_file);
+        tls.set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+      }
+    } catch (const boost::system::system_error& e) {
+      fail("serving", "TLS for HTTP on port ", o.port, ": the certificate, key or client CA does not load: ", e.what());
+    }
+  }
   const tcp::endpoint where(address, static_cast<unsigned short>(o.port));
   tcp::acceptor& acceptor = impl_->acceptor;
   // SO_REUSEADDR (a restarted server binds at once) but not SO_REUSEPORT: a port another server
@@ -373,7 +418,7 @@ void HttpEndpoint::stop() {
   asio::post(impl.io, [&impl] {
     beast::error_code ignored;
     impl.acceptor.close(ignored);
-    std::vector<std::shared_ptr<Session>> open;
+    std::vector<std::shared_ptr<SessionBase>> open;
     {
       std::lock_guard lock(impl.sessions_mutex);
       for (auto& [raw, session] : impl.sessions) {

@@ -10,7 +10,8 @@
 // body_timeout; a body over max_body_bytes, whatever its framing (Content-Length or chunked) or
 // encoding (gzip and deflate are inflated, and the inflated bytes count), is answered 413 as soon
 // as the limit is crossed, and the connection closed. A connection over max_connections is
-// answered 503 and closed. Paths are routed by method: a known path with another method answers
+// answered 503 and closed. With TLS files, connections speak TLS (mutual TLS with a client CA).
+// Paths are routed by method: a known path with another method answers
 // 405, an unknown path 404, both with a JSON {"error": ...} body.
 #include <chrono>
 #include <cstddef>
@@ -21,6 +22,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "serving/security.h"
 
 namespace flow::serving {
 
@@ -35,6 +38,7 @@ struct HttpOptions {
   std::chrono::milliseconds read_timeout{5000};  // the longest gap between two reads of a body
   std::chrono::milliseconds body_timeout{60000};
   std::chrono::milliseconds write_timeout{60000};
+  TlsFiles tls;  // a certificate: every connection speaks TLS (its handshake within header_timeout)
 };
 
 struct HttpRequest {

@@ -56,9 +56,19 @@ std::vector<RequestInput> request_inputs(const inference::ModelInferRequest& req
   return inputs;
 }
 
+std::optional<grpc::Status> InferenceService::refusal(const grpc::CallbackServerContext* context, bool health) const {
+  const auto& metadata = context->client_metadata();
+  const auto found = metadata.find("authorization");
+  const std::optional<std::string_view> authorization =
+      found == metadata.end() ? std::nullopt : std::optional<std::string_view>(std::string_view(found->second.data(), found->second.size()));
+  if (access_.allows(authorization, health)) return std::nullopt;
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "[serving] missing or wrong bearer token");
+}
+
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
+  if (const auto refused = refusal(context, true)) return finish(context, *refused);
   response->set_live(true);
   return finish(context, grpc::Status::OK);
 }
@@ -66,6 +76,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* context,
                                                         const inference::ServerReadyRequest*,
                                                         inference::ServerReadyResponse* response) {
+  if (const auto refused = refusal(context, true)) return finish(context, *refused);
   response->set_ready(server_ready(tracker_));
   return finish(context, grpc::Status::OK);
 }
@@ -73,6 +84,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
+  if (const auto refused = refusal(context, false)) return finish(context, *refused);
   response->set_ready(model_ready(repository_, tracker_, request->name(), request->version()));
   return finish(context, grpc::Status::OK);
 }
@@ -80,6 +92,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerContext* context,
                                                            const inference::ServerMetadataRequest*,
                                                            inference::ServerMetadataResponse* response) {
+  if (const auto refused = refusal(context, false)) return finish(context, *refused);
   response->set_name(kServerName);
   response->set_version(kServerVersion);
   return finish(context, grpc::Status::OK);
@@ -88,6 +101,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(grpc::CallbackServerC
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerContext* context,
                                                           const inference::ModelMetadataRequest* request,
                                                           inference::ModelMetadataResponse* response) {
+  if (const auto refused = refusal(context, false)) return finish(context, *refused);
   try {
     *response = model_metadata(repository_, request->name(), request->version());
     return finish(context, grpc::Status::OK);
@@ -99,6 +113,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
+  if (const auto refused = refusal(context, false)) return finish(context, *refused);
   if (!tracker_.begin()) {
     return finish(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, "[serving] the server is shutting down"));
   }

@@ -2,6 +2,7 @@
 // inference.GRPCInferenceService (KServe v2) on the callback API: metadata and health answer on
 // gRPC's threads; ModelInfer validates there and hands the request to the model's scheduler,
 // whose thread finishes the call.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "serving/grpc_predict_v2.grpc.pb.h"
 #include "serving/infer_codec.h"
 #include "serving/request_tracker.h"
+#include "serving/security.h"
 
 namespace flow::serving {
 
@@ -18,7 +20,9 @@ std::vector<RequestInput> request_inputs(const inference::ModelInferRequest& req
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  InferenceService(ModelRepository& repository, RequestTracker& tracker) : repository_(repository), tracker_(tracker) {}
+  // `access` must outlive the service: calls without its bearer token get UNAUTHENTICATED.
+  InferenceService(ModelRepository& repository, RequestTracker& tracker, const AccessPolicy& access)
+      : repository_(repository), tracker_(tracker), access_(access) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context, const inference::ServerLiveRequest* request,
                                        inference::ServerLiveResponse* response) override;
@@ -37,8 +41,12 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                        inference::ModelInferResponse* response) override;
 
  private:
+  // UNAUTHENTICATED when the call lacks the token it needs (`health`: ServerLive, ServerReady).
+  std::optional<grpc::Status> refusal(const grpc::CallbackServerContext* context, bool health) const;
+
   ModelRepository& repository_;
   RequestTracker& tracker_;
+  const AccessPolicy& access_;
 };
 
 }  // namespace flow::serving

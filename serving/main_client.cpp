@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
 
   try {
-    fs::Client client(args.url);
+    fs::Client client(args.url, fs::cli::client_options(args));
     if (live->parsed()) {
       const bool is_live = client.server_live();
       std::cout << "live: " << (is_live ? "true" : "false") << "\n";

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   Args args;
   if (const auto status = parse_args(argc, argv, args)) return *status;
   try {
-    fs::Client client(args.model.url);
+    fs::Client client(args.model.url, fs::cli::client_options(args.model));
     if (args.empty_rpcs > 0) {
       empty_round_trips(client, args.empty_rpcs);
       return 0;

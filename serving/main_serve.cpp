@@ -88,6 +88,17 @@ flow::serving::ServerOptions parse_args(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--shutdown-timeout-secs", shutdown_secs, "how long SIGTERM waits for in-flight requests")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--tls-cert", options.tls.cert_file, "serve every endpoint over TLS with this certificate chain (PEM)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", options.tls.key_file, "the private key of --tls-cert (PEM)")->check(CLI::ExistingFile);
+  app.add_option("--tls-client-ca", options.tls.client_ca_file,
+                 "mutual TLS: clients must present a certificate this CA signed (PEM)")
+      ->check(CLI::ExistingFile);
+  std::string token_file;
+  app.add_option("--auth-token-file", token_file,
+                 "every call must carry the bearer token on this file's first line (health and metrics: see --auth-health)")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--auth-health", options.access.protect_health, "health and metrics need the bearer token too");
   app.add_option("--kernel-threads", kernel_threads,
                  "threads of the CPU kernels, shared by all models (default: all cores)")
       ->check(CLI::PositiveNumber)
@@ -100,6 +111,12 @@ flow::serving::ServerOptions parse_args(int argc, char** argv) {
   options.http_read_timeout = milliseconds_of(read_timeout_secs);
   options.http_body_timeout = milliseconds_of(body_timeout_secs);
   if (kernel_threads > 0) flow::set_num_threads(kernel_threads);
+  try {
+    if (!token_file.empty()) options.access.token = flow::serving::BearerToken::from_file(token_file);
+  } catch (const std::exception& error) {
+    std::cerr << "flow_serve: " << error.what() << "\n";
+    std::exit(2);
+  }
   return options;
 }
 

@@ -19,99 +19,79 @@ const json* field(const json& object, const char* name) {
   return found == object.end() ? nullptr : &*found;
 }
 
-// data's leaves in row-major order: a flat array, or arrays nested at most `rank` deep. Stops
-// with an error once there are more than `count`.
-void collect_leaves(const json& data, size_t depth, size_t rank, int64_t count, std::vector<const json*>& leaves,
-                    const std::string& what) {
-  if (!data.is_array()) {
-    if (static_cast<int64_t>(leaves.size()) == count) {
-      fail_status(StatusCode::INVALID_ARGUMENT, what, ": expected ", count, " values in data, got more");
-    }
-    leaves.push_back(&data);
-    return;
-  }
-  if (depth == rank && rank > 0) {
-    fail_status(StatusCode::INVALID_ARGUMENT, what, ": data nests deeper than the shape's ", rank, " dimensions");
-  }
-  for (const json& element : data) collect_leaves(element, depth + 1, rank, count, leaves, what);
-}
-
 // `index` counts the values in row-major order.
 [[noreturn]] void bad_value(const std::string& what, size_t index, const std::string& problem) {
   fail_status(StatusCode::INVALID_ARGUMENT, what, ": data value ", index, ": ", problem);
 }
 
-// What a value is, for a message: a number as written, anything else by its JSON type.
-std::string describe(const json& value) {
-  return value.is_number() ? value.dump() : std::string("a JSON ") + value.type_name();
-}
-
 template <typename T>
-T integer_value(const json& value, size_t index, const std::string& datatype, const std::string& what) {
-  if (value.is_number_unsigned()) {
-    const auto number = value.get<uint64_t>();
-    if (!std::in_range<T>(number)) bad_value(what, index, std::to_string(number) + " is out of range for " + datatype);
+T integer_value(const JsonData& data, size_t i, const std::string& datatype, const std::string& what) {
+  using Kind = JsonData::Kind;
+  if (data.kinds[i] == Kind::kUnsigned) {
+    const uint64_t number = data.unsigned_integer(i);
+    if (!std::in_range<T>(number)) bad_value(what, i, std::to_string(number) + " is out of range for " + datatype);
     return static_cast<T>(number);
   }
-  if (value.is_number_integer()) {
-    const auto number = value.get<int64_t>();
-    if (!std::in_range<T>(number)) bad_value(what, index, std::to_string(number) + " is out of range for " + datatype);
+  if (data.kinds[i] == Kind::kInteger) {
+    const int64_t number = data.integer(i);
+    if (!std::in_range<T>(number)) bad_value(what, i, std::to_string(number) + " is out of range for " + datatype);
     return static_cast<T>(number);
   }
-  bad_value(what, index, describe(value) + " is not an integer");
+  bad_value(what, i, data.describe(i) + " is not an integer");
 }
 
-double float_value(const json& value, size_t index, const std::string& what) {
-  if (!value.is_number()) bad_value(what, index, describe(value) + " is not a number");
-  return value.get<double>();
+double float_value(const JsonData& data, size_t i, const std::string& what) {
+  if (!data.is_number(i)) bad_value(what, i, data.describe(i) + " is not a number");
+  return data.floating(i);
 }
 
 template <typename T, typename Convert>
-std::string leaves_to_raw(const std::vector<const json*>& leaves, Convert convert) {
-  std::string raw(leaves.size() * sizeof(T), '\0');
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    const T element = convert(*leaves[i], i);
+std::string leaves_to_raw(const JsonData& data, Convert convert) {
+  std::string raw(data.size() * sizeof(T), '\0');
+  for (size_t i = 0; i < data.size(); ++i) {
+    const T element = convert(i);
     std::memcpy(raw.data() + i * sizeof(T), &element, sizeof(T));
   }
   return raw;
 }
 
 template <typename T>
-std::string integers_to_raw(const std::vector<const json*>& leaves, const std::string& datatype, const std::string& what) {
-  return leaves_to_raw<T>(leaves, [&](const json& value, size_t i) { return integer_value<T>(value, i, datatype, what); });
+std::string integers_to_raw(const JsonData& data, const std::string& datatype, const std::string& what) {
+  return leaves_to_raw<T>(data, [&](size_t i) { return integer_value<T>(data, i, datatype, what); });
 }
 
-// The JSON `data` of an input as the raw bytes of `count` elements of `dtype`.
-std::string json_data_to_raw(const json& data, size_t rank, const std::string& datatype, DType dtype, int64_t count,
+// The JSON `data` of an input as the raw bytes of `count` elements of `dtype`. Its arrays may
+// nest at most `rank` deep (any depth for a scalar's shape).
+std::string json_data_to_raw(const JsonData& data, size_t rank, const std::string& datatype, DType dtype, int64_t count,
                              const std::string& what) {
-  if (!data.is_array()) fail_status(StatusCode::INVALID_ARGUMENT, what, ": data must be an array");
-  std::vector<const json*> leaves;
-  collect_leaves(data, 0, rank, count, leaves, what);
-  if (static_cast<int64_t>(leaves.size()) != count) {
-    fail_status(StatusCode::INVALID_ARGUMENT, what, ": expected ", count, " values in data, got ", leaves.size());
+  if (rank > 0 && data.depth > rank) {
+    fail_status(StatusCode::INVALID_ARGUMENT, what, ": data nests deeper than the shape's ", rank, " dimensions");
   }
-  const auto as_double = [&](const json& value, size_t i) { return float_value(value, i, what); };
+  if (static_cast<int64_t>(data.size()) != count) {
+    fail_status(StatusCode::INVALID_ARGUMENT, what, ": expected ", count, " values in data, got ", data.size());
+  }
+  const auto as_float = [&](size_t i) { return float_value(data, i, what); };
   switch (dtype) {
     case kBool:
-      return leaves_to_raw<uint8_t>(leaves, [&](const json& value, size_t i) {
-        if (!value.is_boolean()) bad_value(what, i, describe(value) + " is not true or false");
-        return static_cast<uint8_t>(value.get<bool>());
+      return leaves_to_raw<uint8_t>(data, [&](size_t i) {
+        if (data.kinds[i] != JsonData::Kind::kBool) bad_value(what, i, data.describe(i) + " is not true or false");
+        return static_cast<uint8_t>(data.values[i]);
       });
-    case kUInt8: return integers_to_raw<uint8_t>(leaves, datatype, what);
-    case kUInt16: return integers_to_raw<uint16_t>(leaves, datatype, what);
-    case kUInt32: return integers_to_raw<uint32_t>(leaves, datatype, what);
-    case kUInt64: return integers_to_raw<uint64_t>(leaves, datatype, what);
-    case kInt8: return integers_to_raw<int8_t>(leaves, datatype, what);
-    case kInt16: return integers_to_raw<int16_t>(leaves, datatype, what);
-    case kInt32: return integers_to_raw<int32_t>(leaves, datatype, what);
-    case kInt64: return integers_to_raw<int64_t>(leaves, datatype, what);
-    case kFloat32: return leaves_to_raw<float>(leaves, as_double);
-    case kFloat64: return leaves_to_raw<double>(leaves, as_double);
+    case kUInt8: return integers_to_raw<uint8_t>(data, datatype, what);
+    case kUInt16: return integers_to_raw<uint16_t>(data, datatype, what);
+    case kUInt32: return integers_to_raw<uint32_t>(data, datatype, what);
+    case kUInt64: return integers_to_raw<uint64_t>(data, datatype, what);
+    case kInt8: return integers_to_raw<int8_t>(data, datatype, what);
+    case kInt16: return integers_to_raw<int16_t>(data, datatype, what);
+    case kInt32: return integers_to_raw<int32_t>(data, datatype, what);
+    case kInt64: return integers_to_raw<int64_t>(data, datatype, what);
+    case kFloat32: return leaves_to_raw<float>(data, as_float);
+    case kFloat64: return leaves_to_raw<double>(data, as_float);
     case kFloat16:
     case kBFloat16: {
       // JSON numbers are read as float32, then rounded to the half-precision type by flow's cast.
       Tensor values = make_tensor(Shape{count}, kFloat32, kCPU);
-      const std::string floats = leaves_to_raw<float>(leaves, as_double);
+      const std::string floats = leaves_to_raw<float>(data, as_float);
       std::memcpy(values.data_ptr(), floats.data(), floats.size());
       const Tensor half = values.to(dtype);
       return {static_cast<const char*>(half.data_ptr()), static_cast<size_t>(count) * itemsize(dtype)};
@@ -218,16 +198,18 @@ RestBody parse_rest_body(std::string_view body, const std::optional<std::string>
   }
   RestBody parsed;
   try {
-    parsed.header = json::parse(body.substr(0, json_length));
-  } catch (const json::parse_error& error) {
+    parsed.json = parse_request_json(body.substr(0, json_length));
+  } catch (const json::exception& error) {
     fail_status(StatusCode::INVALID_ARGUMENT, what, ": the request is not valid JSON: ", error.what());
+  } catch (const std::invalid_argument& error) {
+    fail_status(StatusCode::INVALID_ARGUMENT, what, ": ", error.what());
   }
   parsed.binary = body.substr(json_length);
   return parsed;
 }
 
 RestInferRequest rest_infer_request(const RestBody& body, const std::string& what) {
-  const json& header = body.header;
+  const json& header = body.json.header;
   if (!header.is_object()) fail_status(StatusCode::INVALID_ARGUMENT, what, ": the request must be a JSON object");
   RestInferRequest request;
   if (const json* id = field(header, "id")) {
@@ -258,11 +240,13 @@ RestInferRequest rest_infer_request(const RestBody& body, const std::string& wha
       }
       decoded.raw = body.binary.substr(binary_offset, *binary_size);
       binary_offset += *binary_size;
-    } else if (data) {
-      decoded.typed = [data, rank = decoded.shape.size(), datatype = decoded.datatype](
+    } else if (const auto array = body.json.data.find(i); array != body.json.data.end()) {
+      decoded.typed = [&data = array->second, rank = decoded.shape.size(), datatype = decoded.datatype](
                           DType dtype, int64_t count, const std::string& value_what) {
-        return json_data_to_raw(*data, rank, datatype, dtype, count, value_what);
+        return json_data_to_raw(data, rank, datatype, dtype, count, value_what);
       };
+    } else if (data) {
+      fail_status(StatusCode::INVALID_ARGUMENT, input_what, ": data must be an array");
     } else {
       fail_status(StatusCode::INVALID_ARGUMENT, input_what, ": neither data nor parameters.binary_data_size");
     }

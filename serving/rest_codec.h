@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "serving/infer_codec.h"
+#include "serving/rest_json.h"
 
 namespace flow::serving {
 
@@ -19,7 +20,7 @@ inline constexpr const char* kInferenceHeaderContentLength = "Inference-Header-C
 
 // A request body split into its JSON header and the binary data after it.
 struct RestBody {
-  nlohmann::json header;
+  RequestJson json;
   std::string_view binary;
 };
 

@@ -92,6 +92,19 @@ void infer(const HttpRequest& http_request, HttpResponse& http_response, ModelRe
   http_response.set_content(std::move(answer.body), answer.content_type);
 }
 
+// `handler` behind the access policy: a call without the token is answered 401.
+HttpEndpoint::Handler guarded(const AccessPolicy& access, bool health, HttpEndpoint::Handler handler) {
+  return [&access, health, handler = std::move(handler)](const HttpRequest& request, HttpResponse& response) {
+    const std::optional<std::string> authorization = request.header("Authorization");
+    if (!access.allows(authorization ? std::optional<std::string_view>(*authorization) : std::nullopt, health)) {
+      response.set_header("WWW-Authenticate", "Bearer");
+      send_error(response, 401, "[serving] missing or wrong bearer token");
+      return;
+    }
+    handler(request, response);
+  };
+}
+
 }  // namespace
 
 int http_status(grpc::StatusCode code) {
@@ -112,51 +125,55 @@ int http_status(grpc::StatusCode code) {
   }
 }
 
-void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, RequestTracker& tracker) {
-  endpoint.route("GET", "/v2/health/live", [](const HttpRequest&, HttpResponse& response) {
-    response.status = 200;
-  }, HttpEndpoint::Runs::kOnIoThread);
+void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, RequestTracker& tracker,
+                       const AccessPolicy& access) {
+  using Runs = HttpEndpoint::Runs;
+  const auto health = [&](const std::string& pattern, HttpEndpoint::Handler handler) {
+    endpoint.route("GET", pattern, guarded(access, true, std::move(handler)), Runs::kOnIoThread);
+  };
+  const auto add = [&](const std::string& method, const std::string& pattern, Runs runs, HttpEndpoint::Handler handler) {
+    endpoint.route(method, pattern, guarded(access, false, std::move(handler)), runs);
+  };
+  health("/v2/health/live", [](const HttpRequest&, HttpResponse& response) { response.status = 200; });
   // Not ready is 400, as Triton answers.
-  endpoint.route("GET", "/v2/health/ready", [&tracker](const HttpRequest&, HttpResponse& response) {
+  health("/v2/health/ready", [&tracker](const HttpRequest&, HttpResponse& response) {
     if (server_ready(tracker)) {
       response.status = 200;
     } else {
       send_error(response, 400, "[serving] not ready: the server is shutting down");
     }
-  }, HttpEndpoint::Runs::kOnIoThread);
-  endpoint.route("GET", "/v2", [](const HttpRequest&, HttpResponse& response) {
+  });
+  add("GET", "/v2", Runs::kOnIoThread, [](const HttpRequest&, HttpResponse& response) {
     send_json(response, {{"name", kServerName}, {"version", kServerVersion}, {"extensions", json::array({"binary_tensor_data"})}});
-  }, HttpEndpoint::Runs::kOnIoThread);
-  endpoint.route("GET", kModelPath, [&repository](const HttpRequest& request, HttpResponse& response) {
+  });
+  add("GET", kModelPath, Runs::kOnWorker, [&repository](const HttpRequest& request, HttpResponse& response) {
     try {
       send_json(response, model_metadata_json(model_metadata(repository, request.matches[1], request.matches[2])));
     } catch (const std::exception& error) {
       send_status(response, status_of(error));
     }
   });
-  endpoint.route("GET", kModelPath + "/ready",
-                 [&repository, &tracker](const HttpRequest& request, HttpResponse& response) {
-                   if (model_ready(repository, tracker, request.matches[1], request.matches[2])) {
-                     response.status = 200;
-                   } else {
-                     const std::string version = request.matches[2];
-                     send_error(response, 400,
-                                "[serving] model '" + std::string(request.matches[1]) + "'" +
-                                    (version.empty() ? "" : " version " + version) + " is not ready");
-                   }
-                 });
-  endpoint.route("POST", kModelPath + "/infer",
-                 [&repository, &tracker](const HttpRequest& request, HttpResponse& response) {
-                   infer(request, response, repository, tracker);
-                 });
+  add("GET", kModelPath + "/ready", Runs::kOnWorker, [&repository, &tracker](const HttpRequest& request, HttpResponse& response) {
+    if (model_ready(repository, tracker, request.matches[1], request.matches[2])) {
+      response.status = 200;
+    } else {
+      const std::string version = request.matches[2];
+      send_error(response, 400,
+                 "[serving] model '" + request.matches[1] + "'" + (version.empty() ? "" : " version " + version) + " is not ready");
+    }
+  });
+  add("POST", kModelPath + "/infer", Runs::kOnWorker, [&repository, &tracker](const HttpRequest& request, HttpResponse& response) {
+    infer(request, response, repository, tracker);
+  });
 }
 
-void add_metrics_route(HttpEndpoint& endpoint, std::shared_ptr<prometheus::Registry> registry) {
-  endpoint.route("GET", "/metrics", [registry](const HttpRequest&, HttpResponse& response) {
-    response.status = 200;
-    response.set_content(prometheus::TextSerializer().Serialize(registry->Collect()),
-                         "text/plain; version=0.0.4; charset=utf-8");
-  }, HttpEndpoint::Runs::kOnIoThread);
+void add_metrics_route(HttpEndpoint& endpoint, std::shared_ptr<prometheus::Registry> registry, const AccessPolicy& access) {
+  endpoint.route("GET", "/metrics", guarded(access, true, [registry](const HttpRequest&, HttpResponse& response) {
+                   response.status = 200;
+                   response.set_content(prometheus::TextSerializer().Serialize(registry->Collect()),
+                                        "text/plain; version=0.0.4; charset=utf-8");
+                 }),
+                 HttpEndpoint::Runs::kOnIoThread);
 }
 
 }  // namespace flow::serving

@@ -12,6 +12,7 @@
 #include "serving/http_endpoint.h"
 #include "serving/model_repository.h"
 #include "serving/request_tracker.h"
+#include "serving/security.h"
 
 namespace flow::serving {
 
@@ -21,9 +22,11 @@ int http_status(grpc::StatusCode code);
 
 // GET /v2/health/live, /v2/health/ready, /v2, /v2/models/{name}[/versions/{version}] and its
 // /ready; POST /v2/models/{name}[/versions/{version}]/infer.
-void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, RequestTracker& tracker);
+// Every route checks `access` (which must outlive the endpoint): without the bearer token, 401.
+void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, RequestTracker& tracker,
+                       const AccessPolicy& access);
 
 // GET /metrics: the registry in the Prometheus text format.
-void add_metrics_route(HttpEndpoint& endpoint, std::shared_ptr<prometheus::Registry> registry);
+void add_metrics_route(HttpEndpoint& endpoint, std::shared_ptr<prometheus::Registry> registry, const AccessPolicy& access);
 
 }  // namespace flow::serving

@@ -29,12 +29,13 @@ Server::Server(ServerOptions options)
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  service_ = std::make_unique<InferenceService>(repository_, tracker_);
+  options_.tls.check();
+  service_ = std::make_unique<InferenceService>(repository_, tracker_, options_.access);
   grpc::ServerBuilder builder;
   // A port another server holds is an error, not silently shared (gRPC's default on Linux).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options_.address + ":" + std::to_string(options_.grpc_port),
-                           grpc::InsecureServerCredentials(), &grpc_port_);
+                           grpc_server_credentials(options_.tls), &grpc_port_);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
   builder.RegisterService(service_.get());
@@ -53,18 +54,19 @@ Server::Server(ServerOptions options)
   http.header_timeout = options_.http_header_timeout;
   http.read_timeout = options_.http_read_timeout;
   http.body_timeout = options_.http_body_timeout;
+  http.tls = options_.tls;
   const bool shared_port = options_.http_port > 0 && options_.http_port == options_.metrics_port;
   if (options_.http_port >= 0) {
     http.port = options_.http_port;
     http_endpoint_ = std::make_unique<HttpEndpoint>(http);
-    add_kserve_routes(*http_endpoint_, repository_, tracker_);
-    if (shared_port) add_metrics_route(*http_endpoint_, metrics_.registry());
+    add_kserve_routes(*http_endpoint_, repository_, tracker_, options_.access);
+    if (shared_port) add_metrics_route(*http_endpoint_, metrics_.registry(), options_.access);
     http_port_ = http_endpoint_->port();
   }
   if (options_.metrics_port >= 0 && !shared_port) {
     http.port = options_.metrics_port;
     metrics_endpoint_ = std::make_unique<HttpEndpoint>(http);
-    add_metrics_route(*metrics_endpoint_, metrics_.registry());
+    add_metrics_route(*metrics_endpoint_, metrics_.registry(), options_.access);
   }
   metrics_port_ = shared_port ? http_port_ : metrics_endpoint_ ? metrics_endpoint_->port() : -1;
   if (http_endpoint_) http_endpoint_->start();

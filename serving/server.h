@@ -13,6 +13,7 @@
 #include "serving/metrics.h"
 #include "serving/model_repository.h"
 #include "serving/request_tracker.h"
+#include "serving/security.h"
 
 namespace grpc {
 class Server;
@@ -47,6 +48,10 @@ struct ServerOptions {
   std::chrono::milliseconds repository_poll_interval{0};
   // How long shutdown() waits for in-flight requests.
   std::chrono::milliseconds shutdown_timeout{30000};
+  // TLS for every endpoint (gRPC, REST, metrics); none: plain TCP.
+  TlsFiles tls;
+  // A bearer token every call must carry (health and metrics too with protect_health).
+  AccessPolicy access;
 };
 
 class Server {

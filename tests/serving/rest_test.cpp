@@ -204,6 +204,12 @@ TEST_F(RestTest, MalformedBodiesAreBadRequests) {
   request["inputs"][0]["data"] = {{{1, 2, 3, 4}}};
   expect_error(post_json(path, request), 400, {"input 'a'", "nests deeper than the shape's 2 dimensions"});
   request = sum_product_request();
+  request["inputs"][0]["data"] = "1,2,3,4";
+  expect_error(post_json(path, request), 400, {"input 'a'", "data must be an array"});
+  std::string twice = sum_product_request().dump();
+  twice.replace(twice.find("\"data\""), 6, "\"data\":[1,2,3,4],\"data\"");
+  expect_error(http_->Post(path.c_str(), twice, "application/json"), 400, {"two data fields"});
+  request = sum_product_request();
   request["inputs"][0].erase("data");
   expect_error(post_json(path, request), 400, {"input 'a'", "neither data nor parameters.binary_data_size"});
   request = sum_product_request();
