@@ -21,6 +21,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -41,6 +43,23 @@ struct Exchange {
   bool closed = false;  // the server closed (or reset) the connection
 };
 
+// Says what went wrong on stderr and, when FLOW_FUZZ_REPORT names a file, appends it there too:
+// libFuzzer's fork mode (the long runs) drops a crashed job's output.
+void report(const std::string& text) {
+  std::fprintf(stderr, "%s\n", text.c_str());
+  if (const char* path = std::getenv("FLOW_FUZZ_REPORT")) {
+    if (std::FILE* file = std::fopen(path, "a")) {
+      std::fprintf(file, "pid %d: %s\n", static_cast<int>(::getpid()), text.c_str());
+      std::fclose(file);
+    }
+  }
+}
+
+[[noreturn]] void fail(const std::string& detail, const char* what) {
+  report(std::string(what) + "\n" + detail);
+  flow_fuzz::invalid_accepted(what);
+}
+
 int connect_to(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -52,8 +71,7 @@ int connect_to(int port) {
   address.sin_port = htons(static_cast<uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    std::perror("flow_fuzz: connect to the server's HTTP port");
-    flow_fuzz::invalid_accepted("the server no longer accepts connections");
+    fail(std::string("connect: ") + std::strerror(errno), "the server no longer accepts connections");
   }
   return fd;
 }
@@ -155,23 +173,20 @@ void check_status_line(const std::string& answer) {
   const std::string_view head = std::string_view(answer).substr(0, 13);
   const std::string_view version = "HTTP/1.1 ";
   if (head.substr(0, std::min(head.size(), version.size())) != version.substr(0, std::min(head.size(), version.size()))) {
-    flow_fuzz::invalid_accepted("the answer does not start with HTTP/1.1");
+    fail(answer.substr(0, 256), "the answer does not start with HTTP/1.1");
   }
   for (size_t i = version.size(); i < head.size() && i < 12; ++i) {
-    if (!digit(head[i])) flow_fuzz::invalid_accepted("the answer's status is not three digits");
+    if (!digit(head[i])) fail(answer.substr(0, 256), "the answer's status is not three digits");
   }
-  if (head.size() >= 13 && head[12] != ' ') flow_fuzz::invalid_accepted("the answer's status line is malformed");
+  if (head.size() >= 13 && head[12] != ' ') fail(answer.substr(0, 256), "the answer's status line is malformed");
   if (head.size() >= 12) {
     const int status = std::stoi(std::string(head.substr(9, 3)));
-    if (status < 100 || status > 599) flow_fuzz::invalid_accepted("the answer's status is outside 100..599");
-    if (status == 500) {
-      std::fprintf(stderr, "%s\n", answer.substr(0, 2048).c_str());
-      flow_fuzz::invalid_accepted("the server answered 500 (an internal error) to a client's bytes");
-    }
+    if (status < 100 || status > 599) fail(answer.substr(0, 256), "the answer's status is outside 100..599");
+    if (status == 500) fail(answer.substr(0, 2048), "the server answered 500 (an internal error) to a client's bytes");
   }
   const size_t end = answer.find("\r\n");
   if (end != std::string::npos && answer.substr(0, end).find('\n') != std::string::npos) {
-    flow_fuzz::invalid_accepted("the answer's status line holds a bare LF");
+    fail(answer.substr(0, 256), "the answer's status line holds a bare LF");
   }
 }
 
@@ -183,14 +198,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                    kAnswerTimeout);
   check_status_line(fuzzed.answer);
   if (!fuzzed.closed) {
-    std::fprintf(stderr, "%zu bytes answered: %s\n", fuzzed.answer.size(), fuzzed.answer.substr(0, 512).c_str());
-    flow_fuzz::invalid_accepted("the server neither answered nor closed the connection within 5 s of the client's end");
+    fail(std::to_string(fuzzed.answer.size()) + " bytes answered: " + fuzzed.answer.substr(0, 512),
+         "the server neither answered nor closed the connection within 5 s of the client's end");
   }
   const Exchange health = exchange(fixture.port(), "GET /v2/health/live HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n\r\n",
                                    kAnswerTimeout);
   if (health.answer.rfind("HTTP/1.1 200 ", 0) != 0) {
-    std::fprintf(stderr, "health check answered: %s\n", health.answer.substr(0, 512).c_str());
-    flow_fuzz::invalid_accepted("the server no longer answers GET /v2/health/live with 200");
+    fail("health check answered (" + std::string(health.closed ? "closed" : "still open") + "): " + health.answer.substr(0, 512),
+         "the server no longer answers GET /v2/health/live with 200");
   }
   return 0;
 }

@@ -57,6 +57,18 @@ void check_decoded(const flow::serving::DecodedRequest& decoded, const flow::lit
   }
 }
 
+// The request as the JSON reads it (nlohmann's DOM: a repeated key keeps its last value): an
+// input read from JSON `data` has a `data` field (nulled in the header, its values kept aside).
+void check_json_inputs(const flow::serving::RestBody& body, const flow::serving::RestInferRequest& request) {
+  const json& inputs = body.json.header.at("inputs");
+  if (!inputs.is_array() || inputs.size() != request.inputs.size()) flow_fuzz::invalid_accepted("the request's inputs differ from its JSON's");
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    if (!request.inputs[i].raw && !inputs[i].contains("data")) {
+      flow_fuzz::invalid_accepted("an input without a data field is read from JSON data (a repeated key's discarded value?)");
+    }
+  }
+}
+
 // The response body as a client reads it: the JSON part, then each binary output in order.
 void check_response(const flow::serving::RestResponseBody& response, const flow::serving::RestInferRequest& request,
                     const std::vector<flow::serving::ResponseOutput>& outputs) {
@@ -123,6 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     body = flow::serving::parse_rest_body(input, header_length, "fuzz");
     request = flow::serving::rest_infer_request(body, "fuzz");
+    check_json_inputs(body, request);
     model = &model_named(!request.inputs.empty() && request.inputs[0].name == "image" ? "cnn" : "dtypes");
     decoded = flow::serving::decode_infer_request(request.inputs, request.outputs, *model, "fuzz", kMaxBatchSize);
   } catch (const flow::Error&) {
