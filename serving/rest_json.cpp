@@ -67,7 +67,10 @@ class RequestReader {
       return true;
     }
     json* array = open(json::array());
-    if (stack_.size() == 2 && stack_[0]->is_object() && parent_key_ == "inputs") inputs_ = array;
+    if (stack_.size() == 2 && stack_[0]->is_object() && parent_key_ == "inputs") {
+      inputs_ = array;
+      out_.data.clear();  // a repeated "inputs" key: the DOM keeps the last array, and only its data
+    }
     return true;
   }
   bool end_array() {
