@@ -7,7 +7,9 @@
 // rest is the body; any other input is a body without that header, all JSON. A flow::Error
 // (ServingError) is a rejection.
 //
-// An accepted request must be what the model takes (the checks of infer_request_fuzz.cpp): the
+// An input read from JSON data must have a `data` field in the request's JSON (its DOM, where a
+// repeated key keeps its last value). An accepted request must be what the model takes (the
+// checks of infer_request_fuzz.cpp): the
 // decoded inputs of the spec dtypes and shapes, batch within max_batch_size, the model runs on
 // them. Its response (rest_infer_response) must be well formed: JSON (up to its
 // Inference-Header-Content-Length when binary outputs follow) naming each selected output once,
