@@ -53,6 +53,17 @@ TEST(RestJsonTest, OnlyArraysInTheTopLevelInputsAreCompacted) {
   EXPECT_EQ(second.data.at(1).size(), 2u);
 }
 
+// A repeated "inputs" key: the DOM keeps the last array, and the data read is that array's only
+// (fuzz/regressions/rest_request/repeated_inputs_key-reads_discarded_data.json).
+TEST(RestJsonTest, ARepeatedInputsKeyKeepsOnlyTheLastArraysData) {
+  const auto request = parse_request_json(R"({"inputs": [{"name": "a", "data": [1, 2]}], "inputs": [{"name": "b"}]})");
+  EXPECT_EQ(request.header["inputs"], nlohmann::json::parse(R"([{"name": "b"}])"));
+  EXPECT_TRUE(request.data.empty());
+  const auto later = parse_request_json(R"({"inputs": [{"name": "a"}], "inputs": [{"name": "b", "data": [7]}]})");
+  ASSERT_EQ(later.data.count(0), 1u);
+  EXPECT_EQ(later.data.at(0).integer(0), 7);
+}
+
 TEST(RestJsonTest, TwoDataFieldsInOneInputAreRefused) {
   EXPECT_THROW(parse_request_json(R"({"inputs": [{"data": [1], "data": [2]}]})"), std::invalid_argument);
   EXPECT_THROW(parse_request_json(R"({"inputs": [{"data": [1], "data": 2}]})"), std::invalid_argument);
