@@ -27,37 +27,16 @@
 #include "oneflow_lite/model.h"
 #include "serving/infer_codec.h"
 #include "serving/rest_codec.h"
+#include "serving_fuzz.h"
 
 namespace {
 
+using flow_fuzz::check_decoded;
+using flow_fuzz::kMaxBatchSize;
+using flow_fuzz::model_named;
 using nlohmann::json;
 
-constexpr int64_t kMaxBatchSize = 8;
 constexpr size_t kMaxHeaderField = 24;
-
-const flow::lite::Model& model_named(const std::string& name) {
-  static const auto cnn = flow::lite::Model::load(flow_fuzz::data_path("cnn").string());
-  static const auto dtypes = flow::lite::Model::load(flow_fuzz::data_path("dtypes").string());
-  return name == "cnn" ? *cnn : *dtypes;
-}
-
-void check_decoded(const flow::serving::DecodedRequest& decoded, const flow::lite::Model& model) {
-  if (decoded.inputs.size() != model.inputs().size()) flow_fuzz::invalid_accepted("decoded input count differs from the model's");
-  for (size_t i = 0; i < decoded.inputs.size(); ++i) {
-    const flow::Tensor& input = decoded.inputs[i];
-    const auto& spec = model.inputs()[i];
-    if (!input.defined() || input.dtype() != spec.dtype || input.device() != flow::kCPU || !input.is_contiguous()) {
-      flow_fuzz::invalid_accepted("a decoded input of the wrong dtype or device");
-    }
-    bool matches = input.dim() == static_cast<int64_t>(spec.shape.size());
-    for (int64_t d = 0; matches && d < input.dim(); ++d) matches = spec.shape[d] == -1 ? input.size(d) >= 1 : input.size(d) == spec.shape[d];
-    if (!matches) flow_fuzz::invalid_accepted("a decoded input of the wrong shape");
-  }
-  if (model.dynamic_batch() && (decoded.batch < 1 || decoded.batch > kMaxBatchSize)) flow_fuzz::invalid_accepted("a batch outside [1, max_batch_size]");
-  for (size_t output : decoded.outputs) {
-    if (output >= model.outputs().size()) flow_fuzz::invalid_accepted("a requested output index out of range");
-  }
-}
 
 // The request as the JSON reads it (nlohmann's DOM: a repeated key keeps its last value): an
 // input read from JSON `data` has a `data` field (nulled in the header, its values kept aside).
