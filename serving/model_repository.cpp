@@ -70,6 +70,16 @@ std::string joined(const std::vector<std::string>& strings) {
 
 }  // namespace
 
+std::set<std::string> model_directories(const std::string& root) {
+  std::set<std::string> names;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(root, error)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && !name.starts_with(".")) names.insert(name);
+  }
+  return names;
+}
+
 ModelRepository::ModelRepository(std::string root, Metrics& metrics, std::optional<std::set<std::string>> explicit_models)
     : root_(std::move(root)), metrics_(metrics), explicit_models_(std::move(explicit_models)) {
   if (!fs::is_directory(root_)) fail("serving", "model repository ", root_, " is not a directory");
@@ -78,21 +88,15 @@ ModelRepository::ModelRepository(std::string root, Metrics& metrics, std::option
 int ModelRepository::poll() {
   std::lock_guard poll_lock(poll_mutex_);
   int failures = 0;
-  std::vector<std::string> names;
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(root_, error)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && !name.starts_with(".") && (!explicit_models_ || explicit_models_->contains(name))) {
-      names.push_back(name);
-    }
-  }
+  std::set<std::string> names = model_directories(root_);
+  if (explicit_models_) std::erase_if(names, [this](const std::string& name) { return !explicit_models_->contains(name); });
   for (const auto& name : names) failures += poll_model(name);
 
   std::vector<std::string> removed;
   {
     std::lock_guard lock(served_mutex_);
     for (const auto& [name, versions] : served_) {
-      if (std::find(names.begin(), names.end(), name) == names.end()) removed.push_back(name);
+      if (!names.contains(name)) removed.push_back(name);
     }
   }
   for (const auto& name : removed) serve(name, {});
@@ -265,12 +269,7 @@ void ModelRepository::unload(const std::string& name) {
 }
 
 std::vector<ModelRepository::IndexEntry> ModelRepository::index(bool ready_only) const {
-  std::set<std::string> names;
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(root_, error)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && !name.starts_with(".")) names.insert(name);
-  }
+  std::set<std::string> names = model_directories(root_);
   std::lock_guard lock(served_mutex_);
   for (const auto& [name, versions] : served_) names.insert(name);
   std::vector<IndexEntry> entries;

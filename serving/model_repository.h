@@ -23,6 +23,9 @@
 
 namespace flow::serving {
 
+// The model directories of a repository (hidden ones, starting with '.', left out), by name.
+std::set<std::string> model_directories(const std::string& root);
+
 class ModelRepository {
  public:
   // Throws flow::Error when root is not a directory. Loads nothing until poll(). With

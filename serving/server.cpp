@@ -1,7 +1,6 @@
 #include "serving/server.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include <glog/logging.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -25,13 +24,7 @@ constexpr std::chrono::milliseconds kCloseGrace{2000};
 std::optional<std::set<std::string>> explicit_models(const ServerOptions& options) {
   if (!options.explicit_model_control) return std::nullopt;
   if (!options.explicit_models.contains("*")) return options.explicit_models;
-  std::set<std::string> all;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(options.model_repository, error)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && !name.starts_with(".")) all.insert(name);
-  }
-  return all;
+  return model_directories(options.model_repository);
 }
 
 }  // namespace
