@@ -250,10 +250,7 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
       graph::training::UpdateTrace updates =
           graph::training::trace_updates({optimizers_, config_.gradient_accumulation_steps(), config_.zero_stage(), scaling, tracer});
       traced.trained_params = std::move(updates.trained_params);
-      if (!optimizers_.empty()) applied.push_back("optimizer_step");
-      if (config_.gradient_accumulation_steps() > 1) applied.push_back("gradient_accumulation");
-      if (scaling) applied.push_back("loss_scaling");
-      if (updates.bucketed) applied.push_back("gradient_buckets");
+      applied.insert(applied.end(), updates.applied.begin(), updates.applied.end());
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
       tracer.add_output(static_cast<int>(i), outputs[i]);

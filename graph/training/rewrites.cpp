@@ -28,6 +28,7 @@ UpdateTrace trace_updates(const UpdateRewrites& rewrites) {
   std::vector<TensorList>& trained = trace.trained_params;
   trained.resize(rewrites.optimizers.size());
   Tensor all_zero_or_nan;  // NaN when any optimizer's unscaled gradients hold an inf or NaN
+  bool bucketed = false;
   for (size_t i = 0; i < rewrites.optimizers.size(); ++i) {
     for (auto& group : rewrites.optimizers[i]->param_groups()) {
       for (auto& p : group.params) {
@@ -38,7 +39,7 @@ UpdateTrace trace_updates(const UpdateRewrites& rewrites) {
     }
     const TensorList& params = trained[i];
     average_accumulated_gradients(params, rewrites.accumulation_steps);
-    trace.bucketed = reduce_gradients_in_buckets(params, rewrites.zero_stage) > 0 || trace.bucketed;
+    bucketed = reduce_gradients_in_buckets(params, rewrites.zero_stage) > 0 || bucketed;
     Tensor skip;
     if (rewrites.loss_scaling) {
       if (const Tensor zero_or_nan = rewrites.loss_scaling->unscale(params); zero_or_nan.defined()) {
@@ -49,6 +50,10 @@ UpdateTrace trace_updates(const UpdateRewrites& rewrites) {
     trace_optimizer_step(*rewrites.optimizers[i], i, params, rewrites.tracer, rewrites.zero_stage, skip);
   }
   if (all_zero_or_nan.defined()) rewrites.loss_scaling->update(ne(all_zero_or_nan, 0.0));
+  if (rewrites.accumulation_steps > 1) trace.applied.emplace_back("gradient_accumulation");
+  if (rewrites.loss_scaling) trace.applied.emplace_back("loss_scaling");
+  if (bucketed) trace.applied.emplace_back("gradient_buckets");
+  if (!rewrites.optimizers.empty()) trace.applied.emplace_back("optimizer_step");
   return trace;
 }
 

@@ -44,7 +44,9 @@ struct UpdateTrace {
   // Per optimizer, the parameters it updates in the Job (those with a traced gradient, or a
   // global one: a stage on other ranks still counts its steps).
   std::vector<TensorList> trained_params;
-  bool bucketed = false;  // gradient_buckets traced a collective
+  // The rewrites that applied: gradient_accumulation, loss_scaling, gradient_buckets (when it
+  // traced a collective), optimizer_step (when there is an optimizer).
+  std::vector<std::string> applied;
 };
 UpdateTrace trace_updates(const UpdateRewrites& rewrites);
 
