@@ -3,6 +3,7 @@
 // compiles per shape (oneDNN primitives, oneflow_lite's per-batch programs, decoded fused
 // programs) is kept in one, so that a process seeing ever new shapes keeps a bounded number of
 // them instead of every one it ever made.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -47,7 +48,7 @@ class LruCache {
       id = ++last_id_;
       order_.push_front(key);
       entries_.emplace(key, Entry{promise.get_future().share(), order_.begin(), id});
-      evict_over(capacity_);
+      evict_over(capacity_.load(std::memory_order_relaxed));
     }
     try {
       std::shared_ptr<Value> made = make();
@@ -70,15 +71,13 @@ class LruCache {
     std::lock_guard<std::mutex> lock(mutex_);
     return entries_.size();
   }
-  size_t capacity() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return capacity_;
-  }
+  // Read without the lock: kernels compare it with their setting on every call.
+  size_t capacity() const { return capacity_.load(std::memory_order_relaxed); }
   // Evicts the least recently used entries down to the new capacity.
   void set_capacity(size_t capacity) {
     std::lock_guard<std::mutex> lock(mutex_);
-    capacity_ = checked(capacity);
-    evict_over(capacity_);
+    capacity_.store(checked(capacity), std::memory_order_relaxed);
+    evict_over(capacity);
   }
   void clear() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -104,7 +103,7 @@ class LruCache {
   }
 
   mutable std::mutex mutex_;
-  size_t capacity_;
+  std::atomic<size_t> capacity_;  // written under mutex_
   uint64_t last_id_ = 0;
   std::list<Key> order_;  // most recently used first
   std::map<Key, Entry, Compare> entries_;
