@@ -2,7 +2,6 @@
 // The options flow_client and flow_loadgen share (--url, --model, --version, --batch, --input)
 // and the request inputs they build from a model's metadata.
 #include <cstdint>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -11,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "serving/client.h"
+#include "serving/text_file.h"
 
 namespace flow::serving::cli {
 
@@ -52,12 +52,7 @@ inline void add_url_option(CLI::App& app, ModelArgs& args) {
 // cannot be read.
 inline ClientOptions client_options(const ModelArgs& args) {
   ClientOptions options = args.client;
-  if (!args.token_file.empty()) {
-    std::ifstream file(args.token_file);
-    std::getline(file, options.token);
-    options.token = CLI::detail::trim_copy(options.token);
-    if (options.token.empty()) fail("client", "no token on the first line of '", args.token_file, "'");
-  }
+  if (!args.token_file.empty()) options.token = first_line_of("client", args.token_file, "bearer token");
   return options;
 }
 

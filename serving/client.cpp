@@ -1,11 +1,10 @@
 #include "serving/client.h"
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <type_traits>
 
 #include "core/half.h"
+#include "serving/text_file.h"
 
 namespace flow::serving {
 namespace {
@@ -29,12 +28,6 @@ auto visit_datatype(const std::string& datatype, Fn&& fn) {
   fail("client", "datatype '", datatype, "' has no fixed element size");
 }
 
-std::string read_pem(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("client", "cannot read the PEM file '", path, "'");
-  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-}
-
 }  // namespace
 
 Client::Client(const std::string& target, ClientOptions options) : options_(options) {
@@ -44,9 +37,9 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!options_.tls_ca_file.empty()) {
     grpc::SslCredentialsOptions tls;
-    tls.pem_root_certs = read_pem(options_.tls_ca_file);
-    if (!options_.tls_cert_file.empty()) tls.pem_cert_chain = read_pem(options_.tls_cert_file);
-    if (!options_.tls_key_file.empty()) tls.pem_private_key = read_pem(options_.tls_key_file);
+    tls.pem_root_certs = read_text_file("client", options_.tls_ca_file, "TLS CA");
+    if (!options_.tls_cert_file.empty()) tls.pem_cert_chain = read_text_file("client", options_.tls_cert_file, "TLS certificate");
+    if (!options_.tls_key_file.empty()) tls.pem_private_key = read_text_file("client", options_.tls_key_file, "TLS private key");
     credentials = grpc::SslCredentials(tls);
   }
   channel_ = grpc::CreateCustomChannel(target, credentials, arguments);

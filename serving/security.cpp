@@ -4,11 +4,8 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
 #include "core/error.h"
+#include "serving/text_file.h"
 
 namespace flow::serving {
 namespace {
@@ -27,19 +24,11 @@ std::string_view trimmed(std::string_view text) {
 
 }  // namespace
 
-std::string read_text_file(const std::string& path, const char* what) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("serving", "cannot read the ", what, " file '", path, "'");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 void TlsFiles::check() const {
   if (cert_file.empty() != key_file.empty()) fail("serving", "TLS needs both a certificate and a private key file");
   if (cert_file.empty() && !client_ca_file.empty()) fail("serving", "a client CA (mutual TLS) needs the server's certificate and key");
   for (const auto& [path, what] : {std::pair{cert_file, "TLS certificate"}, {key_file, "TLS private key"}, {client_ca_file, "TLS client CA"}}) {
-    if (!path.empty()) read_text_file(path, what);
+    if (!path.empty()) read_text_file("serving", path, what);
   }
 }
 
@@ -47,8 +36,9 @@ std::shared_ptr<grpc::ServerCredentials> grpc_server_credentials(const TlsFiles&
   if (!tls.enabled()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions options(tls.client_ca_file.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                                                        : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  if (!tls.client_ca_file.empty()) options.pem_root_certs = read_text_file(tls.client_ca_file, "TLS client CA");
-  options.pem_key_cert_pairs.push_back({read_text_file(tls.key_file, "TLS private key"), read_text_file(tls.cert_file, "TLS certificate")});
+  if (!tls.client_ca_file.empty()) options.pem_root_certs = read_text_file("serving", tls.client_ca_file, "TLS client CA");
+  options.pem_key_cert_pairs.push_back(
+      {read_text_file("serving", tls.key_file, "TLS private key"), read_text_file("serving", tls.cert_file, "TLS certificate")});
   return grpc::SslServerCredentials(options);
 }
 
@@ -57,10 +47,7 @@ BearerToken::BearerToken(std::string_view token) : digest_(sha256(token)) {
 }
 
 BearerToken BearerToken::from_file(const std::string& path) {
-  const std::string text = read_text_file(path, "bearer token");
-  const std::string_view line = trimmed(std::string_view(text).substr(0, text.find('\n')));
-  if (line.empty()) fail("serving", "the bearer token file '", path, "' holds no token on its first line");
-  return BearerToken(line);
+  return BearerToken(first_line_of("serving", path, "bearer token"));
 }
 
 bool BearerToken::accepts(std::string_view authorization) const {

@@ -26,9 +26,6 @@ struct TlsFiles {
   void check() const;
 };
 
-// The whole file. Throws flow::Error naming it when it cannot be read.
-std::string read_text_file(const std::string& path, const char* what);
-
 // gRPC's server credentials for `tls` (insecure when it is not enabled).
 std::shared_ptr<grpc::ServerCredentials> grpc_server_credentials(const TlsFiles& tls);
 
