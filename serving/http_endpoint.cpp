@@ -55,12 +55,13 @@ void send_error(HttpResponse& response, int status, const std::string& message) 
 
 namespace {
 
+using RouteHandler = std::pair<HttpEndpoint::Handler, HttpEndpoint::Runs>;
+
 struct Route {
   std::string text;
   std::regex pattern;
-  std::map<std::string, std::pair<HttpEndpoint::Handler, HttpEndpoint::Runs>> by_method;
+  std::map<std::string, RouteHandler> by_method;
 };
-using RouteHandler = std::pair<HttpEndpoint::Handler, HttpEndpoint::Runs>;
 
 // An error answer for a connection that is closed after it: its request, or what is left of it,
 // is not read.

@@ -217,9 +217,14 @@ inline bool send_all(int fd, const std::string& text) {
   return true;
 }
 
-// What arrives on `fd` until the peer closes it, `until` is found in it, or `limit` passes.
-inline std::string receive(int fd, std::chrono::milliseconds limit, const std::string& until = "") {
-  std::string got;
+// What arrives on `fd` until the peer closes it (closed: true, also on a reset), `until` is found
+// in it, or `limit` passes.
+struct Received {
+  std::string data;
+  bool closed = false;
+};
+inline Received read_from(int fd, std::chrono::milliseconds limit, const std::string& until = "") {
+  Received got;
   const auto end = std::chrono::steady_clock::now() + limit;
   char buffer[4096];
   for (;;) {
@@ -228,24 +233,21 @@ inline std::string receive(int fd, std::chrono::milliseconds limit, const std::s
     pollfd ready{fd, POLLIN, 0};
     if (poll(&ready, 1, static_cast<int>(left.count())) <= 0) return got;
     const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) return got;
-    got.append(buffer, static_cast<size_t>(n));
-    if (!until.empty() && got.find(until) != std::string::npos) return got;
+    if (n <= 0) {
+      got.closed = true;
+      return got;
+    }
+    got.data.append(buffer, static_cast<size_t>(n));
+    if (!until.empty() && got.data.find(until) != std::string::npos) return got;
   }
 }
 
-// Whether the peer closes `fd` (or resets it) within `limit`, reading and dropping what it sends.
-inline bool closed_within(int fd, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  char buffer[4096];
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd ready{fd, POLLIN, 0};
-    if (poll(&ready, 1, static_cast<int>(left.count())) <= 0) return false;
-    if (recv(fd, buffer, sizeof(buffer), 0) <= 0) return true;
-  }
+inline std::string receive(int fd, std::chrono::milliseconds limit, const std::string& until = "") {
+  return read_from(fd, limit, until).data;
 }
+
+// Whether the peer closes `fd` (or resets it) within `limit`, reading what it sends until then.
+inline bool closed_within(int fd, std::chrono::milliseconds limit) { return read_from(fd, limit).closed; }
 
 // A flow_serve process on 127.0.0.1 with free ports, read from the line it prints first.
 struct ServeProcess {
