@@ -1,6 +1,5 @@
 #include "oneflow_lite/model.h"
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -354,9 +353,8 @@ void Model::check_by_running() const {
   impl_->check_memory(add_bytes(input_bytes, run_bytes(exported_batch())), "the trial run at load (batch " + std::to_string(exported_batch()) + ")");
   TensorList zeros;
   for (size_t i = 0; i < inputs().size(); ++i) {
-    // Zero bytes, not flow::zeros: storage-only dtypes (uint16, ...) have no fill kernel.
     Tensor zero = make_tensor(shapes[i], inputs()[i].dtype, kCPU);
-    std::memset(zero.data_ptr(), 0, static_cast<size_t>(zero.nbytes()));
+    zero_bytes(zero);
     zeros.push_back(zero.to(impl_->input_devices.at(i)));
   }
   try {

@@ -1,6 +1,7 @@
 #pragma once
 // oneflow_lite's Model internals, shared by model.cpp (loading, checking and planning an export)
 // and program_cache.cpp (the cache of planned programs and the runs on them).
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,16 @@
 
 namespace flow::lite {
 namespace internal {
+
+// Writes zero bytes over `tensor` (memset on CPU): not zero_(), which storage-only dtypes (uint16,
+// ...) have no kernel for.
+inline void zero_bytes(Tensor& tensor) {
+  if (tensor.device().is_cpu()) {
+    std::memset(tensor.data_ptr(), 0, static_cast<size_t>(tensor.nbytes()));
+  } else {
+    tensor.zero_();
+  }
+}
 
 // The Job made concrete for one batch size: every meta inferred, intermediate memory planned,
 // values numbered so that a run is a walk over a vector.
@@ -65,6 +76,7 @@ struct CachedProgram {
 using internal::Arena;
 using internal::CachedProgram;
 using internal::Program;
+using internal::zero_bytes;
 
 struct Model::Impl {
   std::string dir;

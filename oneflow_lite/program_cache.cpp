@@ -1,5 +1,4 @@
 // oneflow_lite: the cache of planned programs, batch buckets, and the runs on them.
-#include <cstring>
 #include <set>
 #include <string>
 
@@ -19,12 +18,7 @@ Tensor pad_rows(const Tensor& given, int64_t rows) {
   Tensor padded = make_tensor(Shape(dims), given.dtype(), given.device());
   padded.narrow(0, 0, given.size(0)).copy_(given);
   Tensor tail = padded.narrow(0, given.size(0), rows - given.size(0));
-  // Zero bytes on CPU: storage-only dtypes (uint16, ...) have no fill kernel.
-  if (tail.device().is_cpu()) {
-    std::memset(tail.data_ptr(), 0, static_cast<size_t>(tail.nbytes()));
-  } else {
-    tail.zero_();
-  }
+  zero_bytes(tail);
   return padded;
 }
 
