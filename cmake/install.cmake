@@ -11,7 +11,7 @@ include(CMakePackageConfigHelpers)
 
 # The libraries a program may link, exported as flow::<name>. The *_proto libraries hold
 # generated protobuf code the others link; distributed_proto's headers stay private.
-set(flow_exported_libraries core autograd nn optim data graph_proto job graph fx models distributed_proto distributed)
+set(flow_exported_libraries openmp_start openmp_env core autograd nn optim data graph_proto job graph fx models distributed_proto distributed)
 if(TARGET flow_onnx)
   list(APPEND flow_exported_libraries onnx_proto onnx)
 endif()

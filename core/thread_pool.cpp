@@ -18,6 +18,7 @@
 #include <glog/logging.h>
 
 #include "core/error.h"
+#include "core/openmp_env/openmp_env.h"
 
 namespace flow {
 namespace {
@@ -61,7 +62,7 @@ int default_num_threads() {
   }
   const ThreadCountChoice choice = choose_num_threads(std::getenv("FLOW_NUM_THREADS"), std::getenv("OMP_NUM_THREADS"), cpus);
   VLOG(1) << "flow: " << choice.threads << " CPU thread" << (choice.threads == 1 ? "" : "s") << " (from " << choice.source << "; " << cpus
-          << " usable CPUs)";
+          << " usable CPUs); OpenMP waits with " << openmp_wait_policy();
   return choice.threads;
 }
 
@@ -120,6 +121,10 @@ ThreadCountChoice choose_num_threads(const char* flow_num_threads, const char* o
 int get_num_threads() { return state().num_threads; }
 
 int current_num_threads() { return t_num_threads > 0 ? std::min(t_num_threads, get_num_threads()) : get_num_threads(); }
+
+int elementwise_threads(int64_t elements) {
+  return static_cast<int>(std::clamp<int64_t>(elements / kElementwiseGrain, 1, current_num_threads()));
+}
 
 void sync_openmp_threads() { omp_set_num_threads(current_num_threads()); }
 

@@ -128,6 +128,14 @@ TEST(ThreadPool, ThreadLocalCapLimitsOnlyTheCallingThread) {
   });
   capped.join();
   EXPECT_EQ(chunks(), 4);  // other threads keep the process-wide count
+  // Memory-bound passes get a thread per kElementwiseGrain values, within the caps.
+  EXPECT_EQ(flow::elementwise_threads(8192), 1);
+  EXPECT_EQ(flow::elementwise_threads(3 * flow::kElementwiseGrain), 3);
+  EXPECT_EQ(flow::elementwise_threads(100 * flow::kElementwiseGrain), 4);
+  {
+    const flow::ThreadCapScope pair(2);
+    EXPECT_EQ(flow::elementwise_threads(100 * flow::kElementwiseGrain), 2);
+  }
   EXPECT_THROW_MSG(flow::set_thread_local_num_threads(-1), "expected 0 or more threads");
   flow::set_num_threads(std::max(1u, std::thread::hardware_concurrency()));
 }

@@ -1,0 +1,90 @@
+// One GPT-2 training step (next-token loss, backward, AdamW) timed eagerly or as an nn::Graph: the
+// model of issue 37's thread measurements (4 layers, 256 wide, 4 heads, 128 tokens, batch 8, GPT-2's
+// vocabulary, dropout off). bench/torch_gpt_step.py is its PyTorch twin; bench/cpu_threads.sh runs
+// both at 1-16 threads. Threads: FLOW_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs.
+// Prints: "flow-<mode> threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last>".
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/cli.h"
+#include "core/flow.h"
+#include "core/thread_pool.h"
+#include "graph/graph.h"
+#include "models/gpt2.h"
+#include "optim/optimizer.h"
+
+namespace {
+
+namespace models = flow::models;
+using flow::Tensor;
+using flow::TensorList;
+
+struct Options {
+  std::string mode = "graph";
+  int64_t batch = 8, tokens = 128, layers = 4, width = 256, heads = 4, vocab = 50257;
+  int warmup = 2, steps = 5;
+};
+
+struct TrainGraph : flow::nn::Graph {
+  TrainGraph(std::shared_ptr<models::GPT2LMHeadModel> net, std::shared_ptr<flow::optim::Optimizer> optimizer) {
+    model = register_module("model", std::move(net));
+    add_optimizer(std::move(optimizer));
+  }
+  TensorList build(const TensorList& in) override {
+    Tensor loss = model->loss(in[0], in[1]);
+    loss.backward();
+    return {loss};
+  }
+  std::shared_ptr<models::GPT2LMHeadModel> model;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app("One GPT-2 training step, eager or as an nn::Graph, timed");
+  app.add_option("--mode", o.mode, "eager or graph")->check(CLI::IsMember({"eager", "graph"}))->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per step")->check(flow::cli::at_least<int64_t>(1))->capture_default_str();
+  app.add_option("--tokens", o.tokens, "tokens per sequence")->check(flow::cli::at_least<int64_t>(2))->capture_default_str();
+  app.add_option("--layers", o.layers, "transformer blocks")->check(flow::cli::at_least<int64_t>(1))->capture_default_str();
+  app.add_option("--width", o.width, "n_embd")->check(flow::cli::at_least<int64_t>(1))->capture_default_str();
+  app.add_option("--heads", o.heads, "attention heads")->check(flow::cli::at_least<int64_t>(1))->capture_default_str();
+  app.add_option("--vocab", o.vocab, "vocabulary size")->check(flow::cli::at_least<int64_t>(2))->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first")->check(flow::cli::at_least(0))->capture_default_str();
+  app.add_option("--steps", o.steps, "timed steps (the median counts)")->check(flow::cli::at_least(1))->capture_default_str();
+  if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
+
+  flow::manual_seed(0);
+  const auto config = models::GPT2Config().vocab_size(o.vocab).n_positions(o.tokens).n_embd(o.width).n_layer(o.layers).n_head(o.heads).dropout(0.0);
+  auto model = std::make_shared<models::GPT2LMHeadModel>(config);
+  auto optimizer = std::make_shared<flow::optim::AdamW>(model->parameters(), flow::optim::AdamWOptions(1e-4));
+  TrainGraph graph(model, optimizer);
+  const Tensor ids = flow::randint(0, o.vocab, {o.batch, o.tokens});
+  auto step = [&]() -> double {
+    if (o.mode == "graph") return graph(ids, ids).at(0).item<double>();
+    optimizer->zero_grad();
+    Tensor loss = model->loss(ids, ids);
+    loss.backward();
+    optimizer->step();
+    return loss.item<double>();
+  };
+
+  double first_loss = 0, last_loss = 0;
+  for (int i = 0; i < o.warmup; ++i) first_loss = step();
+  std::vector<double> seconds;
+  for (int i = 0; i < o.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    last_loss = step();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (o.warmup == 0 && i == 0) first_loss = last_loss;
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + o.steps / 2, seconds.end());
+  const double median = seconds[static_cast<size_t>(o.steps / 2)];
+  std::printf("flow-%s threads %d ms/step %.1f tokens/s %.0f loss %.4f -> %.4f\n", o.mode.c_str(), flow::get_num_threads(), median * 1e3,
+              static_cast<double>(o.batch * o.tokens) / median, first_loss, last_loss);
+  return 0;
+}
