@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The FashionMNIST quickstart on a many-core CPU at 1, 2, 4, 8 and 16 threads: flow eager and Graph
-# against PyTorch (bench/torch_quickstart.py, torch.set_num_threads through OMP_NUM_THREADS), and
-# flow at the largest count with OpenMP's passive wait policy and a short spin, to see where the
-# thread count collapses. Runs on the GPU machine the device tool lends (its 16 CPU cores); prepare
-# here:
-#   bash scripts/gpu_package.sh build/examples/quickstart_eager build/examples/quickstart_graph
+# flow on a many-core CPU at 1, 2, 4, 8 and 16 threads against PyTorch on the same CPU: the
+# FashionMNIST quickstart (flow eager and Graph; bench/torch_quickstart.py) and a GPT-2 training
+# step (bench/gpt_step, eager and Graph; bench/torch_gpt_step.py), each also at flow's default
+# thread count and, at the largest count, with libgomp's own spin (GOMP_SPINCOUNT=300000, what flow
+# ran with before it set 1000) and OpenMP's passive wait policy. Runs on the GPU machine the device
+# tool lends (its 16 CPU cores); prepare here:
+#   bash scripts/gpu_package.sh build/examples/quickstart_eager build/examples/quickstart_graph build/bench/gpt_step
 #   mkdir -p .gpu/fashion-mnist && cp /usr/share/datasets/fashion-mnist/*.gz .gpu/fashion-mnist/
 # then run there (carry .gpu): bash bench/cpu_threads.sh
-# Every case runs with --epochs 1 and --epochs 2; the difference of the wall times is one epoch
-# without start-up. THREADS (default "1 2 4 8 16") picks the counts.
+# Quickstart cases run with --epochs 1 and --epochs 2; the difference of the wall times is one
+# epoch without start-up. GPT cases print the median of 5 steps after 2 warm-up steps. THREADS
+# (default "1 2 4 8 16") picks the counts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source scripts/gpu_env.sh
+[ -d /tmp/flow-gpu/bin ] || source scripts/gpu_env.sh
 data="${FASHION_MNIST:-.gpu/fashion-mnist}"
 bin=/tmp/flow-gpu/bin
 work=$(mktemp -d)
@@ -20,7 +22,9 @@ echo "cpus: nproc $(nproc), $(lscpu | grep -E '^Model name' | sed 's/  */ /g')"
 for f in /sys/fs/cgroup/cpu.max /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us; do
   [ -r "$f" ] && echo "$f: $(cat "$f")"
 done
-python3 -c "import torch; print('PyTorch', torch.__version__)" || echo "no PyTorch: its rows are skipped"
+echo "libgomp read: $(OMP_DISPLAY_ENV=VERBOSE "$bin/quickstart_eager" --help 2>&1 | grep -E 'GOMP_SPINCOUNT|OMP_WAIT_POLICY' | tr -s ' ' | tr '\n' ' ')"
+has_torch=0
+python3 -c "import torch; print('PyTorch', torch.__version__)" && has_torch=1 || echo "no PyTorch: its rows are skipped"
 
 run_case() {  # name, epochs, env assignments..., -- command...
   local name=$1 epochs=$2
@@ -34,23 +38,48 @@ run_case() {  # name, epochs, env assignments..., -- command...
   echo "$name $epochs $(( (end - start) / 1000000 ))" >> "$work/times"
 }
 
+quickstart() {  # label, env assignments...
+  local label=$1
+  shift
+  for epochs in 1 2; do
+    local common=(--data "$data" --epochs "$epochs" --device cpu)
+    run_case "flow-eager-$label" "$epochs" "$@" "$bin/quickstart_eager" "${common[@]}" --out "$work/m.safetensors"
+    run_case "flow-graph-$label" "$epochs" "$@" "$bin/quickstart_graph" "${common[@]}" --out "$work/g.safetensors" --export "$work/export"
+  done
+}
+
+gpt() {  # label, env assignments... (flow's line, with the label in front)
+  local label=$1
+  shift
+  for mode in eager graph; do
+    echo "$label $(timeout 300 env "$@" "$bin/gpt_step" --mode "$mode" 2>&1 | tail -n 1)"
+  done
+}
+
 threads="${THREADS:-1 2 4 8 16}"
 largest=${threads##* }
+echo "== GPT-2 step (4 layers, 256 wide, 4 heads, 128 tokens, batch 8, vocabulary 50257, AdamW)"
 for t in $threads; do
-  for epochs in 1 2; do
-    common=(--data "$data" --epochs "$epochs" --device cpu)
-    run_case "flow-eager-$t" "$epochs" FLOW_NUM_THREADS="$t" "$bin/quickstart_eager" "${common[@]}" --out "$work/m.safetensors"
-    run_case "flow-graph-$t" "$epochs" FLOW_NUM_THREADS="$t" "$bin/quickstart_graph" "${common[@]}" --out "$work/g.safetensors" --export "$work/export"
-    run_case "torch-$t" "$epochs" OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" python3 bench/torch_quickstart.py "${common[@]}"
-  done
+  gpt "$t" FLOW_NUM_THREADS="$t"
+  ((has_torch)) && echo "$t $(timeout 300 python3 bench/torch_gpt_step.py --threads "$t" 2>&1 | tail -n 1)"
 done
-for epochs in 1 2; do
-  common=(--data "$data" --epochs "$epochs" --device cpu)
-  for variant in OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=10000; do
-    run_case "flow-eager-$largest-$variant" "$epochs" FLOW_NUM_THREADS="$largest" "$variant" "$bin/quickstart_eager" "${common[@]}" --out "$work/m.safetensors"
-    run_case "flow-graph-$largest-$variant" "$epochs" FLOW_NUM_THREADS="$largest" "$variant" "$bin/quickstart_graph" "${common[@]}" --out "$work/g.safetensors" --export "$work/export"
-  done
+gpt default
+((has_torch)) && echo "default $(timeout 300 python3 bench/torch_gpt_step.py 2>&1 | tail -n 1)"
+gpt "$largest-GOMP_SPINCOUNT=300000" FLOW_NUM_THREADS="$largest" GOMP_SPINCOUNT=300000
+gpt "$largest-OMP_WAIT_POLICY=PASSIVE" FLOW_NUM_THREADS="$largest" OMP_WAIT_POLICY=PASSIVE
+
+echo "== quickstart"
+for t in $threads; do
+  quickstart "$t" FLOW_NUM_THREADS="$t"
+  if ((has_torch)); then
+    for epochs in 1 2; do
+      run_case "torch-$t" "$epochs" OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" python3 bench/torch_quickstart.py --data "$data" --epochs "$epochs" --device cpu
+    done
+  fi
 done
+quickstart default
+quickstart "$largest-GOMP_SPINCOUNT=300000" FLOW_NUM_THREADS="$largest" GOMP_SPINCOUNT=300000
+quickstart "$largest-OMP_WAIT_POLICY=PASSIVE" FLOW_NUM_THREADS="$largest" OMP_WAIT_POLICY=PASSIVE
 python3 - "$work/times" <<'PY'
 import sys
 runs = {}

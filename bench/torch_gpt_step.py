@@ -1,8 +1,9 @@
 """PyTorch twin of bench/gpt_step.cpp: one GPT-2 training step (next-token cross entropy, backward,
 AdamW lr 1e-4) with GPT-2's architecture (pre-norm blocks, causal attention through
-F.scaled_dot_product_attention, GELU tanh, LM head tied to the token embedding, N(0, 0.02)
-initialisation, dropout off), the same sizes and flags, eager and, with --compile, torch.compile.
-Threads: --threads (torch.set_num_threads), else PyTorch's default.
+F.scaled_dot_product_attention, or a masked softmax before PyTorch 2.0, GELU tanh, the LM head tied
+to the token embedding, N(0, 0.02) initialisation, dropout off), with the same sizes and flags;
+eager, or with --compile through torch.compile. Threads: --threads (torch.set_num_threads), else
+PyTorch's default.
 Prints: "torch-<mode> threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last>"."""
 import argparse
 import statistics
@@ -11,6 +12,15 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def causal_attention(q, k, v):
+    if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2.0 and later
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    t = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / (q.shape[-1] ** 0.5)
+    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(dim=-1) @ v
 
 
 class Block(nn.Module):
@@ -25,7 +35,7 @@ class Block(nn.Module):
         b, t, c = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = causal_attention(q, k, v)
         x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, c))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
