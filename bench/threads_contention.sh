@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # flow's default threads when the cores are shared: one epoch of the FashionMNIST quickstart (Graph
-# and eager) alone and beside a CPU-bound competitor (one busy process per core, pinned to the same
-# cores), and the DDP quickstart as 2 and 4 ranks under flow_run, each at the default settings and
-# with FLOW_NUM_THREADS=1. Prints wall seconds and the slowdown against the run alone. The fair
-# share beside the competitor is a 2x slowdown. Usage: bash bench/threads_contention.sh
-# (EPOCHS, default 1; FLOW_BUILD_DIR, default build).
+# and eager) and a GPT-2 training step (bench/gpt_step, Graph: 1 warm-up and 3 timed steps, with
+# start-up), alone and beside a CPU-bound competitor (one busy process per core, pinned to the same
+# cores); then the DDP quickstart as 2 and 4 ranks under flow_run. Each at the default settings,
+# with libgomp's own spin (GOMP_SPINCOUNT=300000, what flow ran with before it set 1000 itself) and
+# with FLOW_NUM_THREADS=1. Prints wall seconds and the slowdown against the run alone; the fair
+# share beside the competitor is 2x. Usage: bash bench/threads_contention.sh (EPOCHS, default 1;
+# FLOW_BUILD_DIR, default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build="${FLOW_BUILD_DIR:-build}"
@@ -30,13 +32,14 @@ seconds() {  # command...: wall seconds, or "failed"
 
 graph=("$build/examples/quickstart_graph" --data "$data" --epochs "$epochs" --out "$work/g.safetensors" --export "$work/export")
 eager=("$build/examples/quickstart_eager" --data "$data" --epochs "$epochs" --out "$work/e.safetensors")
+gpt=("$build/bench/gpt_step" --mode graph --warmup 1 --steps 3)
 ddp=("$build/examples/ddp_quickstart" --data "$data" --epochs "$epochs" --out "$work/d.safetensors")
 
 echo "| case | setting | alone (s) | beside the competitor (s) | slowdown |"
 echo "| --- | --- | --- | --- | --- |"
-for name in graph eager; do
+for name in graph eager gpt; do
   declare -n command="$name"
-  for setting in default FLOW_NUM_THREADS=1; do
+  for setting in default GOMP_SPINCOUNT=300000 FLOW_NUM_THREADS=1; do
     env_args=()
     [ "$setting" = default ] || env_args=("$setting")
     alone=$(seconds env "${env_args[@]}" "${command[@]}")
@@ -46,7 +49,9 @@ for name in graph eager; do
     done
     shared=$(seconds env "${env_args[@]}" "${command[@]}")
     stop_competitors
-    echo "| quickstart $name | $setting | $alone | $shared | $(awk -v a="$alone" -v b="$shared" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", b / a; else print "-" }') |"
+    label="quickstart $name"
+    [ "$name" = gpt ] && label="GPT-2 step (Graph)"
+    echo "| $label | $setting | $alone | $shared | $(awk -v a="$alone" -v b="$shared" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", b / a; else print "-" }') |"
   done
 done
 for ranks in 2 4; do
