@@ -59,8 +59,9 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain_size, const std::fun
 inline constexpr int64_t kElementwiseGrain = 32768;
 
 // The threads for a memory-bound pass over `elements` values (what parallel_for would use with
-// kElementwiseGrain): for oneDNN's normalisation and pooling primitives, which otherwise wake the
-// whole team for a few thousand values, under ThreadCapScope.
+// kElementwiseGrain). oneDNN's normalisation and pooling kernels take this cap (ThreadCapScope)
+// before they look up their primitive, which is made for the caller's thread count: otherwise a
+// few thousand values wake the whole team.
 int elementwise_threads(int64_t elements);
 
 }  // namespace flow

@@ -132,8 +132,8 @@ void forward_dnnl(KernelContext& ctx) {
   const Key key{l.rows, l.features, static_cast<float>(ctx.attrs.get<double>("eps"))};
   const bool affine = ctx.inputs.size() == 3;
   std::vector<float> ones, zeros, variance(static_cast<size_t>(l.rows));
-  const auto cached = primitives(key);  // held until the run ends: another thread may evict it
   const ThreadCapScope cap(elementwise_threads(l.rows * l.features));
+  const auto cached = primitives(key);  // held until the run ends: another thread may evict it
   dnnl::stream stream = stream_for_call();
   run_primitive(cached->forward, stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[0].data_ptr())},
                                          {DNNL_ARG_SCALE, feature_memory(l, affine ? &ctx.inputs[1] : nullptr, ones, 1.0f)},
@@ -158,8 +158,8 @@ void backward_dnnl(KernelContext& ctx) {
   // The biased variance the forward saw (oneDNN adds eps back).
   std::vector<float> variance(static_cast<size_t>(l.rows)), ones, zeros;
   for (int64_t r = 0; r < l.rows; ++r) variance[r] = static_cast<float>(1.0 / (static_cast<double>(rstd[r]) * rstd[r]) - static_cast<double>(key.eps));
-  const auto cached = primitives(key);  // held until the run ends: another thread may evict it
   const ThreadCapScope cap(elementwise_threads(l.rows * l.features));
+  const auto cached = primitives(key);  // held until the run ends: another thread may evict it
   dnnl::stream stream = stream_for_call();
   run_primitive(cached->backward, stream, {{DNNL_ARG_SRC, memory(plain({l.rows, l.features}), engine(), ctx.inputs[1].data_ptr())},
                                           {DNNL_ARG_MEAN, memory(plain({l.rows}), engine(), ctx.inputs[2].data_ptr())},

@@ -66,10 +66,10 @@ void eval_kernel(KernelContext& ctx) {
   const NormLayout l = norm_layout(x.shape());
   const bool affine = ctx.inputs.size() == 5;
   const NormKey key = make_key(l, ctx.attrs.get<double>("eps"), false);
+  const ThreadCapScope cap(elementwise_threads(x.numel()));
   const auto cached = primitives(key);  // held while it runs: another thread may evict it
   const NormPrimitives& p = *cached;
   std::vector<float> ones, zeros;
-  const ThreadCapScope cap(elementwise_threads(x.numel()));
   dnnl::stream stream = stream_for_call();
   run_primitive(p.forward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
                                               {DNNL_ARG_MEAN, memory(plain({l.c}), engine(), ctx.inputs[1].data_ptr())},
@@ -86,10 +86,10 @@ void train_kernel(KernelContext& ctx) {
   const NormLayout l = norm_layout(x.shape());
   const bool affine = ctx.inputs.size() == 3;
   const NormKey key = make_key(l, ctx.attrs.get<double>("eps"), true);
+  const ThreadCapScope cap(elementwise_threads(x.numel()));
   const auto cached = primitives(key);  // held while it runs: another thread may evict it
   const NormPrimitives& p = *cached;
   std::vector<float> ones, zeros, variance(static_cast<size_t>(l.c));
-  const ThreadCapScope cap(elementwise_threads(x.numel()));
   dnnl::stream stream = stream_for_call();
   run_primitive(p.forward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
                                               {DNNL_ARG_SCALE, channel_memory(l, affine ? &ctx.inputs[1] : nullptr, ones, 1.0f)},
@@ -126,6 +126,7 @@ void train_grad_kernel(KernelContext& ctx) {
   const NormLayout l = norm_layout(x.shape());
   const bool affine = ctx.inputs.size() == 7;
   const NormKey key = make_key(l, ctx.attrs.get<double>("eps"), true);
+  const ThreadCapScope cap(elementwise_threads(x.numel()));
   const auto cached = primitives(key);  // held while it runs: another thread may evict it
   const NormPrimitives& p = *cached;
   const float* invstd = ctx.inputs[5].data_ptr<float>();
@@ -134,7 +135,6 @@ void train_grad_kernel(KernelContext& ctx) {
   for (int64_t c = 0; c < l.c; ++c) {
     variance[c] = static_cast<float>(1.0 / (static_cast<double>(invstd[c]) * invstd[c]) - static_cast<double>(key.eps));
   }
-  const ThreadCapScope cap(elementwise_threads(x.numel()));
   dnnl::stream stream = stream_for_call();
   run_primitive(p.backward_primitive, stream, {{DNNL_ARG_SRC, memory(plain(key.dims), engine(), x.data_ptr())},
                                                {DNNL_ARG_MEAN, memory(plain({l.c}), engine(), ctx.inputs[4].data_ptr())},

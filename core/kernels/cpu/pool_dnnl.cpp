@@ -62,9 +62,9 @@ std::shared_ptr<const PoolPrimitives> primitives(const PoolKey& key) {
 
 // y = pool(x) by the key's forward primitive, for pooling that needs no workspace.
 void run_forward(const PoolKey& key, const Tensor& x, Tensor& y) {
+  const ThreadCapScope cap(elementwise_threads(x.numel()));
   const auto cached = primitives(key);  // held while it runs: another thread may evict it
   const PoolPrimitives& p = *cached;
-  const ThreadCapScope cap(elementwise_threads(x.numel()));
   dnnl::stream stream = stream_for_call();
   Bound src = bind_memory(key.src, x.data_ptr(), p.forward.src_desc(), stream, true);
   Bound dst = bind_memory(key.dst, y.data_ptr(), p.forward.dst_desc(), stream, false);
@@ -107,9 +107,9 @@ void avg_pool_grad_kernel(KernelContext& ctx) {
   Tensor& grad_input = ctx.outputs[0];
   if (grad_input.numel() == 0) return;
   const PoolKey key = make_key(grad_input.shape(), grad.shape(), ctx.attrs);
+  const ThreadCapScope cap(elementwise_threads(grad_input.numel()));
   const auto cached = primitives(key);  // held while it runs: another thread may evict it
   const PoolPrimitives& p = *cached;
-  const ThreadCapScope cap(elementwise_threads(grad_input.numel()));
   dnnl::stream stream = stream_for_call();
   Bound diff_dst = bind_memory(key.dst, grad.data_ptr(), p.backward.diff_dst_desc(), stream, true);
   Bound diff_src = bind_memory(key.src, grad_input.data_ptr(), p.backward.diff_src_desc(), stream, false);
