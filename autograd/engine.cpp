@@ -8,10 +8,10 @@
 #include <queue>
 #include <unordered_map>
 
-#include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "core/autocast.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 
 namespace flow::autograd {
 namespace {

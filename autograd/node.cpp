@@ -5,7 +5,8 @@
 #include <atomic>
 
 #include "autograd/view_history.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 
 namespace flow::autograd {
 namespace {

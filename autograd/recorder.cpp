@@ -5,6 +5,7 @@
 
 #include "autograd/node.h"
 #include "autograd/view_history.h"
+#include "core/grad_mode.h"
 #include "core/interpreter.h"
 
 namespace flow::autograd {

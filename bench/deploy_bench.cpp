@@ -7,10 +7,10 @@
 #include <chrono>
 #include <filesystem>
 
-#include "autograd/grad_mode.h"
 #include "bench/bench_cases.h"
 #include "bench/bench_models.h"
 #include "core/flow.h"
+#include "core/grad_mode.h"
 #include "graph/export.h"
 #include "oneflow_lite/model.h"
 #include "tests/common/graphs.h"

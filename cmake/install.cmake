@@ -1,7 +1,7 @@
 # What `cmake --install` puts under the prefix:
 #   include/flow/            the headers, in the layout sources include them ("core/flow.h",
-#                            "nn/modules.h", "graph/graph.h"), with the generated graph/job.pb.h
-#                            and graph/export.pb.h that graph/job.h and graph/export.h include
+#                            "nn/modules.h", "graph/graph.h"), with the generated job/job.pb.h
+#                            and job/export.pb.h that job/job.h and graph/export.h include
 #   lib/                     the shared libraries (RUNPATH $ORIGIN)
 #   lib/cmake/flow/          flowConfig.cmake, flowConfigVersion.cmake and the exported targets
 #                            flow::core, flow::autograd, ... and the umbrella flow::flow
@@ -11,7 +11,7 @@ include(CMakePackageConfigHelpers)
 
 # The libraries a program may link, exported as flow::<name>. The *_proto libraries hold
 # generated protobuf code the others link; distributed_proto's headers stay private.
-set(flow_exported_libraries openmp_start openmp_env core autograd nn optim data graph_proto job graph fx models distributed_proto distributed)
+set(flow_exported_libraries openmp_start openmp_env core autograd nn optim data job_proto job graph fx models distributed_proto distributed)
 if(TARGET flow_onnx)
   list(APPEND flow_exported_libraries onnx_proto onnx)
 endif()
@@ -44,7 +44,7 @@ install(TARGETS ${flow_programs} flow_trace_diff_lib flow_serving flow_serving_p
 
 # Headers. Left out: the CUDA kernels' and the few that include a private dependency's headers
 # (oneDNN, Gloo, gRPC, NCCL); no other installed header includes them.
-set(flow_header_dirs core autograd nn optim data graph fx models distributed oneflow_lite)
+set(flow_header_dirs core autograd nn optim data job graph fx models distributed oneflow_lite)
 list(TRANSFORM flow_header_dirs PREPEND ${PROJECT_SOURCE_DIR}/)
 # (Names of files and directories: none is used twice in these directories.)
 set(flow_private_headers cuda dnnl_util.h gloo_process_group.h gloo_reduce.h nccl_process_group.h store_client.h store_server.h)
@@ -57,10 +57,10 @@ foreach(name IN LISTS flow_private_headers)
 endforeach()
 install(DIRECTORY ${flow_header_dirs} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/flow
         FILES_MATCHING PATTERN "*.h" ${flow_header_excludes})
-# graph/job.h includes the generated graph/job.pb.h: installed with it, so a program needs
+# job/job.h includes the generated job/job.pb.h: installed with it, so a program needs
 # protobuf's headers (flowConfig.cmake finds Protobuf; flow.pc requires protobuf).
-install(FILES ${PROJECT_BINARY_DIR}/graph/job.pb.h ${PROJECT_BINARY_DIR}/graph/export.pb.h
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/flow/graph)
+install(FILES ${PROJECT_BINARY_DIR}/job/job.pb.h ${PROJECT_BINARY_DIR}/job/export.pb.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/flow/job)
 if(TARGET flow_onnx)
   install(FILES ${PROJECT_BINARY_DIR}/graph/onnx/onnx.pb.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/flow/graph/onnx)
 endif()

@@ -1,7 +1,7 @@
 #pragma once
-// Per-tensor autograd state and the grad-mode switch. They live in core because Tensor's
-// accessors (requires_grad(), grad(), ...) and the interpreters need them; the backward graph
-// and the engine live in autograd/.
+// Per-tensor autograd state. It lives in core because Tensor's accessors (requires_grad(),
+// grad(), ...) and the interpreters need it; the grad-mode switch is core/grad_mode.h, the
+// backward graph and the engine live in autograd/.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -43,36 +43,4 @@ std::shared_ptr<TensorImpl> view_base(const Tensor& tensor);
 // 0 for lazy tensors): autograd compares it to spot a saved value changed after saving.
 uint64_t data_version(const Tensor& tensor);
 
-// Whether ops record backward nodes on this thread (on by default; off under NoGradGuard).
-bool is_grad_enabled();
-void set_grad_enabled(bool enabled);
-
 }  // namespace flow
-
-namespace flow::autograd {
-
-// RAII: no backward nodes are recorded while it lives (like torch.no_grad()).
-class NoGradGuard {
- public:
-  NoGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(false); }
-  ~NoGradGuard() { set_grad_enabled(previous_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  bool previous_;
-};
-
-// RAII: sets grad mode to `enabled` while it lives (like torch.set_grad_enabled(...)).
-class GradModeGuard {
- public:
-  explicit GradModeGuard(bool enabled) : previous_(is_grad_enabled()) { set_grad_enabled(enabled); }
-  ~GradModeGuard() { set_grad_enabled(previous_); }
-  GradModeGuard(const GradModeGuard&) = delete;
-  GradModeGuard& operator=(const GradModeGuard&) = delete;
-
- private:
-  bool previous_;
-};
-
-}  // namespace flow::autograd

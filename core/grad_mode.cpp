@@ -1,7 +1,7 @@
-// The grad-mode switch declared in autograd_meta.h, on its own so that code which only turns
-// recording off (the actor runtime's threads) links without the rest of autograd: the runtime's
-// ThreadSanitizer tests (tests/CMakeLists.txt) build it alone.
-#include "core/autograd_meta.h"
+// The grad-mode switch (core/grad_mode.h), on its own so that code which only turns recording off
+// (the actor runtime's threads) links without the rest of autograd: the runtime's ThreadSanitizer
+// tests (tests/CMakeLists.txt) build it alone.
+#include "core/grad_mode.h"
 
 namespace flow {
 namespace {

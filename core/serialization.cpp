@@ -14,9 +14,9 @@
 #include <tuple>
 
 #include "core/atomic_file.h"
-#include "core/comm/process_group.h"
 #include "core/bool_bytes.h"
-#include "core/functional.h"
+#include "core/comm/process_group.h"
+#include "core/ops/all.h"
 
 namespace flow {
 namespace {

@@ -3,7 +3,7 @@
 #include <glog/logging.h>
 
 #include "core/allocator.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 
 namespace flow {
 

@@ -1,6 +1,6 @@
 #include "data/dataloader.h"
 
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "core/profiler.h"
 
 namespace flow::data {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "core/random.h"
 
 namespace flow::data {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/flow.h"
+#include "core/grad_mode.h"
 #include "examples/fx_conv_bn_fuse.h"
 #include "nn/conv_norm.h"
 #include "nn/modules.h"

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/autograd_meta.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "fx/graph_module.h"
 
 namespace fx_example {

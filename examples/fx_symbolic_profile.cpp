@@ -2,7 +2,7 @@
 // per-node bytes and FLOPs from metas alone, nothing allocated, no kernel run.
 #include <iostream>
 
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "fx/symbolic_profile.h"
 #include "models/vision/mobilenet_v2.h"
 #include "nn/conv_norm.h"

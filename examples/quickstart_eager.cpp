@@ -4,8 +4,8 @@
 #include <iostream>
 #include <string>
 
-#include "autograd/grad_mode.h"
 #include "core/flow.h"
+#include "core/grad_mode.h"
 #include "data/dataloader.h"
 #include "data/vision.h"
 #include "examples/quickstart_model.h"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "fuzz_util.h"
 #include "oneflow_lite/model.h"
 

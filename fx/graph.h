@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/op.h"
-#include "graph/job.h"
+#include "job/job.h"
 
 namespace flow::fx {
 

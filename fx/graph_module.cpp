@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/autograd_meta.h"
+#include "core/grad_mode.h"
 #include "core/interpreter.h"
 #include "graph/executor.h"
 #include "graph/tracer.h"

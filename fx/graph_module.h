@@ -10,7 +10,7 @@
 
 #include "fx/graph.h"
 #include "graph/passes.h"
-#include "graph/plan.h"
+#include "job/plan.h"
 #include "nn/module.h"
 
 namespace flow::fx {

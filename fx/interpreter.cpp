@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "core/autograd_meta.h"
+#include "core/grad_mode.h"
 #include "core/interpreter.h"
 #include "graph/tracer.h"
 

@@ -4,7 +4,7 @@
 #include <optional>
 #include <set>
 
-#include "core/functional.h"
+#include "core/ops/all.h"
 
 namespace flow::fx {
 namespace {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "graph/blocked_layout.h"
-#include "graph/plan.h"
 #include "graph/runtime.h"
+#include "job/blocked_layout.h"
+#include "job/plan.h"
 
 namespace flow::graph {
 

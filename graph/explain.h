@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "graph/job.h"
 #include "graph/passes.h"
-#include "graph/plan.h"
 #include "graph/signature.h"
+#include "job/job.h"
+#include "job/plan.h"
 
 namespace flow::graph {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/export.pb.h"
 #include "graph/graph.h"
+#include "job/export.pb.h"
 
 namespace flow {
 

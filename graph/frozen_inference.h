@@ -2,7 +2,7 @@
 // An inference plan with its weights frozen, as torch.jit.freeze does for TorchScript: the Job's
 // variables become constants bound to the parameters' current values, what depends on them alone
 // (the folded conv + batch-norm weights) is computed once, and CPU float32 convolutions, pooling,
-// ReLU, residual adds and linears run on the layout pass (graph/blocked_layout.h, oneflow_lite's)
+// ReLU, residual adds and linears run on the layout pass (job/blocked_layout.h, oneflow_lite's)
 // with their weights reordered and packed once. nn::Graph keeps a frozen plan only while every
 // tensor it froze keeps its storage version (an in-place write, copy_, load_state_dict, an
 // optimizer step bumps it) and the calling thread its kernel threads; otherwise it freezes again
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "graph/blocked_layout.h"
 #include "graph/executor.h"
-#include "graph/plan.h"
+#include "job/blocked_layout.h"
+#include "job/plan.h"
 
 namespace flow::graph {
 

@@ -9,12 +9,11 @@
 #include <tuple>
 
 #include "autograd/engine.h"
-#include "autograd/grad_mode.h"
 #include "core/autocast.h"
-#include "core/autograd_meta.h"
 #include "core/comm/global.h"
 #include "core/comm/process_group.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "graph/compiled_plan.h"
 #include "graph/executor.h"
 #include "graph/frozen_inference.h"

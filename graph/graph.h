@@ -18,11 +18,11 @@
 
 #include "graph/explain.h"
 #include "graph/graph_config.h"
-#include "graph/job.h"
 #include "graph/passes.h"
-#include "graph/plan.h"
 #include "graph/plan_cache.h"
 #include "graph/signature.h"
+#include "job/job.h"
+#include "job/plan.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"

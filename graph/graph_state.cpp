@@ -1,6 +1,6 @@
 // nn::Graph's state: modules, optimizers (with their schedulers' epochs), the grad scaler and the
 // train step, so training resumes exactly.
-#include "autograd/grad_mode.h"
+#include "core/grad_mode.h"
 #include "graph/graph.h"
 #include "graph/training/loss_scaling.h"
 #include "graph/training/optimizer_step.h"

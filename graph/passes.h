@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/job.h"
+#include "job/job.h"
 
 namespace flow::graph {
 

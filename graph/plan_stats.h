@@ -8,8 +8,8 @@
 #include <map>
 #include <string>
 
-#include "graph/job.h"
-#include "graph/plan.h"
+#include "job/job.h"
+#include "job/plan.h"
 
 namespace flow::graph {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/autograd_meta.h"
+#include "core/grad_mode.h"
 
 namespace flow::graph {
 

@@ -11,7 +11,7 @@
 
 #include "core/interpreter.h"
 #include "core/tensor.h"
-#include "graph/job.h"
+#include "job/job.h"
 
 namespace flow {
 // The Job value a lazy tensor stands for (core forward-declares it in TensorImpl).

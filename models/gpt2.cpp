@@ -3,9 +3,9 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/grad_mode.h"
 #include "core/error.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "autograd/grad_mode.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 

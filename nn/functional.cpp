@@ -1,6 +1,6 @@
 #include "nn/functional.h"
 
-#include "core/autograd_meta.h"
+#include "core/grad_mode.h"
 
 namespace flow::nn::functional {
 namespace {

@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "core/functional.h"
+#include "core/ops/all.h"
 
 namespace flow::nn::functional {
 

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "autograd/grad_mode.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 
 namespace flow::nn::init {
 namespace {

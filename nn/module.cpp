@@ -3,10 +3,10 @@
 #include <set>
 #include <sstream>
 
-#include "autograd/grad_mode.h"
 #include "core/autograd_meta.h"
 #include "core/comm/global.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 
 namespace flow::nn {
 namespace {

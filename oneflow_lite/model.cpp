@@ -15,10 +15,10 @@
 #include "core/profiler.h"
 #include "core/serialization.h"
 #include "core/thread_pool.h"
-#include "graph/blocked_layout.h"
-#include "graph/export.pb.h"
-#include "graph/job.h"
-#include "graph/plan.h"
+#include "job/blocked_layout.h"
+#include "job/export.pb.h"
+#include "job/job.h"
+#include "job/plan.h"
 #include "oneflow_lite/model_impl.h"
 
 namespace flow::lite {

@@ -11,9 +11,9 @@
 
 #include "core/lru_cache.h"
 #include "core/op.h"
-#include "graph/blocked_layout.h"
-#include "graph/export.pb.h"
-#include "graph/plan.h"
+#include "job/blocked_layout.h"
+#include "job/export.pb.h"
+#include "job/plan.h"
 #include "oneflow_lite/model.h"
 
 namespace flow::lite {

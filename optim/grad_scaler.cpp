@@ -5,8 +5,8 @@
 
 #include <glog/logging.h>
 
-#include "core/autograd_meta.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 
 namespace flow::amp {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <glog/logging.h>
 
-#include "autograd/grad_mode.h"
 #include "core/comm/global.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "core/ops/optimizer_update.h"
 
 namespace flow::optim {

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "core/autograd_meta.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "core/ops/comm.h"
 
 namespace flow::distributed {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/autograd_meta.h"
 #include "core/comm/boxing.h"
+#include "core/grad_mode.h"
 #include "core/interpreter.h"
 #include "core/ops/comm.h"
 #include "core/ops/creation.h"
@@ -122,7 +122,7 @@ void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs
 // This rank's piece (undefined off `placement`) of `input` moved to another placement: the
 // source ranks gather the whole tensor and, unless every destination rank is one of them, the
 // first of them sends it to each destination rank outside the source placement (point to point,
-// so a Graph runs the transfer on its own threads: graph/plan.h); each destination rank keeps its
+// so a Graph runs the transfer on its own threads: job/plan.h); each destination rank keeps its
 // piece under `dst`. Simple rather than minimal: a split moving between equal-sized rank sets
 // could send pieces pairwise.
 Tensor move_between_placements(const Tensor& input, const Placement& placement, const NdSbp& dst) {

@@ -43,7 +43,7 @@ Tensor recv(const Shape& shape, DType dtype, const Device& device, int64_t peer)
 // the same order, so a compiler may neither drop it nor evaluate it ahead of time (constant
 // folding) on one rank.
 bool is_collective(const OpDef& op);
-// Whether op is send or recv: a Graph runs them on threads of their own (graph/plan.h).
+// Whether op is send or recv: a Graph runs them on threads of their own (job/plan.h).
 bool is_point_to_point(const OpDef& op);
 
 // The members of a collective (ranks, or every rank when empty), checked: sorted, unique,

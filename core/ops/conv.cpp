@@ -3,6 +3,7 @@
 #include "core/ops/conv.h"
 
 #include "core/autograd_meta.h"
+#include "core/grad_mode.h"
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
 #include "core/ops/checks.h"

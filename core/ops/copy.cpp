@@ -4,6 +4,7 @@
 
 #include "core/allocator.h"
 #include "core/autograd_meta.h"
+#include "core/grad_mode.h"
 #include "core/interpreter.h"
 #include "core/ops/creation.h"
 #include "core/ops/reduce.h"

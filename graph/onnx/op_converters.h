@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/job.h"
 #include "graph/onnx/onnx.pb.h"
+#include "job/job.h"
 
 namespace flow::onnx {
 

@@ -1,8 +1,8 @@
 #include "graph/training/gradient_accumulation.h"
 
-#include "autograd/grad_mode.h"
 #include "core/error.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 
 namespace flow::graph::training {
 

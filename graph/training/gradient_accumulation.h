@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "graph/job.h"
+#include "job/job.h"
 
 namespace flow::graph::training {
 

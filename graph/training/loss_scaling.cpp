@@ -2,9 +2,9 @@
 
 #include <tuple>
 
-#include "autograd/grad_mode.h"
 #include "core/error.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 
 namespace flow::graph::training {
 

@@ -1,7 +1,7 @@
 #include "graph/training/optimizer_step.h"
 
 #include "core/comm/global.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 
 namespace flow::graph::training {
 namespace {

@@ -20,7 +20,7 @@
 
 #include "core/tensor.h"
 #include "graph/graph_config.h"
-#include "graph/job.h"
+#include "job/job.h"
 
 namespace flow::graph {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "graph/training/gradient_accumulation.h"
 #include "graph/training/gradient_buckets.h"
 #include "graph/training/optimizer_step.h"

@@ -4,9 +4,9 @@
 #include <set>
 #include <unordered_set>
 
-#include "autograd/grad_mode.h"
 #include "autograd/node.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "core/serialization.h"
 
 namespace flow::nn::parallel {

@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
 #include "autograd/engine.h"
-#include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "common/test_util.h"
 #include "core/flow.h"
+#include "core/grad_mode.h"
 
 using flow::Tensor;
 

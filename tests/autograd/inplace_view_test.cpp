@@ -3,11 +3,11 @@
 // what the base was computed from; views made before a write see their base's new history.
 #include <gtest/gtest.h>
 
-#include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "common/gradcheck.h"
 #include "common/test_util.h"
 #include "core/flow.h"
+#include "core/grad_mode.h"
 
 using flow::Shape;
 using flow::Tensor;

@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "nn/functional.h"
 #include "nn/modules.h"
 

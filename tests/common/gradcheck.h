@@ -7,8 +7,8 @@
 #include <string>
 
 #include "autograd/engine.h"
-#include "autograd/grad_mode.h"
 #include "core/flow.h"
+#include "core/grad_mode.h"
 
 namespace flow::testing {
 

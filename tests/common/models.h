@@ -3,8 +3,8 @@
 // LeNet-style CNN with batch norm, and a ResNet-style network with residual blocks.
 #include <memory>
 
-#include "autograd/grad_mode.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "nn/conv_norm.h"
 #include "nn/modules.h"
 

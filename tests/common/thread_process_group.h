@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/comm/process_group.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 
 namespace flow::testing {
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "common/test_util.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "core/serialization.h"
 
 using flow::StateDict;

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "core/functional.h"
 #include "core/kernels/cpu/kernel_caches.h"
 #include "core/lru_cache.h"
+#include "core/ops/all.h"
 #include "core/ops/norm.h"
 
 namespace {

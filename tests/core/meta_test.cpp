@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "common/test_util.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 
 using flow::Device;
 using flow::Tensor;

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "common/test_util.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "data/dataloader.h"
 #include "data/vision.h"
 

@@ -9,7 +9,7 @@
 #include "autograd/engine.h"
 #include "common/test_util.h"
 #include "core/comm/global.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "core/ops/comm.h"
 #include "distributed/rank_fixture.h"
 #include "nn/functional.h"

@@ -13,12 +13,13 @@
 
 #include "common/ddp_reference.h"
 #include "common/graphs.h"
-#include "core/comm/global.h"
-#include "core/serialization.h"
-#include "graph/export.h"
-#include "distributed/rank_fixture.h"
 #include "common/models.h"
-#include "graph/job.h"
+#include "core/comm/global.h"
+#include "core/grad_mode.h"
+#include "core/serialization.h"
+#include "distributed/rank_fixture.h"
+#include "graph/export.h"
+#include "job/job.h"
 #include "models/gpt2.h"
 #include "oneflow_lite/model.h"
 

@@ -3,8 +3,8 @@
 
 #include <filesystem>
 
-#include "autograd/grad_mode.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "data/dataloader.h"
 #include "data/vision.h"
 #include "nn/conv_norm.h"

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "common/test_util.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "models/vision/mobilenet_v2.h"
 #include "nn/conv_norm.h"
 #include "nn/modules.h"

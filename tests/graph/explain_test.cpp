@@ -6,9 +6,9 @@
 #include <set>
 #include <sstream>
 
-#include "autograd/grad_mode.h"
 #include "common/models.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "graph/explain.h"
 #include "graph/graph.h"
 #include "graph/training/rewrites.h"

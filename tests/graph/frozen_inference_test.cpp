@@ -3,9 +3,9 @@
 // blocked layouts, gives eager's numbers, and follows every change of its parameters and buffers.
 #include <gtest/gtest.h>
 
-#include "autograd/grad_mode.h"
 #include "common/models.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "core/thread_pool.h"
 #include "graph/graph.h"
 #include "graph_helpers.h"

@@ -6,10 +6,10 @@
 #include <functional>
 #include <set>
 
-#include "autograd/grad_mode.h"
 #include "common/reference.h"
 #include "common/test_util.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "core/ops/fused.h"
 #include "graph/graph.h"
 #include "graph_helpers.h"

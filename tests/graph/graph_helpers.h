@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/graphs.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "graph/graph.h"
 #include "nn/conv_norm.h"
 #include "nn/modules.h"

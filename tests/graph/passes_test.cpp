@@ -6,11 +6,11 @@
 #include <sstream>
 
 #include "autograd/engine.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "graph/passes.h"
-#include "graph/plan.h"
 #include "graph/tracer.h"
 #include "graph_helpers.h"
+#include "job/plan.h"
 
 namespace graph = flow::graph;
 using flow::Tensor;

@@ -5,9 +5,9 @@
 
 #include <sstream>
 
-#include "autograd/grad_mode.h"
 #include "common/test_util.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "graph/export.h"
 #include "graph/graph.h"
 #include "graph_helpers.h"

@@ -8,7 +8,7 @@
 
 #include "autograd/engine.h"
 #include "common/test_util.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "graph/graph.h"
 
 namespace {

@@ -8,9 +8,9 @@
 #include <functional>
 #include <limits>
 
-#include "autograd/grad_mode.h"
 #include "common/test_util.h"
 #include "core/flow.h"
+#include "core/grad_mode.h"
 #include "core/ops/fused.h"
 #include "graph_helpers.h"
 

@@ -14,6 +14,7 @@
 #include "common/models.h"
 #include "common/scratch_dir.h"
 #include "core/flow.h"
+#include "core/grad_mode.h"
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/linear_packed.h"
 #include "core/profiler.h"

@@ -13,6 +13,7 @@
 #include "common/scratch_dir.h"
 #include "common/test_util.h"
 #include "core/autocast.h"
+#include "core/grad_mode.h"
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/serialization.h"
 #include "graph/export.h"

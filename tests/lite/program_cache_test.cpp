@@ -9,6 +9,7 @@
 #include "common/graphs.h"
 #include "common/models.h"
 #include "common/test_util.h"
+#include "core/grad_mode.h"
 #include "core/ops/reduce.h"
 #include "graph/export.h"
 #include "oneflow_lite/batch_buckets.h"

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
 #include "common/gradcheck.h"
 #include "common/graphs.h"
 #include "common/test_util.h"
 #include "core/autocast.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "graph/graph.h"
 #include "models/gpt2.h"
 #include "optim/optimizer.h"

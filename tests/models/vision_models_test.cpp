@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/grad_mode.h"
 #include "common/graphs.h"
 #include "common/models.h"
 #include "common/test_util.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "core/serialization.h"
 #include "models/vision/mobilenet_v2.h"
 #include "models/vision/resnet.h"

@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <string>
 
-#include "autograd/grad_mode.h"
 #include "common/graphs.h"
 #include "common/models.h"
 #include "common/scratch_dir.h"
-#include "core/functional.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "graph/export.h"
 #include "models/vision/mobilenet_v2.h"
 #include "models/vision/resnet.h"

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "nn/modules.h"
 
 using flow::Tensor;

@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "common/test_util.h"
-#include "core/functional.h"
-#include "autograd/grad_mode.h"
+#include "core/grad_mode.h"
+#include "core/ops/all.h"
 #include "optim/optimizer.h"
 
 using flow::Tensor;

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "common/test_util.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "optim/lr_scheduler.h"
 
 namespace optim = flow::optim;

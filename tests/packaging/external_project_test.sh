@@ -26,7 +26,7 @@ export PKG_CONFIG_PATH=$libdir/pkgconfig
 
 echo "== cmake --install $build --prefix $prefix"
 "$cmake" --install "$build" --prefix "$prefix" > "$work/install.log"
-for f in include/flow/core/flow.h include/flow/graph/graph.h include/flow/graph/job.pb.h "$6"/libflow_core.so \
+for f in include/flow/core/flow.h include/flow/graph/graph.h include/flow/job/job.pb.h "$6"/libflow_core.so \
          "$6"/cmake/flow/flowConfig.cmake "$6"/cmake/flow/flowConfigVersion.cmake "$6"/cmake/flow/flowTargets.cmake \
          "$6"/pkgconfig/flow.pc bin/flow_run bin/oneflow_lite_run; do
   [ -e "$prefix/$f" ] || fail "$f was not installed"

@@ -7,8 +7,8 @@
 
 #include "common/command_line.h"
 #include "common/test_util.h"
-#include "core/autograd_meta.h"
 #include "core/flow.h"
+#include "core/grad_mode.h"
 #include "core/profiler.h"
 #include "graph/graph.h"
 #include "nn/modules.h"

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/scratch_dir.h"
-#include "core/functional.h"
+#include "core/ops/all.h"
 #include "graph/export.h"
 #include "nn/conv_norm.h"
 #include "nn/modules.h"

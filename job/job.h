@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "core/op.h"
-#include "graph/job.pb.h"
+#include "job/job.pb.h"
 
 namespace flow::graph {
 
 // Version of the Job schema written into every Job (and checked by loaders).
 inline constexpr int kJobVersion = 1;
-// Version of the deploy export format (graph/export.proto) written by flow::save(graph, dir) and
+// Version of the deploy export format (job/export.proto) written by flow::save(graph, dir) and
 // read by oneflow_lite.
 inline constexpr int kExportFormatVersion = 1;
 

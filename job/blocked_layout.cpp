@@ -1,4 +1,4 @@
-#include "graph/blocked_layout.h"
+#include "job/blocked_layout.h"
 
 #include <glog/logging.h>
 

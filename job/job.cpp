@@ -1,4 +1,4 @@
-#include "graph/job.h"
+#include "job/job.h"
 
 #include <glog/logging.h>
 #include <google/protobuf/text_format.h>

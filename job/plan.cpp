@@ -1,4 +1,4 @@
-#include "graph/plan.h"
+#include "job/plan.h"
 
 #include <glog/logging.h>
 
