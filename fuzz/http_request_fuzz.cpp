@@ -70,10 +70,20 @@ int connect_to(int port) {
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    fail(std::string("connect: ") + std::strerror(errno), "the server no longer accepts connections");
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) return fd;
+  int error = errno;
+  // A signal (a debugger's or a job control's SIGCONT) interrupts connect, which goes on in the
+  // background: wait for it to finish rather than report the server gone.
+  if (error == EINTR) {
+    pollfd poll_fd{fd, POLLOUT, 0};
+    int ready = 0;
+    while ((ready = ::poll(&poll_fd, 1, 5000)) < 0 && errno == EINTR) {
+    }
+    socklen_t length = sizeof error;
+    if (ready == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0) return fd;
+    if (ready == 0) error = ETIMEDOUT;
   }
-  return fd;
+  fail(std::string("connect: ") + std::strerror(error), "the server no longer accepts connections");
 }
 
 // Sends `request` (the server may close early: a 413 or 431; what it did not read is lost),

@@ -207,8 +207,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     }
     handler_ = &handler->second;
     if (!body_pending) return handle();
-    if (const auto expect = head.find(http::field::expect); expect != head.end() && beast::iequals(expect->value(), "100-continue")) {
-      auto interim = std::make_shared<http::response<http::empty_body>>(http::status::continue_, head.version());
+    // An HTTP/1.0 client's 100-continue is ignored (RFC 9110 10.1.1): it may not expect an interim answer.
+    const auto expect = head.find(http::field::expect);
+    if (head.version() >= 11 && expect != head.end() && beast::iequals(expect->value(), "100-continue")) {
+      auto interim = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
       socket_layer().expires_after(options().write_timeout);
       http::async_write(stream_, *interim, [self = this->shared_from_this(), interim](beast::error_code error, size_t) {
         if (error) return self->close();

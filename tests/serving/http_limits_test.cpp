@@ -189,6 +189,18 @@ TEST_F(HttpEndpointTest, ExpectContinueGetsTheInterimAnswer) {
   EXPECT_EQ(status_of(reply), 200) << reply;
 }
 
+// RFC 9110 10.1.1: a server ignores 100-continue from an HTTP/1.0 client (which may not know
+// interim answers), so the first thing it reads is the final answer (found by fuzzing: the
+// server answered "HTTP/1.0 100 Continue").
+TEST_F(HttpEndpointTest, ExpectContinueFromHttp10IsIgnored) {
+  start();
+  const int fd = open_socket();
+  st::send_all(fd, "POST /size HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello");
+  const std::string reply = st::receive(fd, 10s, "\r\n\r\n5");
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200 ", 0), 0u) << reply;
+  EXPECT_EQ(reply.find("100 Continue"), std::string::npos) << reply;
+}
+
 TEST_F(HttpEndpointTest, PipelinedRequestsAreAnsweredInOrder) {
   start();
   const int fd = open_socket();
