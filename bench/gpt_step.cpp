@@ -16,30 +16,17 @@
 #include "graph/graph.h"
 #include "models/gpt2.h"
 #include "optim/optimizer.h"
+#include "tests/common/language_model_graph.h"
 
 namespace {
 
 namespace models = flow::models;
 using flow::Tensor;
-using flow::TensorList;
 
 struct Options {
   std::string mode = "graph";
   int64_t batch = 8, tokens = 128, layers = 4, width = 256, heads = 4, vocab = 50257;
   int warmup = 2, steps = 5;
-};
-
-struct TrainGraph : flow::nn::Graph {
-  TrainGraph(std::shared_ptr<models::GPT2LMHeadModel> net, std::shared_ptr<flow::optim::Optimizer> optimizer) {
-    model = register_module("model", std::move(net));
-    add_optimizer(std::move(optimizer));
-  }
-  TensorList build(const TensorList& in) override {
-    Tensor loss = model->loss(in[0], in[1]);
-    loss.backward();
-    return {loss};
-  }
-  std::shared_ptr<models::GPT2LMHeadModel> model;
 };
 
 }  // namespace
@@ -62,7 +49,7 @@ int main(int argc, char** argv) {
   const auto config = models::GPT2Config().vocab_size(o.vocab).n_positions(o.tokens).n_embd(o.width).n_layer(o.layers).n_head(o.heads).dropout(0.0);
   auto model = std::make_shared<models::GPT2LMHeadModel>(config);
   auto optimizer = std::make_shared<flow::optim::AdamW>(model->parameters(), flow::optim::AdamWOptions(1e-4));
-  TrainGraph graph(model, optimizer);
+  test_graphs::LanguageModelTrainGraph graph(model, optimizer);
   const Tensor ids = flow::randint(0, o.vocab, {o.batch, o.tokens});
   auto step = [&]() -> double {
     if (o.mode == "graph") return graph(ids, ids).at(0).item<double>();

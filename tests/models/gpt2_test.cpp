@@ -11,6 +11,7 @@
 
 #include "common/gradcheck.h"
 #include "common/graphs.h"
+#include "common/language_model_graph.h"
 #include "common/test_util.h"
 #include "core/autocast.h"
 #include "core/grad_mode.h"
@@ -38,20 +39,6 @@ Tensor eval_logits(models::GPT2LMHeadModel& model, const Tensor& ids) {
   flow::autograd::NoGradGuard no_grad;
   return model.forward(ids);
 }
-
-// One training step on (input_ids, labels): the model's next-token loss, backward, optimizer.
-struct LanguageModelTrainGraph : flow::nn::Graph {
-  LanguageModelTrainGraph(std::shared_ptr<models::GPT2LMHeadModel> net, std::shared_ptr<flow::optim::Optimizer> opt) {
-    model = register_module("model", std::move(net));
-    add_optimizer(std::move(opt));
-  }
-  TensorList build(const TensorList& in) override {
-    Tensor loss = model->loss(in[0], in[1]);
-    loss.backward();
-    return {loss};
-  }
-  std::shared_ptr<models::GPT2LMHeadModel> model;
-};
 
 }  // namespace
 
@@ -171,7 +158,7 @@ TEST(GPT2, GraphTrainingStepsMatchEager) {
   graph_model->load_state_dict(eager_model->state_dict());
   const auto options = flow::optim::AdamWOptions(1e-2).weight_decay(0.01);
   flow::optim::AdamW eager_opt(eager_model->parameters(), options);
-  LanguageModelTrainGraph graph(graph_model, std::make_shared<flow::optim::AdamW>(graph_model->parameters(), options));
+  test_graphs::LanguageModelTrainGraph graph(graph_model, std::make_shared<flow::optim::AdamW>(graph_model->parameters(), options));
   for (uint64_t k = 0; k < 3; ++k) {
     const Tensor ids = token_ids({4, 10}, 20 + k);
     eager_opt.zero_grad();
@@ -198,7 +185,7 @@ TEST(GPT2, MixedPrecisionGraphTrainingMatchesEagerAutocast) {
   graph_model->load_state_dict(eager_model->state_dict());
   const auto options = flow::optim::AdamWOptions(1e-2);  // weight decay 0.01, PyTorch's default
   flow::optim::AdamW eager_opt(eager_model->parameters(), options);
-  LanguageModelTrainGraph graph(graph_model, std::make_shared<flow::optim::AdamW>(graph_model->parameters(), options));
+  test_graphs::LanguageModelTrainGraph graph(graph_model, std::make_shared<flow::optim::AdamW>(graph_model->parameters(), options));
   graph.config().enable_amp();
   const Tensor ids = token_ids({4, 10}, 30);
   std::vector<double> losses;
