@@ -76,6 +76,11 @@ PoolState& state() {
   return s;
 }
 
+// Chunks of at least `grain` elements in `total`, at most current_num_threads() and at least 1.
+int64_t chunk_count(int64_t total, int64_t grain) {
+  return std::clamp<int64_t>(total / std::max<int64_t>(grain, 1), 1, current_num_threads());
+}
+
 }  // namespace
 
 std::optional<int> cgroup_cpu_limit(const std::string& proc_self_cgroup,
@@ -122,9 +127,7 @@ int get_num_threads() { return state().num_threads; }
 
 int current_num_threads() { return t_num_threads > 0 ? std::min(t_num_threads, get_num_threads()) : get_num_threads(); }
 
-int elementwise_threads(int64_t elements) {
-  return static_cast<int>(std::clamp<int64_t>(elements / kElementwiseGrain, 1, current_num_threads()));
-}
+int elementwise_threads(int64_t elements) { return static_cast<int>(chunk_count(elements, kElementwiseGrain)); }
 
 void sync_openmp_threads() { omp_set_num_threads(current_num_threads()); }
 
@@ -156,8 +159,7 @@ ThreadCapScope::~ThreadCapScope() {
 void parallel_for(int64_t begin, int64_t end, int64_t grain_size, const std::function<void(int64_t, int64_t)>& fn) {
   const int64_t total = end - begin;
   if (total <= 0) return;
-  const int64_t max_chunks = std::max<int64_t>(1, total / std::max<int64_t>(grain_size, 1));
-  const int64_t chunks = std::min<int64_t>(current_num_threads(), max_chunks);
+  const int64_t chunks = chunk_count(total, grain_size);
   if (chunks <= 1 || omp_in_parallel()) {
     fn(begin, end);
     return;
