@@ -3,7 +3,7 @@
 #include <glog/logging.h>
 
 #include "core/autocast.h"
-#include "core/comm/global.h"
+#include "core/global/dispatch.h"
 #include "core/ops/copy.h"
 #include "core/profiler.h"
 
@@ -47,11 +47,17 @@ std::vector<TensorMeta> check_and_infer(const OpDef& op, const TensorList& input
   return checked_infer(op, metas, attrs);
 }
 
+TensorList Interpreter::apply_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
+  return distributed::dispatch_global(op, inputs, attrs);
+}
+
 TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  if (is_autocast_enabled()) {
-    if (auto cast = autocast_inputs(op, inputs)) return current_interpreter().apply(op, *cast, attrs);
-  }
-  return current_interpreter().apply(op, inputs, attrs);
+  std::optional<TensorList> cast;
+  if (is_autocast_enabled()) cast = autocast_inputs(op, inputs);
+  const TensorList& actual = cast ? *cast : inputs;
+  Interpreter& interpreter = current_interpreter();
+  if (op.global_conversion || distributed::any_global(actual)) return interpreter.apply_global(op, actual, attrs);
+  return interpreter.apply(op, actual, attrs);
 }
 
 Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
@@ -105,7 +111,6 @@ TensorList execute_op(const OpDef& op, const TensorList& inputs, const Attrs& at
 }
 
 TensorList EagerInterpreter::apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  if (op.global_conversion || distributed::any_global(inputs)) return distributed::apply_global(op, inputs, attrs);
   // The profiler's whole cost when no profile records: this one relaxed load.
   const bool profiling = profiler::is_recording();
   const profiler::Clock::time_point start = profiling ? profiler::Clock::now() : profiler::Clock::time_point();

@@ -1,7 +1,8 @@
 #pragma once
-// The one dispatch point: functional ops hand (op, inputs, attrs) to the current interpreter.
-// Eager runs kernels now; the lazy interpreter (pushed by graph/ while tracing build()) records
-// nodes instead.
+// The one dispatch point: functional ops hand (op, inputs, attrs) to flow::apply, which sends an
+// op on local tensors to the current interpreter's apply and an op with a global input (or a
+// global conversion) to its apply_global, the SPMD dispatch of core/global. Eager runs kernels
+// now; the lazy interpreter (pushed by graph/ while tracing build()) records nodes instead.
 #include <memory>
 
 #include "core/op.h"
@@ -11,7 +12,11 @@ namespace flow {
 class Interpreter {
  public:
   virtual ~Interpreter() = default;
+  // An op on local tensors.
   virtual TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) = 0;
+  // An op on global tensors: distributed::dispatch_global (core/global/dispatch.h), which boxes
+  // the inputs and hands the op on this rank's pieces back to apply().
+  virtual TensorList apply_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
 };
 
 // Autograd installs a recorder; the eager and lazy interpreters call it after each op so that
@@ -37,7 +42,7 @@ class InterpreterGuard {
   Interpreter* previous_;
 };
 
-// Runs op through the current interpreter, checking arity first.
+// Runs op through the current interpreter (autocast first, when enabled).
 TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs = {});
 Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs = {});
 

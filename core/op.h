@@ -8,7 +8,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/sbp.h"
+#include "core/global/sbp.h"
 #include "core/tensor.h"
 
 namespace flow {

@@ -8,7 +8,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "core/placement.h"
+#include "core/global/placement.h"
 #include "core/scalar.h"
 #include "core/shape.h"
 #include "core/storage.h"

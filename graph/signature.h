@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/op.h"
-#include "core/placement.h"
+#include "core/global/placement.h"
 #include "core/tensor.h"
 
 namespace flow::graph {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "autograd/engine.h"
-#include "core/comm/global.h"
+#include "core/global/global_tensor.h"
 #include "core/comm/process_group.h"
 
 namespace flow::graph {
@@ -170,7 +170,7 @@ TensorList Tracer::apply_global(const OpDef& op, const TensorList& inputs, const
   TensorList outputs;
   {
     const Depth depth(global_depth_);
-    outputs = distributed::apply_global(op, inputs, attrs);
+    outputs = Interpreter::apply_global(op, inputs, attrs);
   }
   annotate_pieces(outputs, first);
   if (global_depth_ == 0) {
@@ -195,7 +195,6 @@ void Tracer::annotate_pieces(const TensorList& outputs, int first) {
 }
 
 TensorList Tracer::apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  if (op.global_conversion || distributed::any_global(inputs)) return apply_global(op, inputs, attrs);
   const std::vector<TensorMeta> out_metas = check_and_infer(op, inputs, attrs);
   proto::Node node;
   std::string scope = current_scope();

@@ -32,12 +32,14 @@ class Tracer final : public Interpreter {
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
-  // An op with a global input (or a global conversion) goes through the eager SPMD dispatch
-  // (core/comm/global.h), which picks its sbp signature and boxes its inputs: the boxing
-  // collectives and the op on this rank's pieces are recorded here, so the Job is this rank's
+  // Records an op on local tensors (or on the pieces of global ones) as a node.
+  TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) override;
+  // An op with a global input (or a global conversion) goes through the SPMD dispatch
+  // (core/global/dispatch.h), which picks its sbp signature and boxes its inputs: the boxing
+  // collectives and the op on this rank's pieces come back to apply(), so the Job is this rank's
   // part of the logical program. Nodes computing a global value's piece carry its placement and
   // sbp in their output descriptions.
-  TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) override;
+  TensorList apply_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs) override;
 
   // A lazy tensor for argument `index` of the graph call, with example's meta.
   Tensor add_input(int index, const Tensor& example);
@@ -68,7 +70,6 @@ class Tracer final : public Interpreter {
   const std::map<std::string, Tensor>& captured() const { return captured_; }
 
  private:
-  TensorList apply_global(const OpDef& op, const TensorList& inputs, const Attrs& attrs);
   // An input node of meta `meta`; a global argument's (its piece) also names placement and sbp.
   Tensor input_node(int index, const TensorMeta& meta, const Placement* placement, const NdSbp& nd_sbp);
   // Captures the eager tensor t as a variable (named after `owner`, the tensor the state is

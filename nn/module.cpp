@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "core/autograd_meta.h"
-#include "core/comm/global.h"
+#include "core/global/global_tensor.h"
 #include "core/grad_mode.h"
 #include "core/ops/all.h"
 

@@ -6,7 +6,8 @@
 
 #include <glog/logging.h>
 
-#include "core/comm/global.h"
+#include "core/global/buckets.h"
+#include "core/global/global_tensor.h"
 #include "core/grad_mode.h"
 #include "core/ops/all.h"
 #include "core/ops/optimizer_update.h"

@@ -7,7 +7,7 @@
 
 #include "core/allocator.h"
 #include "core/autograd_meta.h"
-#include "core/comm/global.h"
+#include "core/global/global_tensor.h"
 #include "core/comm/process_group.h"
 #include "core/interpreter.h"
 #include "core/ops/checks.h"

@@ -84,33 +84,30 @@ DistributedDataParallel::~DistributedDataParallel() {
 }
 
 void DistributedDataParallel::build_buckets(double cap_mb) {
-  bucket_of_.assign(params_.size(), 0);
-  slot_of_.assign(params_.size(), 0);
-  int64_t bucket_bytes = 0;
+  constexpr double kMiB = 1024.0 * 1024.0;
   // Backward produces the last-registered parameters' gradients first.
+  std::vector<size_t> order;
+  std::vector<distributed::BucketEntry> entries;
   for (size_t i = params_.size(); i-- > 0;) {
     const Tensor& param = params_[i].second;
-    bool start_bucket = buckets_.empty();
-    if (!start_bucket) {
-      const Tensor& first = params_[buckets_.back().params.front()].second;
-      const double cap_bytes = (buckets_.size() == 1 ? std::min(cap_mb, kFirstBucketCapMb) : cap_mb) * 1024 * 1024;
-      start_bucket = first.dtype() != param.dtype() || first.device() != param.device() ||
-                     static_cast<double>(bucket_bytes + param.nbytes()) > cap_bytes;
-    }
-    if (start_bucket) {
-      buckets_.emplace_back();
-      bucket_bytes = 0;
-    }
-    Bucket& bucket = buckets_.back();
-    bucket_of_[i] = buckets_.size() - 1;
-    slot_of_[i] = bucket.params.size();
-    bucket.offsets.push_back(bucket.params.empty() ? 0 : bucket.offsets.back() + params_[bucket.params.back()].second.numel());
-    bucket.params.push_back(i);
-    bucket_bytes += param.nbytes();
+    order.push_back(i);
+    entries.push_back({dtype_name(param.dtype()) + "@" + param.device().str(), param.nbytes()});
   }
-  for (Bucket& bucket : buckets_) {
-    const Tensor& last = params_[bucket.params.back()].second;
-    bucket.flat = zeros(Shape{bucket.offsets.back() + last.numel()}, TensorOptions(last.dtype()).device(last.device()));
+  const distributed::BucketCaps caps{std::min(cap_mb, kFirstBucketCapMb) * kMiB, cap_mb * kMiB};
+  bucket_of_.assign(params_.size(), 0);
+  slot_of_.assign(params_.size(), 0);
+  for (const std::vector<size_t>& members : distributed::plan_buckets(entries, caps)) {
+    Bucket& bucket = buckets_.emplace_back();
+    TensorList params;
+    for (size_t entry : members) {
+      const size_t i = order[entry];
+      bucket_of_[i] = buckets_.size() - 1;
+      slot_of_[i] = bucket.params.size();
+      bucket.params.push_back(i);
+      params.push_back(params_[i].second);
+    }
+    bucket.layout = distributed::FlatLayout(params);
+    bucket.flat = zeros(Shape{bucket.layout.total()}, TensorOptions(params[0].dtype()).device(params[0].device()));
   }
 }
 
@@ -163,11 +160,10 @@ void DistributedDataParallel::mark_ready(size_t param, const Tensor& grad) {
   }
   ready_[param] = true;
   Bucket& bucket = buckets_[bucket_of_[param]];
-  const int64_t numel = params_[param].second.numel();
-  Tensor slot = bucket.flat.narrow(0, bucket.offsets[slot_of_[param]], numel);
+  Tensor slot = bucket.layout.slot(bucket.flat, slot_of_[param]);
   autograd::NoGradGuard no_grad;
   if (grad.defined()) {
-    slot.copy_(grad.reshape(Shape{numel}));
+    slot.copy_(grad);
   } else {
     slot.zero_();
   }
@@ -195,7 +191,7 @@ void DistributedDataParallel::finish_reduction() {
     if (world_size_ > 1) bucket.flat.copy_(bucket.flat / static_cast<double>(world_size_));
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       Tensor& param = params_[bucket.params[slot]].second;
-      Tensor averaged = bucket.flat.narrow(0, bucket.offsets[slot], param.numel()).view(param.shape());
+      Tensor averaged = bucket.layout.slot(bucket.flat, slot);
       Tensor grad = param.grad();
       if (grad.defined()) {
         grad.copy_(averaged);

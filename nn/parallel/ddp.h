@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/comm/process_group.h"
+#include "core/global/buckets.h"
 #include "nn/module.h"
 
 namespace flow::nn::parallel {
@@ -75,9 +76,9 @@ class DistributedDataParallel : public Module {
  private:
   struct Bucket {
     std::vector<size_t> params;
-    std::vector<int64_t> offsets;  // each parameter's first element in flat
-    Tensor flat;                   // the bucket's gradients, contiguous
-    size_t pending = 0;            // parameters whose gradient this backward still waits for
+    distributed::FlatLayout layout;  // where each parameter's gradient sits in flat
+    Tensor flat;                     // the bucket's gradients, contiguous
+    size_t pending = 0;              // parameters whose gradient this backward still waits for
     std::shared_ptr<distributed::Work> work;
   };
 

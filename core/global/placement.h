@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "core/sbp.h"
+#include "core/global/sbp.h"
 #include "core/shape.h"
 
 namespace flow {

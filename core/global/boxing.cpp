@@ -1,4 +1,4 @@
-#include "core/comm/boxing.h"
+#include "core/global/boxing.h"
 
 #include <glog/logging.h>
 
