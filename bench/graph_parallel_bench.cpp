@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "core/global/global_tensor.h"
 #include "core/flow.h"
 #include "core/thread_pool.h"
 #include "distributed/distributed.h"

@@ -141,7 +141,7 @@ struct OpDef {
   // per call. A Graph reserves fresh ones on every run, and passes never merge or fold it.
   bool random = false;
   // Converts between local and global tensors or between sbps (to_global, to_local): the global
-  // dispatch (core/comm/global.cpp) runs it with collectives; it has no kernel.
+  // dispatch (core/global/global_tensor.cpp) runs it with collectives; it has no kernel.
   bool global_conversion = false;
 
   // Output metas from input metas: the op's own checks of ranks, dims, dtypes and attribute

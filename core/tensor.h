@@ -210,6 +210,24 @@ struct GlobalInfo {
   Tensor local;  // undefined on ranks outside the placement
 };
 
+struct TensorMeta;  // core/op.h
+
+namespace distributed {
+// Global tensors' constructors, declared here beside Tensor's other global methods so that any
+// layer (creation ops among them) may make one; defined with the rest of global tensors in
+// core/global/global_tensor.cpp.
+
+// A global tensor of logical meta `meta` whose piece on this rank is `local` (undefined off the
+// placement), as PyTorch's DTensor.from_local with its shape given.
+Tensor make_global(const TensorMeta& meta, const Placement& placement, const NdSbp& nd_sbp, const Tensor& local);
+
+// The global tensor whose logical value is `whole`, which every rank of the placement passes
+// (the same values): each keeps its piece under nd_sbp; a rank off the placement gets a global
+// tensor with no piece (PyTorch's distribute_tensor). How creation ops, Module::to_global and
+// loading a checkpoint into global state lay tensors out.
+Tensor from_whole(const Tensor& whole, const Placement& placement, const NdSbp& nd_sbp);
+}  // namespace distributed
+
 // Prints like PyTorch/OneFlow: tensor([[ 3.2023,  2.9805, -2.6793]], dtype=flow.float32)
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
 

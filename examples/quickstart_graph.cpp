@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "core/global/global_tensor.h"
 #include "core/flow.h"
 #include "data/dataloader.h"
 #include "data/vision.h"

@@ -10,7 +10,6 @@
 
 #include "autograd/engine.h"
 #include "core/autocast.h"
-#include "core/global/global_tensor.h"
 #include "core/comm/process_group.h"
 #include "core/grad_mode.h"
 #include "core/ops/all.h"

@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "autograd/engine.h"
-#include "core/global/global_tensor.h"
 #include "core/comm/process_group.h"
 
 namespace flow::graph {

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <map>
 
-#include "core/global/global_tensor.h"
 #include "core/grad_mode.h"
 #include "core/ops/all.h"
 #include "core/ops/comm.h"

@@ -7,7 +7,6 @@
 
 #include "core/allocator.h"
 #include "core/autograd_meta.h"
-#include "core/global/global_tensor.h"
 #include "core/comm/process_group.h"
 #include "core/interpreter.h"
 #include "core/ops/checks.h"

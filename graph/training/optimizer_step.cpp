@@ -1,6 +1,5 @@
 #include "graph/training/optimizer_step.h"
 
-#include "core/global/global_tensor.h"
 #include "core/ops/all.h"
 
 namespace flow::graph::training {

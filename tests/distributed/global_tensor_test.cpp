@@ -9,7 +9,6 @@
 #include "autograd/engine.h"
 #include "common/test_util.h"
 #include "core/global/buckets.h"
-#include "core/global/global_tensor.h"
 #include "core/ops/all.h"
 #include "core/ops/comm.h"
 #include "distributed/rank_fixture.h"

@@ -14,7 +14,6 @@
 #include "common/ddp_reference.h"
 #include "common/graphs.h"
 #include "common/models.h"
-#include "core/global/global_tensor.h"
 #include "core/grad_mode.h"
 #include "core/serialization.h"
 #include "distributed/rank_fixture.h"
