@@ -1,5 +1,7 @@
 #include "nn/functional.h"
 
+#include <cmath>
+
 #include "core/grad_mode.h"
 
 namespace flow::nn::functional {
@@ -115,6 +117,29 @@ Tensor dropout(const Tensor& input, double p, bool training) {
   // rand_like: a global input gets a global mask of its layout (each rank draws its piece).
   const Tensor keep = lt(rand_like(input), 1.0 - p);
   return where(keep, input * (1.0 / (1.0 - p)), 0);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask,
+                                    double dropout_p, bool is_causal, std::optional<double> scale) {
+  constexpr const char* kOp = "scaled_dot_product_attention";
+  FLOW_ARG_CHECK(dropout_p >= 0 && dropout_p <= 1, kOp, "dropout_p has to be between 0 and 1, but got ", dropout_p);
+  if (dropout_p == 0) return flash_attention(query, key, value, attn_mask, is_causal, scale);
+  check_attention_args(query, key, value, attn_mask, is_causal, scale);
+  const int64_t length = query.size(-2), keys = key.size(-2);
+  Tensor scores = matmul(query, key.transpose(-2, -1)) * scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
+  Tensor allowed;
+  if (is_causal) {
+    allowed = ge(arange(length).unsqueeze(1), arange(keys).unsqueeze(0));
+  } else if (attn_mask.defined() && attn_mask.dtype() == kBool) {
+    allowed = attn_mask;
+  } else if (attn_mask.defined()) {
+    scores = scores + attn_mask;
+  }
+  if (allowed.defined()) scores = masked_fill(scores, logical_not(allowed), -INFINITY);
+  // A row that sees no key gives zeros (PyTorch's safe softmax), as the fused kernel does.
+  const Tensor sees_nothing = eq(max(scores, -1, /*keepdim=*/true).values, -INFINITY);
+  const Tensor weights = masked_fill(softmax(scores, -1), sees_nothing, 0.0);
+  return matmul(dropout(weights, dropout_p, /*training=*/true), value);
 }
 
 Reduction reduction_from_string(const std::string& reduction) {

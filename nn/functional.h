@@ -34,6 +34,16 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight 
                   double eps = 1e-5);
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 
+// PyTorch's scaled_dot_product_attention: softmax(query @ key^T * scale + mask) @ value, with
+// dropout on the attention weights. query (..., L, E), key (..., S, E), value (..., S, Ev);
+// attn_mask broadcasts to (..., L, S), bool (true takes part) or added to the scores; is_causal
+// (not with attn_mask) lets query i see keys j <= i; scale defaults to 1/sqrt(E). A row that sees
+// no key gives zeros. dropout_p == 0 runs the fused kernel (flow::flash_attention: no (L, S)
+// matrix is kept for backward); dropout_p > 0 computes the scores as a matrix, as PyTorch's math
+// path does. Like PyTorch's, dropout applies whenever dropout_p > 0: pass 0 when evaluating.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask = Tensor(),
+                                    double dropout_p = 0.0, bool is_causal = false, std::optional<double> scale = std::nullopt);
+
 enum class Reduction { kNone, kMean, kSum };
 Reduction reduction_from_string(const std::string& reduction);
 

@@ -2,6 +2,7 @@
 // Every op a user can call (flow::add, flow::matmul, ...), one header per op family in this
 // folder, each call dispatched through the current interpreter (core/interpreter.h). The layers'
 // stateless forms (torch.nn.functional) are nn/functional.h.
+#include "core/ops/attention.h"
 #include "core/ops/binary.h"
 #include "core/ops/conv.h"
 #include "core/ops/copy.h"

@@ -74,4 +74,17 @@ inline std::vector<std::pair<Shape, Shape>> broadcast_cases() {
           {{}, {2, 3}},         {{0, 3}, {3}},      {{1}, {5, 1, 2}}, {{300, 257}, {257}}};
 }
 
+// Attention with ordinary ops: softmax(q k^T * scale + mask) v, mask bool (true takes part) or
+// additive, causal: query i sees keys j <= i; rows that see no key give zeros.
+inline Tensor reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal, double scale) {
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;
+  Tensor allowed;
+  if (causal) allowed = ge(arange(q.size(-2)).unsqueeze(1), arange(k.size(-2)).unsqueeze(0));
+  if (mask.defined() && mask.dtype() == kBool) allowed = mask;
+  if (mask.defined() && mask.dtype() != kBool) scores = scores + mask;
+  if (allowed.defined()) scores = masked_fill(scores, logical_not(allowed), -INFINITY);
+  const Tensor none = eq(max(scores, -1, true).values, -INFINITY);
+  return matmul(masked_fill(softmax(scores, -1), none, 0.0), v);
+}
+
 }  // namespace flow::testing

@@ -1,0 +1,269 @@
+// CPU kernels of flash_attention and flash_attention_grad (the FlashAttention-2 algorithm).
+// Forward: per (batch element, tile of query rows), key tiles are visited in order with an
+// online softmax (running row max and sum, the accumulator rescaled when the max grows), so the
+// scores exist one tile at a time. Backward: per batch element, for each key tile, every query
+// tile that sees it recomputes its scores from the saved log-sum-exp and adds to the gradients.
+// Tile products go to BLAS (single-threaded inside flow's parallel regions); bfloat16 and float16
+// inputs are computed in float32, float64 in float64.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/half.h"
+#include "core/op.h"
+#include "core/thread_pool.h"
+
+namespace flow::cpu {
+namespace {
+
+constexpr int64_t kQueryTile = 64;
+constexpr int64_t kKeyTile = 64;
+
+// Row-major C = alpha * op(A) @ op(B) + beta * C. Leading dims are at least 1, as BLAS requires
+// even of empty operands.
+int ld(int64_t value) { return static_cast<int>(std::max<int64_t>(1, value)); }
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
+}
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda, const double* b,
+          int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));
+}
+
+template <typename C, typename T>
+C to_compute(T x) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return static_cast<C>(x);
+  } else {
+    return static_cast<C>(static_cast<float>(x));  // the 16-bit storage types convert through float
+  }
+}
+
+// n elements of T as the compute type C: the data itself when T is C, else a converted copy in buf.
+template <typename C, typename T>
+const C* as_compute(const T* data, int64_t n, std::vector<C>& buf) {
+  if constexpr (std::is_same_v<C, T>) {
+    return data;
+  } else {
+    buf.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) buf[static_cast<size_t>(i)] = to_compute<C>(data[i]);
+    return buf.data();
+  }
+}
+
+template <typename T, typename C>
+void store(const C* values, int64_t n, T* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(values[i]);
+}
+
+// Shapes of one call: `batch` (L, E) x (S, E) x (S, Ev) problems, and where each one's additive
+// mask starts (the mask broadcasts over batch dims, rows or columns where its size is 1).
+struct Problem {
+  int64_t batch = 1, l = 0, s = 0, e = 0, ev = 0;
+  double scale = 1;
+  bool causal = false;
+  const Tensor* mask = nullptr;
+  std::vector<int64_t> mask_offsets;  // per batch element
+  int64_t mask_row_stride = 0, mask_col_stride = 0;
+
+  Problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask_, const Attrs& attrs) : mask(mask_) {
+    const int64_t n = q.dim();
+    l = q.size(n - 2);
+    e = q.size(n - 1);
+    s = k.size(n - 2);
+    ev = v.size(n - 1);
+    for (int64_t d = 0; d < n - 2; ++d) batch *= q.size(d);
+    scale = attrs.get<double>("scale");
+    causal = attrs.get<bool>("is_causal");
+    if (mask == nullptr) return;
+    // The mask's strides over (batch..., L, S), 0 along the dims it broadcasts.
+    std::vector<int64_t> strides(static_cast<size_t>(n), 0);
+    int64_t stride = 1;
+    for (int64_t d = mask->dim() - 1; d >= 0; --d) {
+      const int64_t full = d + (n - mask->dim());
+      if (mask->size(d) != 1) strides[static_cast<size_t>(full)] = stride;
+      stride *= mask->size(d);
+    }
+    mask_row_stride = strides[static_cast<size_t>(n - 2)];
+    mask_col_stride = strides[static_cast<size_t>(n - 1)];
+    mask_offsets.assign(static_cast<size_t>(batch), 0);
+    for (int64_t b = 0; b < batch; ++b) {
+      int64_t rest = b, offset = 0;
+      for (int64_t d = n - 3; d >= 0; --d) {
+        offset += (rest % q.size(d)) * strides[static_cast<size_t>(d)];
+        rest /= q.size(d);
+      }
+      mask_offsets[static_cast<size_t>(b)] = offset;
+    }
+  }
+};
+
+// Scores of query rows [i0, i0 + rows) against keys [j0, j0 + cols) of batch element b, scaled,
+// masked: scores (rows x cols) = q_tile @ k_tile^T * scale + mask, -inf where causality hides a key.
+template <typename C, typename T>
+void tile_scores(const Problem& p, int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, const C* q_tile, const C* k_tile,
+                 C* scores) {
+  gemm(false, true, rows, cols, p.e, static_cast<C>(p.scale), q_tile, p.e, k_tile, p.e, C(0), scores, cols);
+  if (p.mask != nullptr) {
+    const T* mask = static_cast<const T*>(p.mask->data_ptr()) + p.mask_offsets[static_cast<size_t>(b)];
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* mask_row = mask + (i0 + r) * p.mask_row_stride;
+      for (int64_t c = 0; c < cols; ++c) scores[r * cols + c] += to_compute<C>(mask_row[(j0 + c) * p.mask_col_stride]);
+    }
+  }
+  if (p.causal) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < cols; ++c) scores[r * cols + c] = -std::numeric_limits<C>::infinity();
+    }
+  }
+}
+
+// Keys [0, end) that query rows [i0, i0 + rows) may see.
+int64_t visible_keys(const Problem& p, int64_t i0, int64_t rows) { return p.causal ? std::min(p.s, i0 + rows) : p.s; }
+
+template <typename T, typename C>
+void forward(KernelContext& ctx) {
+  const Tensor* mask = ctx.inputs.size() == 4 ? &ctx.inputs[3] : nullptr;
+  const Problem p(ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], mask, ctx.attrs);
+  const T* q = static_cast<const T*>(ctx.inputs[0].data_ptr());
+  const T* k = static_cast<const T*>(ctx.inputs[1].data_ptr());
+  const T* v = static_cast<const T*>(ctx.inputs[2].data_ptr());
+  T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
+  auto* lse = static_cast<C*>(ctx.outputs[1].data_ptr());
+  const int64_t query_tiles = (p.l + kQueryTile - 1) / kQueryTile;
+  parallel_for(0, p.batch * query_tiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<C> q_buf, k_buf, v_buf, scores(static_cast<size_t>(kQueryTile * kKeyTile)), acc, row_max, row_sum;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / query_tiles;
+      const int64_t i0 = (task % query_tiles) * kQueryTile;
+      const int64_t rows = std::min(kQueryTile, p.l - i0);
+      const C* q_tile = as_compute<C>(q + (b * p.l + i0) * p.e, rows * p.e, q_buf);
+      const int64_t keys = visible_keys(p, i0, rows);
+      const C* k_all = as_compute<C>(k + b * p.s * p.e, keys * p.e, k_buf);
+      const C* v_all = as_compute<C>(v + b * p.s * p.ev, keys * p.ev, v_buf);
+      acc.assign(static_cast<size_t>(rows * p.ev), C(0));
+      row_max.assign(static_cast<size_t>(rows), -std::numeric_limits<C>::infinity());
+      row_sum.assign(static_cast<size_t>(rows), C(0));
+      for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
+        const int64_t cols = std::min(kKeyTile, keys - j0);
+        tile_scores<C, T>(p, b, i0, rows, j0, cols, q_tile, k_all + j0 * p.e, scores.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          C* s = scores.data() + r * cols;
+          C tile_max = -std::numeric_limits<C>::infinity();
+          for (int64_t c = 0; c < cols; ++c) tile_max = std::max(tile_max, s[c]);
+          const C new_max = std::max(row_max[static_cast<size_t>(r)], tile_max);
+          if (new_max == -std::numeric_limits<C>::infinity()) {  // nothing seen yet: no weight
+            std::fill(s, s + cols, C(0));
+            continue;
+          }
+          const C rescale = std::exp(row_max[static_cast<size_t>(r)] - new_max);
+          C sum = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            s[c] = std::exp(s[c] - new_max);
+            sum += s[c];
+          }
+          row_sum[static_cast<size_t>(r)] = row_sum[static_cast<size_t>(r)] * rescale + sum;
+          row_max[static_cast<size_t>(r)] = new_max;
+          if (rescale != C(1)) {
+            for (int64_t x = 0; x < p.ev; ++x) acc[static_cast<size_t>(r * p.ev + x)] *= rescale;
+          }
+        }
+        gemm(false, false, rows, p.ev, cols, C(1), scores.data(), cols, v_all + j0 * p.ev, p.ev, C(1), acc.data(), p.ev);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const C total = row_sum[static_cast<size_t>(r)];
+        const C inverse = total > 0 ? C(1) / total : C(0);  // a row that sees no key gives zeros
+        for (int64_t x = 0; x < p.ev; ++x) acc[static_cast<size_t>(r * p.ev + x)] *= inverse;
+        lse[b * p.l + i0 + r] = total > 0 ? row_max[static_cast<size_t>(r)] + std::log(total) : -std::numeric_limits<C>::infinity();
+      }
+      store(acc.data(), rows * p.ev, out + (b * p.l + i0) * p.ev);
+    }
+  });
+}
+
+template <typename T, typename C>
+void backward(KernelContext& ctx) {
+  // Inputs: grad_out, query, key, value, out, logsumexp, optional mask.
+  const Tensor* mask = ctx.inputs.size() == 7 ? &ctx.inputs[6] : nullptr;
+  const Problem p(ctx.inputs[1], ctx.inputs[2], ctx.inputs[3], mask, ctx.attrs);
+  const T* grad_out = static_cast<const T*>(ctx.inputs[0].data_ptr());
+  const T* q = static_cast<const T*>(ctx.inputs[1].data_ptr());
+  const T* k = static_cast<const T*>(ctx.inputs[2].data_ptr());
+  const T* v = static_cast<const T*>(ctx.inputs[3].data_ptr());
+  const T* out = static_cast<const T*>(ctx.inputs[4].data_ptr());
+  const auto* lse = static_cast<const C*>(ctx.inputs[5].data_ptr());
+  T* grad_q = static_cast<T*>(ctx.outputs[0].data_ptr());
+  T* grad_k = static_cast<T*>(ctx.outputs[1].data_ptr());
+  T* grad_v = static_cast<T*>(ctx.outputs[2].data_ptr());
+  const auto scale = static_cast<C>(p.scale);
+  parallel_for(0, p.batch, 1, [&](int64_t begin, int64_t end) {
+    std::vector<C> q_buf, k_buf, v_buf, do_buf, o_buf, dq, dk, dv, row_dot;
+    std::vector<C> probs(static_cast<size_t>(kQueryTile * kKeyTile)), dprobs(static_cast<size_t>(kQueryTile * kKeyTile));
+    for (int64_t b = begin; b < end; ++b) {
+      const C* qb = as_compute<C>(q + b * p.l * p.e, p.l * p.e, q_buf);
+      const C* kb = as_compute<C>(k + b * p.s * p.e, p.s * p.e, k_buf);
+      const C* vb = as_compute<C>(v + b * p.s * p.ev, p.s * p.ev, v_buf);
+      const C* dob = as_compute<C>(grad_out + b * p.l * p.ev, p.l * p.ev, do_buf);
+      const C* ob = as_compute<C>(out + b * p.l * p.ev, p.l * p.ev, o_buf);
+      const C* lseb = lse + b * p.l;
+      // D_i = sum_x dO[i, x] * O[i, x]: the softmax gradient's row term.
+      row_dot.assign(static_cast<size_t>(p.l), C(0));
+      for (int64_t i = 0; i < p.l; ++i) {
+        C dot = 0;
+        for (int64_t x = 0; x < p.ev; ++x) dot += dob[i * p.ev + x] * ob[i * p.ev + x];
+        row_dot[static_cast<size_t>(i)] = dot;
+      }
+      dq.assign(static_cast<size_t>(p.l * p.e), C(0));
+      dk.assign(static_cast<size_t>(p.s * p.e), C(0));
+      dv.assign(static_cast<size_t>(p.s * p.ev), C(0));
+      for (int64_t j0 = 0; j0 < p.s; j0 += kKeyTile) {
+        const int64_t cols = std::min(kKeyTile, p.s - j0);
+        // Causal: rows before j0 see none of these keys.
+        const int64_t first_row = p.causal ? (j0 / kQueryTile) * kQueryTile : 0;
+        for (int64_t i0 = first_row; i0 < p.l; i0 += kQueryTile) {
+          const int64_t rows = std::min(kQueryTile, p.l - i0);
+          if (visible_keys(p, i0, rows) <= j0) continue;
+          tile_scores<C, T>(p, b, i0, rows, j0, cols, qb + i0 * p.e, kb + j0 * p.e, probs.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            const C row_lse = lseb[i0 + r];
+            C* prob = probs.data() + r * cols;
+            for (int64_t c = 0; c < cols; ++c) prob[c] = row_lse == -std::numeric_limits<C>::infinity() ? C(0) : std::exp(prob[c] - row_lse);
+          }
+          // dV_j += P^T dO_i;  dP = dO_i V_j^T
+          gemm(true, false, cols, p.ev, rows, C(1), probs.data(), cols, dob + i0 * p.ev, p.ev, C(1), dv.data() + j0 * p.ev, p.ev);
+          gemm(false, true, rows, cols, p.ev, C(1), dob + i0 * p.ev, p.ev, vb + j0 * p.ev, p.ev, C(0), dprobs.data(), cols);
+          // dS = P * (dP - D_i), into dprobs.
+          for (int64_t r = 0; r < rows; ++r) {
+            const C d = row_dot[static_cast<size_t>(i0 + r)];
+            for (int64_t c = 0; c < cols; ++c) dprobs[r * cols + c] = probs[r * cols + c] * (dprobs[r * cols + c] - d);
+          }
+          // dQ_i += scale dS K_j;  dK_j += scale dS^T Q_i
+          gemm(false, false, rows, p.e, cols, scale, dprobs.data(), cols, kb + j0 * p.e, p.e, C(1), dq.data() + i0 * p.e, p.e);
+          gemm(true, false, cols, p.e, rows, scale, dprobs.data(), cols, qb + i0 * p.e, p.e, C(1), dk.data() + j0 * p.e, p.e);
+        }
+      }
+      store(dq.data(), p.l * p.e, grad_q + b * p.l * p.e);
+      store(dk.data(), p.s * p.e, grad_k + b * p.s * p.e);
+      store(dv.data(), p.s * p.ev, grad_v + b * p.s * p.ev);
+    }
+  });
+}
+
+FLOW_REGISTER_KERNEL("flash_attention", DeviceType::kCPU, {kFloat32}, (forward<float, float>));
+FLOW_REGISTER_KERNEL("flash_attention", DeviceType::kCPU, {kFloat64}, (forward<double, double>));
+FLOW_REGISTER_KERNEL("flash_attention", DeviceType::kCPU, {kBFloat16}, (forward<BFloat16, float>));
+FLOW_REGISTER_KERNEL("flash_attention", DeviceType::kCPU, {kFloat16}, (forward<Half, float>));
+FLOW_REGISTER_KERNEL("flash_attention_grad", DeviceType::kCPU, {kFloat32}, (backward<float, float>));
+FLOW_REGISTER_KERNEL("flash_attention_grad", DeviceType::kCPU, {kFloat64}, (backward<double, double>));
+FLOW_REGISTER_KERNEL("flash_attention_grad", DeviceType::kCPU, {kBFloat16}, (backward<BFloat16, float>));
+FLOW_REGISTER_KERNEL("flash_attention_grad", DeviceType::kCPU, {kFloat16}, (backward<Half, float>));
+
+}  // namespace
+}  // namespace flow::cpu
