@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <map>
 
 #include "common/ddp_reference.h"
 #include "common/graphs.h"
@@ -96,6 +97,16 @@ TEST_F(ClipGradParallel, DataParallelGraphWithClippingEqualsOneProcess) {
     EXPECT_LT(flow::testing::max_relative_difference(*model, *reference), flow::testing::kSplitBatchTolerance);
     EXPECT_EQ(graph.explain().plans.at(0).log.training_rewrites,
               (std::vector<std::string>{"gradient_buckets", "gradient_clipping", "optimizer_step"}));
+    // Clipping adds no collective to plain DP (its gradients are broadcast once reduced); the
+    // split gradients of ZeRO-2 all-reduce one 0-d sum of squares per parameter (6).
+    std::map<std::string, int> collectives;
+    for (const auto& node : graph.job().nodes()) {
+      if (node.op().rfind("comm_", 0) == 0) ++collectives[node.op()];
+    }
+    const std::map<std::string, int> expected =
+        zero_stage == 0 ? std::map<std::string, int>{{"comm_all_reduce", 3}}
+                        : std::map<std::string, int>{{"comm_all_gather", 1}, {"comm_all_reduce", 2 + 6}, {"comm_reduce_scatter", 1}};
+    EXPECT_EQ(collectives, expected);
   }
 }
 
