@@ -37,8 +37,8 @@ bool clip_gradients(const optim::Optimizer& optimizer, const TensorList& params,
     }
     autograd::NoGradGuard no_grad;
     const Tensor total = nn::utils::get_total_norm(grads, norm_type);
-    // clip_grads_with_norm_'s coefficient; the scaled gradients are new values rather than
-    // writes into the old ones, so the update's element-wise fusion can absorb the product.
+    // clip_grads_with_norm_'s coefficient. The scaled gradients are new values, as the averaged
+    // and unscaled ones are, not in-place writes, which the Job passes leave alone.
     const Tensor coef = clamp(max_norm / (total + 1e-6), std::nullopt, Scalar(1.0));
     for (Tensor p : clipped_params) p.set_grad(p.grad() * coef.to(p.grad().dtype()));
     clipped = true;
