@@ -246,7 +246,7 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
     }();
     if (with_optimizers) {
       graph::training::UpdateTrace updates =
-          graph::training::trace_updates({optimizers_, config_.gradient_accumulation_steps(), config_.zero_stage(), scaling, tracer});
+          graph::training::trace_updates({optimizers_, config_.gradient_accumulation_steps(), config_.zero_stage(), scaling, tracer, name_});
       traced.trained_params = std::move(updates.trained_params);
       applied.insert(applied.end(), updates.applied.begin(), updates.applied.end());
     }

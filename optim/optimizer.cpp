@@ -49,7 +49,13 @@ void Optimizer::add_param_group(const TensorList& params, std::map<std::string, 
     if (!seen.insert(p.impl()).second) fail(name_, "some parameters appear in more than one parameter group");
   }
   for (const auto& [key, value] : defaults_) options.try_emplace(key, value);
-  groups_.push_back({params, std::move(options)});
+  ParamGroup group;
+  group.params = params;
+  group.options = std::move(options);
+  // The clipping keys are the Graph's, not the update's: they live in the group's fields.
+  if (auto max_norm = group.options.extract("clip_grad_max_norm")) group.clip_grad_max_norm = max_norm.mapped();
+  if (auto norm_type = group.options.extract("clip_grad_norm_type")) group.clip_grad_norm_type = norm_type.mapped();
+  groups_.push_back(std::move(group));
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -194,8 +200,13 @@ StateDict Optimizer::state_dict() const {
   out.metadata()["optimizer"] = name_;
   size_t index = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    for (const auto& [key, value] : groups_[g].options) out.metadata()["param_groups." + std::to_string(g) + "." + key] = exact(value);
-    out.metadata()["param_groups." + std::to_string(g) + ".size"] = std::to_string(groups_[g].params.size());
+    const std::string group = "param_groups." + std::to_string(g) + ".";
+    for (const auto& [key, value] : groups_[g].options) out.metadata()[group + key] = exact(value);
+    if (const auto& max_norm = groups_[g].clip_grad_max_norm) {
+      out.metadata()[group + "clip_grad_max_norm"] = exact(*max_norm);
+      out.metadata()[group + "clip_grad_norm_type"] = exact(groups_[g].clip_grad_norm_type);
+    }
+    out.metadata()[group + "size"] = std::to_string(groups_[g].params.size());
     for (const auto& p : groups_[g].params) {
       const std::string prefix = "state." + std::to_string(index++) + ".";
       auto steps = steps_.find(p.impl());
@@ -225,6 +236,12 @@ void Optimizer::load_state_dict(const StateDict& state) {
       auto saved = meta.find(group + key);
       if (saved != meta.end()) value = std::stod(saved->second);
     }
+    if (auto saved = meta.find(group + "clip_grad_max_norm"); saved != meta.end()) {
+      groups_[g].clip_grad_max_norm = std::stod(saved->second);
+      if (auto norm_type = meta.find(group + "clip_grad_norm_type"); norm_type != meta.end()) {
+        groups_[g].clip_grad_norm_type = std::stod(norm_type->second);
+      }
+    }
     for (const auto& p : groups_[g].params) {
       const std::string prefix = "state." + std::to_string(index++) + ".";
       auto steps = meta.find(prefix + "step");
@@ -249,8 +266,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
 
 SGD::SGD(const TensorList& params, const SGDOptions& o)
     : Optimizer(params,
-                {{"lr", o.lr_}, {"momentum", o.momentum_}, {"dampening", o.dampening_}, {"weight_decay", o.weight_decay_},
-                 {"nesterov", o.nesterov_ ? 1.0 : 0.0}},
+                o.with_clip_grad({{"lr", o.lr_}, {"momentum", o.momentum_}, {"dampening", o.dampening_}, {"weight_decay", o.weight_decay_},
+                                  {"nesterov", o.nesterov_ ? 1.0 : 0.0}}),
                 "SGD") {
   if (o.momentum_ < 0) fail("SGD", "invalid momentum value: ", o.momentum_);
   if (o.nesterov_ && (o.momentum_ <= 0 || o.dampening_ != 0)) fail("SGD", "nesterov momentum requires a momentum and zero dampening");
@@ -290,7 +307,7 @@ Adam::Adam(const TensorList& params, const AdamOptions& options) : Adam(params, 
 template <typename Options>
 Adam::Adam(const TensorList& params, const AdamOptionsBase<Options>& o, std::string name, bool decoupled)
     : Optimizer(params,
-                {{"lr", o.lr_}, {"beta1", o.beta1_}, {"beta2", o.beta2_}, {"eps", o.eps_}, {"weight_decay", o.weight_decay_}},
+                o.with_clip_grad({{"lr", o.lr_}, {"beta1", o.beta1_}, {"beta2", o.beta2_}, {"eps", o.eps_}, {"weight_decay", o.weight_decay_}}),
                 std::move(name)),
       decoupled_weight_decay_(decoupled) {
   if (o.beta1_ < 0 || o.beta1_ >= 1 || o.beta2_ < 0 || o.beta2_ >= 1) {
@@ -332,8 +349,8 @@ AdamW::AdamW(const TensorList& params, const AdamWOptions& options) : Adam(param
 
 RMSprop::RMSprop(const TensorList& params, const RMSpropOptions& o)
     : Optimizer(params,
-                {{"lr", o.lr_}, {"alpha", o.alpha_}, {"eps", o.eps_}, {"weight_decay", o.weight_decay_},
-                 {"momentum", o.momentum_}, {"centered", o.centered_ ? 1.0 : 0.0}},
+                o.with_clip_grad({{"lr", o.lr_}, {"alpha", o.alpha_}, {"eps", o.eps_}, {"weight_decay", o.weight_decay_},
+                                  {"momentum", o.momentum_}, {"centered", o.centered_ ? 1.0 : 0.0}}),
                 "RMSprop") {
   if (o.alpha_ < 0) fail("RMSprop", "invalid alpha value: ", o.alpha_);
   if (o.eps_ < 0) fail("RMSprop", "invalid epsilon value: ", o.eps_);
@@ -372,8 +389,8 @@ void RMSprop::update(Tensor& p, const Tensor& grad, const std::map<std::string, 
 
 Adagrad::Adagrad(const TensorList& params, const AdagradOptions& o)
     : Optimizer(params,
-                {{"lr", o.lr_}, {"lr_decay", o.lr_decay_}, {"weight_decay", o.weight_decay_},
-                 {"initial_accumulator_value", o.initial_accumulator_value_}, {"eps", o.eps_}},
+                o.with_clip_grad({{"lr", o.lr_}, {"lr_decay", o.lr_decay_}, {"weight_decay", o.weight_decay_},
+                                  {"initial_accumulator_value", o.initial_accumulator_value_}, {"eps", o.eps_}}),
                 "Adagrad") {
   if (o.lr_decay_ < 0) fail("Adagrad", "invalid lr_decay value: ", o.lr_decay_);
 }

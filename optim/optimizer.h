@@ -3,6 +3,7 @@
 // scalars), run without recording gradients, so a Graph traces the same update into its Job.
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,30 @@ namespace flow::optim {
 struct ParamGroup {
   TensorList params;
   std::map<std::string, double> options;
+  // nn::Graph's gradient clipping of this group, OneFlow's param-group keys of the same names:
+  // before the group's update the Graph scales its gradients as nn::utils::clip_grad_norm_(params,
+  // clip_grad_max_norm, clip_grad_norm_type) does (training rewrite "gradient_clipping"). Unset:
+  // no clipping. An eager step() ignores both, as PyTorch's optimizers have no clipping: there
+  // the user calls clip_grad_norm_ between backward() and step().
+  std::optional<double> clip_grad_max_norm;
+  double clip_grad_norm_type = 2.0;
+};
+
+// The clipping options every optimizer's options take (chained setters return the derived type);
+// they become the defaults of every parameter group.
+template <typename Derived>
+struct ClipGradOptions {
+  Derived& clip_grad_max_norm(double v) { clip_grad_max_norm_ = v; return static_cast<Derived&>(*this); }
+  Derived& clip_grad_norm_type(double v) { clip_grad_norm_type_ = v; return static_cast<Derived&>(*this); }
+  std::optional<double> clip_grad_max_norm_;
+  double clip_grad_norm_type_ = 2.0;
+
+  // The hyper-parameter defaults with the clipping keys add_param_group reads.
+  std::map<std::string, double> with_clip_grad(std::map<std::string, double> defaults) const {
+    if (clip_grad_max_norm_) defaults["clip_grad_max_norm"] = *clip_grad_max_norm_;
+    defaults["clip_grad_norm_type"] = clip_grad_norm_type_;
+    return defaults;
+  }
 };
 
 // The values of one update that change from step to step (the learning rate a scheduler sets,
@@ -42,13 +67,15 @@ class Optimizer {
   void step();
   // Resets gradients (to undefined, or to zeros with set_to_none=false).
   void zero_grad(bool set_to_none = true);
-  // New group; hyper-parameters not given take the optimizer's defaults.
+  // New group; hyper-parameters not given take the optimizer's defaults. The keys
+  // "clip_grad_max_norm" and "clip_grad_norm_type" set the group's clipping fields.
   void add_param_group(const TensorList& params, std::map<std::string, double> options = {});
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   const std::string& name() const { return name_; }
-  // Hyper-parameters of every group and per-parameter state ("state.<index>.<name>", indices
-  // counting parameters across groups in order), so training resumes exactly.
+  // Hyper-parameters of every group (with its clipping when set) and per-parameter state
+  // ("state.<index>.<name>", indices counting parameters across groups in order), so training
+  // resumes exactly.
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
 
@@ -99,7 +126,7 @@ class Optimizer {
   std::map<TensorImpl*, int64_t> steps_;
 };
 
-struct SGDOptions {
+struct SGDOptions : ClipGradOptions<SGDOptions> {
   explicit SGDOptions(double lr) : lr_(lr) {}
   SGDOptions& momentum(double v) { momentum_ = v; return *this; }
   SGDOptions& dampening(double v) { dampening_ = v; return *this; }
@@ -123,7 +150,7 @@ class SGD : public Optimizer {
 // Adam's and AdamW's options (chained setters return the derived type). Their defaults differ
 // only in weight_decay, as in PyTorch: 0 for Adam, 0.01 for AdamW.
 template <typename Derived>
-struct AdamOptionsBase {
+struct AdamOptionsBase : ClipGradOptions<Derived> {
   AdamOptionsBase(double lr, double weight_decay) : lr_(lr), weight_decay_(weight_decay) {}
   Derived& lr(double v) { lr_ = v; return self(); }
   Derived& betas(double beta1, double beta2) { beta1_ = beta1; beta2_ = beta2; return self(); }
@@ -167,7 +194,7 @@ class AdamW : public Adam {
   explicit AdamW(const TensorList& params, const AdamWOptions& options = AdamWOptions());
 };
 
-struct RMSpropOptions {
+struct RMSpropOptions : ClipGradOptions<RMSpropOptions> {
   explicit RMSpropOptions(double lr = 1e-2) : lr_(lr) {}
   RMSpropOptions& alpha(double v) { alpha_ = v; return *this; }
   RMSpropOptions& eps(double v) { eps_ = v; return *this; }
@@ -188,7 +215,7 @@ class RMSprop : public Optimizer {
               const StepScalars& scalars) override;
 };
 
-struct AdagradOptions {
+struct AdagradOptions : ClipGradOptions<AdagradOptions> {
   explicit AdagradOptions(double lr = 1e-2) : lr_(lr) {}
   AdagradOptions& lr_decay(double v) { lr_decay_ = v; return *this; }
   AdagradOptions& weight_decay(double v) { weight_decay_ = v; return *this; }

@@ -45,7 +45,9 @@ const OpDef& kAssign =
             if (in[1].device.is_meta() && !in[0].device.is_meta()) fail("copy_", "cannot copy out of a meta tensor: it has no data");
             return std::vector<TensorMeta>{in[0]};
           })
-          .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return sbp::elementwise(in, attrs); })
+          // Partial sums written with partial sums stay the sum written (clip_grad_norm_ scales
+          // data-parallel gradients, which are P, in place).
+          .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return sbp::linear_elementwise(in, attrs); })
           .view([](const TensorList& inputs, const Attrs&) {
             // Eager: the write happens here, before autograd records the node, so the saved
             // destination carries its new version.

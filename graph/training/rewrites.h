@@ -25,10 +25,11 @@ struct TrainingRewrite {
 //   gradient_accumulation  build() on micro-batches; their gradients averaged
 //   loss_scaling           backward from the loss scale; gradients unscaled; the scale updated
 //   gradient_buckets       data-parallel gradients reduced per bucket (ZeRO-2: reduce-scattered)
+//   gradient_clipping      each clipping param group's gradients scaled to its max norm
 //   optimizer_step         each optimizer's update traced (ZeRO: on sharded state)
 //   pipeline_schedule      the micro-batches reordered (GPipe or 1F1B)
-// After backward they apply per optimizer in turn (average, buckets, unscale, step), then the
-// scale's update once.
+// After backward they apply per optimizer in turn (average, buckets, unscale, clip, step), then
+// the scale's update once.
 const std::vector<TrainingRewrite>& training_rewrites();
 
 // What the rewrites after build()'s backward need.
@@ -38,6 +39,7 @@ struct UpdateRewrites {
   int64_t zero_stage = 0;
   LossScaling* loss_scaling = nullptr;  // null: no loss scaling
   Tracer& tracer;
+  const std::string& graph;  // the Graph's name, for errors
 };
 
 struct UpdateTrace {
@@ -45,7 +47,8 @@ struct UpdateTrace {
   // global one: a stage on other ranks still counts its steps).
   std::vector<TensorList> trained_params;
   // The rewrites that applied: gradient_accumulation, loss_scaling, gradient_buckets (when it
-  // traced a collective), optimizer_step (when there is an optimizer).
+  // traced a collective), gradient_clipping (when a group clips), optimizer_step (when there is
+  // an optimizer).
   std::vector<std::string> applied;
 };
 UpdateTrace trace_updates(const UpdateRewrites& rewrites);

@@ -247,8 +247,8 @@ TEST(Explain, ListsTheTrainingRewritesEachPlanApplied) {
   // The list's order is the pipeline's.
   std::vector<std::string> pipeline;
   for (const auto& rewrite : graph::training::training_rewrites()) pipeline.push_back(rewrite.name);
-  EXPECT_EQ(pipeline, (std::vector<std::string>{"amp", "gradient_accumulation", "loss_scaling", "gradient_buckets", "optimizer_step",
-                                                "pipeline_schedule"}));
+  EXPECT_EQ(pipeline, (std::vector<std::string>{"amp", "gradient_accumulation", "loss_scaling", "gradient_buckets", "gradient_clipping",
+                                                "optimizer_step", "pipeline_schedule"}));
 }
 
 TEST(Explain, MemoryIsThePlansPlannedBytesAndReuseIsReal) {
