@@ -21,7 +21,7 @@ AutocastState& state_of(DeviceType device_type) {
 
 // Products whose multiply-adds gain most from 16-bit operands (PyTorch's lower-precision list).
 const std::set<std::string>& lower_precision_ops() {
-  static const std::set<std::string> ops{"matmul", "linear", "fused_linear", "conv2d", "conv2d_grad_input"};
+  static const std::set<std::string> ops{"matmul", "linear", "fused_linear", "conv2d", "conv2d_grad_input", "flash_attention"};
   return ops;
 }
 

@@ -1,7 +1,6 @@
 #include "models/gpt2.h"
 
 #include <cmath>
-#include <limits>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -69,16 +68,12 @@ Tensor GPT2Attention::forward(const Tensor& hidden_states) {
   const TensorList qkv = split((*c_attn)(hidden_states), n_embd_, 2);
   auto heads = [&](const Tensor& x) { return x.reshape({batch, length, n_head_, head_dim}).permute({0, 2, 1, 3}); };
   const Tensor query = heads(qkv[0]), key = heads(qkv[1]), value = heads(qkv[2]);
-  // (B, heads, T, T), scaled by 1/sqrt(head_dim).
-  Tensor scores = div(matmul(query, key.transpose(2, 3)), std::sqrt(static_cast<double>(head_dim)));
-  // True above the diagonal: key position j > query position i is in the future. Built from
-  // creation ops, so a Graph folds it into a constant.
-  const Tensor positions = arange(length, options_beside(hidden_states).dtype(kInt64));
-  const Tensor future = gt(positions.unsqueeze(0), positions.unsqueeze(1));
-  scores = masked_fill(scores, future, -std::numeric_limits<double>::infinity());
-  const Tensor probabilities = (*attn_dropout)(softmax(scores, -1));
+  // Causal attention scaled by 1/sqrt(head_dim): the fused kernel, which keeps no (B, heads, T, T)
+  // matrix for backward, unless attention dropout is on (then the scores are a matrix).
+  const double dropout_p = attn_dropout->is_training() ? attn_dropout->p() : 0.0;
+  const Tensor attended = nn::functional::scaled_dot_product_attention(query, key, value, Tensor(), dropout_p, /*is_causal=*/true);
   // Heads side by side again, as HF merges them: (B, T, n_embd).
-  const Tensor context = matmul(probabilities, value).permute({0, 2, 1, 3}).reshape({batch, length, n_embd_});
+  const Tensor context = attended.permute({0, 2, 1, 3}).reshape({batch, length, n_embd_});
   return (*resid_dropout)((*c_proj)(context));
 }
 

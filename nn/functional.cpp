@@ -129,7 +129,9 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   Tensor scores = matmul(query, key.transpose(-2, -1)) * scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
   Tensor allowed;
   if (is_causal) {
-    allowed = ge(arange(length).unsqueeze(1), arange(keys).unsqueeze(0));
+    // Beside the scores: global (broadcast) when they are, so that the mask meets them there.
+    const TensorOptions positions = options_beside(scores).dtype(kInt64);
+    allowed = ge(arange(length, positions).unsqueeze(1), arange(keys, positions).unsqueeze(0));
   } else if (attn_mask.defined() && attn_mask.dtype() == kBool) {
     allowed = attn_mask;
   } else if (attn_mask.defined()) {

@@ -53,6 +53,7 @@ class Dropout : public Module {
   std::string name() const override { return "Dropout"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& input) override { return functional::dropout(input, p_, is_training()); }
+  double p() const { return p_; }
 
  private:
   double p_;
