@@ -58,8 +58,15 @@ SavedTensor::SavedTensor(const Tensor& tensor, uint32_t output_nr) : is_output_(
   version_ = data_version(tensor);
 }
 
+SavedTensor SavedTensor::not_saved() {
+  SavedTensor saved;
+  saved.not_saved_ = true;
+  return saved;
+}
+
 Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const std::string& op, const char* role,
                            size_t index) const {
+  CHECK(!not_saved_) << op << "'s vjp reads " << role << " " << index << ", which the op's profile_cost does not list as saved";
   if (!was_defined_) return Tensor();
   if (!data_.defined()) fail(op, kFreedGraphMessage);
   if (data_version(data_) != version_) {
@@ -87,17 +94,27 @@ OpNode::OpNode(const OpDef& op, const TensorList& inputs, const TensorList& outp
   // written in place, the base's history reaches this node through CopySlices, and a saved base
   // with its history would hold itself alive.
   const bool makes_view = op.view && !op.inplace;
-  for (const Tensor& input : inputs) {
+  for (const Tensor& input : inputs) input_metas_.push_back({input.shape(), input.dtype(), input.device()});
+  for (const Tensor& output : outputs) output_metas_.push_back({output.shape(), output.dtype(), output.device()});
+  // An op whose profile_cost lists what its vjp reads keeps only those (PyTorch's saved tensors):
+  // an activation no vjp reads is freed as soon as the forward is done with it.
+  std::vector<bool> keep_input(inputs.size(), !op.profile_cost), keep_output(outputs.size(), !op.profile_cost);
+  if (op.profile_cost) {
+    const ProfileCost cost = op.profile_cost(input_metas_, output_metas_, attrs);
+    for (size_t i : cost.saved_inputs) keep_input.at(i) = true;
+    for (size_t i : cost.saved_outputs) keep_output.at(i) = true;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& input = inputs[i];
     next_edges_.push_back(gradient_edge(input));
-    input_metas_.push_back({input.shape(), input.dtype(), input.device()});
     bool written_in_place = false;
     for (const Tensor& output : outputs) written_in_place |= output.same(input);
-    saved_inputs_.emplace_back(makes_view && input.defined() ? input.detach() : input, written_in_place);
+    saved_inputs_.push_back(keep_input[i] ? SavedTensor(makes_view && input.defined() ? input.detach() : input, written_in_place)
+                                          : SavedTensor::not_saved());
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
-    output_metas_.push_back({outputs[i].shape(), outputs[i].dtype(), outputs[i].device()});
     zero_grad_options_.push_back(options_beside(outputs[i]));
-    saved_outputs_.emplace_back(outputs[i], static_cast<uint32_t>(i));
+    saved_outputs_.push_back(keep_output[i] ? SavedTensor(outputs[i], static_cast<uint32_t>(i)) : SavedTensor::not_saved());
   }
 }
 

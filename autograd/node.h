@@ -29,6 +29,8 @@ class SavedTensor {
   SavedTensor(const Tensor& tensor, bool written_in_place);
   // Output `output_nr` of the node that saves it; it will require grad iff it is floating.
   SavedTensor(const Tensor& tensor, uint32_t output_nr);
+  // A value the op's vjp does not read (OpDef::profile_cost says which it reads).
+  static SavedTensor not_saved();
   Tensor unpack(const std::shared_ptr<Node>& owner, const std::string& op, const char* role, size_t index) const;
   void release() { data_ = Tensor(); }
   bool released() const { return !data_.defined() && was_defined_; }
@@ -39,6 +41,7 @@ class SavedTensor {
   bool was_defined_ = false;
   bool is_output_ = false;
   bool requires_grad_ = false;
+  bool not_saved_ = false;
   uint32_t output_nr_ = 0;
 };
 

@@ -2,7 +2,9 @@
 // model of issue 37's thread measurements (4 layers, 256 wide, 4 heads, 128 tokens, batch 8, GPT-2's
 // vocabulary, dropout off). bench/torch_gpt_step.py is its PyTorch twin; bench/cpu_threads.sh runs
 // both at 1-16 threads. Threads: FLOW_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs.
-// Prints: "flow-<mode> threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last>".
+// Prints: "flow-<mode> threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last> peak_rss_mb <mb>".
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -71,7 +73,9 @@ int main(int argc, char** argv) {
   }
   std::nth_element(seconds.begin(), seconds.begin() + o.steps / 2, seconds.end());
   const double median = seconds[static_cast<size_t>(o.steps / 2)];
-  std::printf("flow-%s threads %d ms/step %.1f tokens/s %.0f loss %.4f -> %.4f\n", o.mode.c_str(), flow::get_num_threads(), median * 1e3,
-              static_cast<double>(o.batch * o.tokens) / median, first_loss, last_loss);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf("flow-%s threads %d ms/step %.1f tokens/s %.0f loss %.4f -> %.4f peak_rss_mb %.1f\n", o.mode.c_str(), flow::get_num_threads(),
+              median * 1e3, static_cast<double>(o.batch * o.tokens) / median, first_loss, last_loss, static_cast<double>(usage.ru_maxrss) / 1024.0);
   return 0;
 }

@@ -6,6 +6,7 @@ eager, or with --compile through torch.compile. Threads: --threads (torch.set_nu
 PyTorch's default.
 Prints: "torch-<mode> threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last>"."""
 import argparse
+import resource
 import statistics
 import time
 
@@ -95,7 +96,8 @@ def main():
     median = statistics.median(seconds)
     mode = "compile" if o.compile else "eager"
     print(f"torch-{mode} threads {torch.get_num_threads()} ms/step {median * 1e3:.1f} "
-          f"tokens/s {o.batch * o.tokens / median:.0f} loss {first:.4f} -> {last:.4f}")
+          f"tokens/s {o.batch * o.tokens / median:.0f} loss {first:.4f} -> {last:.4f} "
+          f"peak_rss_mb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ using FlopsFn = std::function<int64_t(const std::vector<TensorMeta>& inputs, con
                                       const Attrs& attrs)>;
 // What the symbolic profiler (fx/symbolic_profile.h) charges an op beyond its outputs, following
 // Colossal-AI's profiler conventions: the inputs and outputs its vjp reads (kept alive from the
-// forward to the backward), the FLOPs of its gradients, and the workspace its forward needs
+// forward to the backward; eager autograd saves exactly these, autograd/node.cpp), the FLOPs of its gradients, and the workspace its forward needs
 // besides its outputs (0 for every op flow has: none allocates scratch memory).
 struct ProfileCost {
   std::vector<size_t> saved_inputs;

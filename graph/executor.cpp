@@ -49,9 +49,12 @@ Executor::Executor(const proto::Job& job, const Plan& plan, std::map<std::string
       if (!is_source_kind(node.op()) && node.op() != kOutputOp) {
         compiled.op = &find_op(node.op());
         compiled.attrs = attrs_of(node);
-        // A global random tensor's piece (core/ops/creation.cpp) draws its share of the whole's.
+        // A global random tensor's piece (core/ops/creation.cpp) draws its share of the whole's; an
+        // op drawing other than one counter per output element says how many ("counters": the
+        // fused attention's dropout).
         if (compiled.op->random) {
           compiled.random_numel = compiled.attrs.has("whole_numel") ? compiled.attrs.get<int64_t>("whole_numel")
+                                  : compiled.attrs.has("counters")  ? compiled.attrs.get<int64_t>("counters")
                                                                     : compiled.out_metas.at(0).shape.numel();
           if (compiled.attrs.has("piece_start")) compiled.random_start = compiled.attrs.get<int64_t>("piece_start");
         }

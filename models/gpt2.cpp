@@ -68,8 +68,8 @@ Tensor GPT2Attention::forward(const Tensor& hidden_states) {
   const TensorList qkv = split((*c_attn)(hidden_states), n_embd_, 2);
   auto heads = [&](const Tensor& x) { return x.reshape({batch, length, n_head_, head_dim}).permute({0, 2, 1, 3}); };
   const Tensor query = heads(qkv[0]), key = heads(qkv[1]), value = heads(qkv[2]);
-  // Causal attention scaled by 1/sqrt(head_dim): the fused kernel, which keeps no (B, heads, T, T)
-  // matrix for backward, unless attention dropout is on (then the scores are a matrix).
+  // Causal attention scaled by 1/sqrt(head_dim), attention dropout included: the fused kernel,
+  // which keeps no (B, heads, T, T) matrix for backward.
   const double dropout_p = attn_dropout->is_training() ? attn_dropout->p() : 0.0;
   const Tensor attended = nn::functional::scaled_dot_product_attention(query, key, value, Tensor(), dropout_p, /*is_causal=*/true);
   // Heads side by side again, as HF merges them: (B, T, n_embd).

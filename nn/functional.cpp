@@ -123,7 +123,10 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     double dropout_p, bool is_causal, std::optional<double> scale) {
   constexpr const char* kOp = "scaled_dot_product_attention";
   FLOW_ARG_CHECK(dropout_p >= 0 && dropout_p <= 1, kOp, "dropout_p has to be between 0 and 1, but got ", dropout_p);
-  if (dropout_p == 0) return flash_attention(query, key, value, attn_mask, is_causal, scale);
+  // Global inputs with dropout take the composite formula: its dropout draws each rank's piece of
+  // the logical weights, where the fused kernel's pieces would all read the same counters.
+  const bool global = query.is_global() || key.is_global() || value.is_global();
+  if (dropout_p < 1 && !(global && dropout_p > 0)) return flash_attention(query, key, value, attn_mask, is_causal, scale, dropout_p);
   check_attention_args(query, key, value, attn_mask, is_causal, scale);
   const int64_t length = query.size(-2), keys = key.size(-2);
   Tensor scores = matmul(query, key.transpose(-2, -1)) * scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));

@@ -38,9 +38,10 @@ Tensor embedding(const Tensor& indices, const Tensor& weight);
 // dropout on the attention weights. query (..., L, E), key (..., S, E), value (..., S, Ev);
 // attn_mask broadcasts to (..., L, S), bool (true takes part) or added to the scores; is_causal
 // (not with attn_mask) lets query i see keys j <= i; scale defaults to 1/sqrt(E). A row that sees
-// no key gives zeros. dropout_p == 0 runs the fused kernel (flow::flash_attention: no (L, S)
-// matrix is kept for backward); dropout_p > 0 computes the scores as a matrix, as PyTorch's math
-// path does. Like PyTorch's, dropout applies whenever dropout_p > 0: pass 0 when evaluating.
+// no key gives zeros. Runs the fused kernel (flow::flash_attention: no (L, S) matrix is kept for
+// backward), dropout included; the scores become a matrix only for dropout_p == 1 and for global
+// inputs with dropout. Like PyTorch's, dropout applies whenever dropout_p > 0: pass 0 when
+// evaluating.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask = Tensor(),
                                     double dropout_p = 0.0, bool is_causal = false, std::optional<double> scale = std::nullopt);
 

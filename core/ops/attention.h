@@ -12,9 +12,10 @@ namespace flow {
 // (..., L, Ev). attn_mask (optional) broadcasts to (..., L, S): bool (true takes part) or of
 // query's dtype (added to the scores). is_causal: query i sees keys j <= i (top-left aligned, as
 // PyTorch's); not with attn_mask. scale: 1/sqrt(E) by default. A row that sees no key gives zeros.
-// No dropout: nn::functional::scaled_dot_product_attention adds it.
+// dropout_p in [0, 1): attention weights dropped (and the rest scaled by 1/(1-p)) inside the
+// kernel, from Philox counters drawn from the default generator, which backward replays.
 Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask = Tensor(),
-                       bool is_causal = false, std::optional<double> scale = std::nullopt);
+                       bool is_causal = false, std::optional<double> scale = std::nullopt, double dropout_p = 0.0);
 
 // flash_attention's argument checks (flow::Error prefixed [scaled_dot_product_attention]), for
 // paths that compute attention another way.

@@ -75,13 +75,22 @@ const OpDef& kDiv = binary("div", [](const VjpContext& ctx) {
   if (ctx.needs_input_grad[1]) grads[1] = reduce_to(neg(ctx.grad() * ctx.input(0) / (b * b)), ctx, 1);
   return grads;
 });
-const OpDef& kPow = binary("pow", [](const VjpContext& ctx) {
-  const Tensor a = ctx.input(0), b = ctx.input(1);
-  TensorList grads(2);
-  if (ctx.needs_input_grad[0]) grads[0] = reduce_to(ctx.grad() * b * pow(a, b - 1), ctx, 0);
-  if (ctx.needs_input_grad[1]) grads[1] = reduce_to(ctx.grad() * ctx.output(0) * log(a), ctx, 1);
-  return grads;
-});
+// The vjp reads both inputs and the output.
+ProfileCost pow_profile_cost(const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out, const Attrs& attrs) {
+  ProfileCost cost = profile::elementwise_saving_inputs(in, out, attrs);
+  cost.saved_outputs.push_back(0);
+  return cost;
+}
+const OpDef& kPow = binary(
+    "pow",
+    [](const VjpContext& ctx) {
+      const Tensor a = ctx.input(0), b = ctx.input(1);
+      TensorList grads(2);
+      if (ctx.needs_input_grad[0]) grads[0] = reduce_to(ctx.grad() * b * pow(a, b - 1), ctx, 0);
+      if (ctx.needs_input_grad[1]) grads[1] = reduce_to(ctx.grad() * ctx.output(0) * log(a), ctx, 1);
+      return grads;
+    },
+    false, sbp::elementwise, pow_profile_cost);
 // Ties send the gradient to the first operand.
 const OpDef& kMaximum = binary("maximum", [](const VjpContext& ctx) {
   const Tensor first = ge(ctx.input(0), ctx.input(1));

@@ -63,7 +63,9 @@ std::vector<TensorMeta> reduction_metas(const std::vector<TensorMeta>& in, const
   return {{reduced_shape(shape, dims, attrs.get<bool>("keepdim")), in[0].dtype, in[0].device}};
 }
 
-const OpDef& reduction(const char* name, bool partial_ok, VjpFn vjp, bool needs_values = false) {
+// needs_values: max and min, which have no value over an empty dimension; vjp_reads_values: the
+// vjp reads the input and the output (max, min, prod), not only their shapes (sum).
+const OpDef& reduction(const char* name, bool partial_ok, VjpFn vjp, bool needs_values = false, bool vjp_reads_values = false) {
   return OpBuilder(name)
       .inputs({"input"})
       .outputs({"out"})
@@ -75,8 +77,8 @@ const OpDef& reduction(const char* name, bool partial_ok, VjpFn vjp, bool needs_
       // One operation per input element; the backward writes one value per input element, and
       // max/min compare the input with their result to route it.
       .flops(flops::per_input_element)
-      .profile_cost([needs_values](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
-        return needs_values ? ProfileCost{{0}, {0}, in[0].shape.numel(), 0} : ProfileCost{{}, {}, in[0].shape.numel(), 0};
+      .profile_cost([vjp_reads_values](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&, const Attrs&) {
+        return vjp_reads_values ? ProfileCost{{0}, {0}, in[0].shape.numel(), 0} : ProfileCost{{}, {}, in[0].shape.numel(), 0};
       })
       .vjp(std::move(vjp))
       .def();
@@ -99,9 +101,9 @@ const OpDef& kProd = reduction("reduce_prod", false, [](const VjpContext& ctx) {
   const Shape& shape = ctx.input_meta(0).shape;
   const auto& dims = dims_of(ctx.attrs);
   return TensorList{expand_back(ctx.grad() * ctx.output(0), shape, dims) / ctx.input(0)};
-});
-const OpDef& kMax = reduction("reduce_max", false, extremum_vjp, true);
-const OpDef& kMin = reduction("reduce_min", false, extremum_vjp, true);
+}, false, true);
+const OpDef& kMax = reduction("reduce_max", false, extremum_vjp, true, true);
+const OpDef& kMin = reduction("reduce_min", false, extremum_vjp, true, true);
 
 std::vector<TensorMeta> along_dim_metas(const std::vector<TensorMeta>& in, const Attrs& attrs, bool with_values,
                                         const char* op) {

@@ -31,24 +31,25 @@ struct AttentionStep : flow::nn::Graph {
       for (const char* name : {"q", "k", "v"}) register_parameter(name, flow::randn({features}));
     }
   };
-  AttentionStep(std::shared_ptr<Weights> weights, bool fused) : fused(fused) {
+  AttentionStep(std::shared_ptr<Weights> weights, bool fused, double dropout_p = 0.0) : fused(fused), dropout_p(dropout_p) {
     model = register_module("model", weights);
     add_optimizer(std::make_shared<flow::optim::SGD>(weights->parameters(), flow::optim::SGDOptions(0.1)));
   }
-  static Tensor loss(const std::shared_ptr<flow::nn::Module>& model, const Tensor& x, bool fused) {
+  static Tensor loss(const std::shared_ptr<flow::nn::Module>& model, const Tensor& x, bool fused, double dropout_p = 0.0) {
     const auto params = parameters_by_name(*model);
     const Tensor q = x * params.at("q"), k = x * params.at("k"), v = x * params.at("v");
-    const Tensor out = fused ? F::scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true)
+    const Tensor out = fused ? F::scaled_dot_product_attention(q, k, v, Tensor(), dropout_p, true)
                              : flow::testing::reference_attention(q, k, v, Tensor(), true, 1.0 / std::sqrt(static_cast<double>(x.size(-1))));
     return flow::sum(out * out);
   }
   TensorList build(const TensorList& in) override {
-    Tensor l = loss(model, in[0], fused);
+    Tensor l = loss(model, in[0], fused, dropout_p);
     l.backward();
     return {l};
   }
   std::shared_ptr<flow::nn::Module> model;
   bool fused;
+  double dropout_p;
 };
 
 TEST(ScaledDotProductAttentionGraph, TrainingStepEqualsEagerAndPlansNoScoreMatrix) {
@@ -84,6 +85,32 @@ TEST(ScaledDotProductAttentionGraph, TrainingStepEqualsEagerAndPlansNoScoreMatri
   const int64_t composite_peak = composite.plan().block_bytes.at("cpu");
   EXPECT_GE(composite_peak, 2 * score_matrix);
   EXPECT_LE(fused_peak, 9 * activation) << "fused " << fused_peak << " composite " << composite_peak;
+}
+
+// Each run of the Graph draws fresh dropout counters, and its backward replays the ones its forward
+// drew: a run equals the eager step that reads the same counters.
+TEST(ScaledDotProductAttentionGraph, DropoutBackwardReplaysTheCountersEachRunDrew) {
+  constexpr double kDropout = 0.3;
+  flow::manual_seed(21);
+  const Tensor x = flow::randn({2, 40, 8});
+  auto graph_weights = std::make_shared<AttentionStep::Weights>(8);
+  auto eager_weights = std::make_shared<AttentionStep::Weights>(8);
+  AttentionStep graph(graph_weights, true, kDropout);
+  const Tensor first = graph(x)[0];
+  eager_weights->load_state_dict(graph_weights->state_dict());
+  const uint64_t offset = flow::default_generator().offset();
+  const Tensor second = graph(x)[0];
+  EXPECT_NE(first.item<double>(), second.item<double>());
+
+  flow::default_generator().set_offset(offset);
+  flow::optim::SGD eager_sgd(eager_weights->parameters(), flow::optim::SGDOptions(0.1));
+  Tensor eager_loss = AttentionStep::loss(eager_weights, x, true, kDropout);
+  eager_loss.backward();
+  eager_sgd.step();
+  expect_close(second, eager_loss, 1e-6, 1e-6);
+  for (const auto& [name, weight] : eager_weights->named_parameters()) {
+    expect_close(parameters_by_name(*graph_weights).at(name), weight, 1e-5, 1e-6);
+  }
 }
 
 }  // namespace

@@ -127,17 +127,47 @@ TEST(ScaledDotProductAttention, ARowThatSeesNoKeyGivesZerosAndNoGradient) {
   for (double g : flow::testing::values(q.grad())) EXPECT_TRUE(std::isfinite(g));
 }
 
-TEST(ScaledDotProductAttention, DropoutTakesTheCompositePathAndIsSeeded) {
-  const Tensor q = flow::randn({2, 8, 4}), k = flow::randn({2, 8, 4}), v = flow::randn({2, 8, 4});
+TEST(ScaledDotProductAttention, FusedDropoutKeepsOrScalesEachWeightAndIsSeeded) {
   flow::manual_seed(5);
-  const Tensor a = F::scaled_dot_product_attention(q, k, v, Tensor(), 0.5, true);
-  flow::manual_seed(5);
-  const Tensor b = F::scaled_dot_product_attention(q, k, v, Tensor(), 0.5, true);
-  expect_close(a, b, 0, 0);
-  const Tensor plain = F::scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true);
-  EXPECT_FALSE(flow::allclose(a, plain));
-  // Dropping every weight leaves nothing.
-  EXPECT_EQ(flow::testing::values(F::scaled_dot_product_attention(q, k, v, Tensor(), 1.0)), std::vector<double>(2 * 8 * 4, 0.0));
+  // With value = identity the output is the dropped weights themselves: each is either 0 or the
+  // softmax weight over 1 - p, and about p of them are 0.
+  constexpr int64_t kLength = 70, kKeys = 90;
+  constexpr double kP = 0.25;
+  const Tensor q = flow::randn({2, 3, kLength, 8}, flow::kFloat64), k = flow::randn({2, 3, kKeys, 8}, flow::kFloat64);
+  const Tensor eye = flow::eye(kKeys, std::nullopt, flow::kFloat64).expand({2, 3, kKeys, kKeys});
+  flow::manual_seed(7);
+  const Tensor dropped = F::scaled_dot_product_attention(q, k, eye, Tensor(), kP);
+  const Tensor weights = flow::softmax(flow::matmul(q, k.transpose(-2, -1)) / std::sqrt(8.0), -1);
+  const auto got = flow::testing::values(dropped), expected = flow::testing::values(weights);
+  int64_t zeros = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == 0) {
+      ++zeros;
+    } else {
+      EXPECT_NEAR(got[i], expected[i] / (1 - kP), 1e-12) << i;
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(zeros) / static_cast<double>(got.size()), kP, 0.01);
+  // The same seed draws the same weights.
+  flow::manual_seed(7);
+  expect_close(F::scaled_dot_product_attention(q, k, eye, Tensor(), kP), dropped, 0, 0);
+  // Dropping every weight leaves nothing (the composite formula: the kernel takes p < 1).
+  EXPECT_EQ(flow::testing::values(F::scaled_dot_product_attention(q, k, eye, Tensor(), 1.0)), std::vector<double>(got.size(), 0.0));
+}
+
+TEST(ScaledDotProductAttention, FusedDropoutPassesTheGradientChecker) {
+  flow::manual_seed(8);
+  for (bool causal : {false, true}) {
+    TensorList inputs{flow::randn({2, 5, 3}, flow::kFloat64).requires_grad_(true), flow::randn({2, 7, 3}, flow::kFloat64).requires_grad_(true),
+                      flow::randn({2, 7, 4}, flow::kFloat64).requires_grad_(true)};
+    // Reseeded on every evaluation: the finite differences see one fixed dropout mask.
+    EXPECT_TRUE(gradcheck(
+        [&](const TensorList& in) {
+          flow::manual_seed(9);
+          return F::scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), 0.3, causal);
+        },
+        inputs));
+  }
 }
 
 TEST(ScaledDotProductAttention, BadArgumentsFailAtTheCall) {

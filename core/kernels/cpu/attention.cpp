@@ -4,7 +4,8 @@
 // scores exist one tile at a time. Backward: per batch element, for each key tile, every query
 // tile that sees it recomputes its scores from the saved log-sum-exp and adds to the gradients.
 // Tile products go to BLAS (single-threaded inside flow's parallel regions); bfloat16 and float16
-// inputs are computed in float32, float64 in float64.
+// inputs are computed in float32, float64 in float64. Dropout of the weights (flash_attention_dropout)
+// is drawn per weight from Philox counters, the same in forward and backward.
 #include <cblas.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "core/half.h"
 #include "core/op.h"
+#include "core/random.h"
 #include "core/thread_pool.h"
 
 namespace flow::cpu {
@@ -125,6 +127,33 @@ void tile_scores(const Problem& p, int64_t b, int64_t i0, int64_t rows, int64_t 
   }
 }
 
+// Dropout of attention weights from Philox counters: weight (b, i, j) of the (batch, L, S) weights
+// is element e = (b * L + i) * S + j, read as word e % 4 of counter offset + e / 4; it is dropped
+// when that word's uniform is below p, else scaled by 1 / (1 - p). Forward and backward read the
+// same words.
+struct Dropout {
+  double p = 0;
+  uint64_t seed = 0, offset = 0;
+  bool active() const { return p > 0; }
+
+  // scale[c] for keys j0 + c of query row i of batch element b: 0 or 1 / (1 - p).
+  template <typename C>
+  void row_scales(const Problem& problem, int64_t b, int64_t i, int64_t j0, int64_t cols, C* scale) const {
+    const auto keep = static_cast<C>(1.0 / (1.0 - p));
+    const auto first = static_cast<uint64_t>((b * problem.l + i) * problem.s + j0);
+    uint32_t words[4];
+    uint64_t block = std::numeric_limits<uint64_t>::max();
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint64_t element = first + static_cast<uint64_t>(c);
+      if (element / 4 != block) {
+        block = element / 4;
+        Philox::block(seed, offset + block, words);
+      }
+      scale[c] = Philox::to_unit(words[element % 4]) < p ? C(0) : keep;
+    }
+  }
+};
+
 // Keys [0, end) that query rows [i0, i0 + rows) may see.
 int64_t visible_keys(const Problem& p, int64_t i0, int64_t rows) { return p.causal ? std::min(p.s, i0 + rows) : p.s; }
 
@@ -137,9 +166,19 @@ void forward(KernelContext& ctx) {
   const T* v = static_cast<const T*>(ctx.inputs[2].data_ptr());
   T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
   auto* lse = static_cast<C*>(ctx.outputs[1].data_ptr());
+  Dropout dropout;
+  dropout.p = ctx.attrs.get<double>("dropout_p");
+  if (dropout.active()) {
+    dropout.seed = static_cast<uint64_t>(ctx.attrs.get<int64_t>("seed"));
+    dropout.offset = static_cast<uint64_t>(ctx.attrs.get<int64_t>("offset"));
+  }
+  // The counters this call read, for the gradient (a Graph draws new ones on every run).
+  auto* rng_state = static_cast<int64_t*>(ctx.outputs[2].data_ptr());
+  rng_state[0] = static_cast<int64_t>(dropout.seed);
+  rng_state[1] = static_cast<int64_t>(dropout.offset);
   const int64_t query_tiles = (p.l + kQueryTile - 1) / kQueryTile;
   parallel_for(0, p.batch * query_tiles, 1, [&](int64_t begin, int64_t end) {
-    std::vector<C> q_buf, k_buf, v_buf, scores(static_cast<size_t>(kQueryTile * kKeyTile)), acc, row_max, row_sum;
+    std::vector<C> q_buf, k_buf, v_buf, scores(static_cast<size_t>(kQueryTile * kKeyTile)), acc, row_max, row_sum, keep(kKeyTile);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / query_tiles;
       const int64_t i0 = (task % query_tiles) * kQueryTile;
@@ -174,6 +213,11 @@ void forward(KernelContext& ctx) {
           if (rescale != C(1)) {
             for (int64_t x = 0; x < p.ev; ++x) acc[static_cast<size_t>(r * p.ev + x)] *= rescale;
           }
+          // The row sum normalises all weights; only the kept ones (scaled) reach the output.
+          if (dropout.active()) {
+            dropout.row_scales(p, b, i0 + r, j0, cols, keep.data());
+            for (int64_t c = 0; c < cols; ++c) s[c] *= keep[static_cast<size_t>(c)];
+          }
         }
         gemm(false, false, rows, p.ev, cols, C(1), scores.data(), cols, v_all + j0 * p.ev, p.ev, C(1), acc.data(), p.ev);
       }
@@ -190,8 +234,8 @@ void forward(KernelContext& ctx) {
 
 template <typename T, typename C>
 void backward(KernelContext& ctx) {
-  // Inputs: grad_out, query, key, value, out, logsumexp, optional mask.
-  const Tensor* mask = ctx.inputs.size() == 7 ? &ctx.inputs[6] : nullptr;
+  // Inputs: grad_out, query, key, value, out, logsumexp, rng_state, optional mask.
+  const Tensor* mask = ctx.inputs.size() == 8 ? &ctx.inputs[7] : nullptr;
   const Problem p(ctx.inputs[1], ctx.inputs[2], ctx.inputs[3], mask, ctx.attrs);
   const T* grad_out = static_cast<const T*>(ctx.inputs[0].data_ptr());
   const T* q = static_cast<const T*>(ctx.inputs[1].data_ptr());
@@ -199,6 +243,11 @@ void backward(KernelContext& ctx) {
   const T* v = static_cast<const T*>(ctx.inputs[3].data_ptr());
   const T* out = static_cast<const T*>(ctx.inputs[4].data_ptr());
   const auto* lse = static_cast<const C*>(ctx.inputs[5].data_ptr());
+  Dropout dropout;
+  dropout.p = ctx.attrs.get<double>("dropout_p");
+  const auto* rng_state = static_cast<const int64_t*>(ctx.inputs[6].data_ptr());
+  dropout.seed = static_cast<uint64_t>(rng_state[0]);
+  dropout.offset = static_cast<uint64_t>(rng_state[1]);
   T* grad_q = static_cast<T*>(ctx.outputs[0].data_ptr());
   T* grad_k = static_cast<T*>(ctx.outputs[1].data_ptr());
   T* grad_v = static_cast<T*>(ctx.outputs[2].data_ptr());
@@ -206,6 +255,7 @@ void backward(KernelContext& ctx) {
   parallel_for(0, p.batch, 1, [&](int64_t begin, int64_t end) {
     std::vector<C> q_buf, k_buf, v_buf, do_buf, o_buf, dq, dk, dv, row_dot;
     std::vector<C> probs(static_cast<size_t>(kQueryTile * kKeyTile)), dprobs(static_cast<size_t>(kQueryTile * kKeyTile));
+    std::vector<C> kept(static_cast<size_t>(kQueryTile * kKeyTile)), keep(static_cast<size_t>(kQueryTile * kKeyTile));
     for (int64_t b = begin; b < end; ++b) {
       const C* qb = as_compute<C>(q + b * p.l * p.e, p.l * p.e, q_buf);
       const C* kb = as_compute<C>(k + b * p.s * p.e, p.s * p.e, k_buf);
@@ -236,9 +286,20 @@ void backward(KernelContext& ctx) {
             C* prob = probs.data() + r * cols;
             for (int64_t c = 0; c < cols; ++c) prob[c] = row_lse == -std::numeric_limits<C>::infinity() ? C(0) : std::exp(prob[c] - row_lse);
           }
+          // With dropout the output read the kept weights Z * P / (1 - p): dV takes those, and the
+          // gradient of P is that of the kept weights times the same Z / (1 - p).
+          const C* weights = probs.data();
+          if (dropout.active()) {
+            for (int64_t r = 0; r < rows; ++r) dropout.row_scales(p, b, i0 + r, j0, cols, keep.data() + r * cols);
+            for (int64_t x = 0; x < rows * cols; ++x) kept[static_cast<size_t>(x)] = probs[static_cast<size_t>(x)] * keep[static_cast<size_t>(x)];
+            weights = kept.data();
+          }
           // dV_j += P^T dO_i;  dP = dO_i V_j^T
-          gemm(true, false, cols, p.ev, rows, C(1), probs.data(), cols, dob + i0 * p.ev, p.ev, C(1), dv.data() + j0 * p.ev, p.ev);
+          gemm(true, false, cols, p.ev, rows, C(1), weights, cols, dob + i0 * p.ev, p.ev, C(1), dv.data() + j0 * p.ev, p.ev);
           gemm(false, true, rows, cols, p.ev, C(1), dob + i0 * p.ev, p.ev, vb + j0 * p.ev, p.ev, C(0), dprobs.data(), cols);
+          if (dropout.active()) {
+            for (int64_t x = 0; x < rows * cols; ++x) dprobs[static_cast<size_t>(x)] *= keep[static_cast<size_t>(x)];
+          }
           // dS = P * (dP - D_i), into dprobs.
           for (int64_t r = 0; r < rows; ++r) {
             const C d = row_dot[static_cast<size_t>(i0 + r)];
@@ -260,6 +321,10 @@ FLOW_REGISTER_KERNEL("flash_attention", DeviceType::kCPU, {kFloat32}, (forward<f
 FLOW_REGISTER_KERNEL("flash_attention", DeviceType::kCPU, {kFloat64}, (forward<double, double>));
 FLOW_REGISTER_KERNEL("flash_attention", DeviceType::kCPU, {kBFloat16}, (forward<BFloat16, float>));
 FLOW_REGISTER_KERNEL("flash_attention", DeviceType::kCPU, {kFloat16}, (forward<Half, float>));
+FLOW_REGISTER_KERNEL("flash_attention_dropout", DeviceType::kCPU, {kFloat32}, (forward<float, float>));
+FLOW_REGISTER_KERNEL("flash_attention_dropout", DeviceType::kCPU, {kFloat64}, (forward<double, double>));
+FLOW_REGISTER_KERNEL("flash_attention_dropout", DeviceType::kCPU, {kBFloat16}, (forward<BFloat16, float>));
+FLOW_REGISTER_KERNEL("flash_attention_dropout", DeviceType::kCPU, {kFloat16}, (forward<Half, float>));
 FLOW_REGISTER_KERNEL("flash_attention_grad", DeviceType::kCPU, {kFloat32}, (backward<float, float>));
 FLOW_REGISTER_KERNEL("flash_attention_grad", DeviceType::kCPU, {kFloat64}, (backward<double, double>));
 FLOW_REGISTER_KERNEL("flash_attention_grad", DeviceType::kCPU, {kBFloat16}, (backward<BFloat16, float>));
