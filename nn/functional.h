@@ -18,6 +18,7 @@ using flow::relu;
 using flow::sigmoid;
 using flow::silu;
 using flow::softmax;
+using flow::softplus;
 using flow::tanh;
 
 Tensor relu6(const Tensor& input);
