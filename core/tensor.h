@@ -184,6 +184,9 @@ class Tensor {
   Tensor sqrt() const;
   Tensor pow(const Scalar& exponent) const;
   Tensor softmax(int64_t dim) const;
+  // The lower / upper triangle of the last two dims (core/ops/triangular.h).
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
 
  private:
   const TensorImpl& checked() const;

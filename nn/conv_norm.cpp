@@ -184,6 +184,19 @@ std::string LayerNorm::extra_repr() const {
 
 Tensor LayerNorm::forward(const Tensor& input) { return functional::layer_norm(input, normalized_shape_, weight, bias, eps_); }
 
+RMSNorm::RMSNorm(std::vector<int64_t> normalized_shape, std::optional<double> eps, bool elementwise_affine)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  if (elementwise_affine) weight = register_parameter("weight", ones(Shape(normalized_shape_)));
+}
+
+std::string RMSNorm::extra_repr() const {
+  std::string dims;
+  for (int64_t d : normalized_shape_) dims += std::to_string(d) + ",";
+  return "(" + dims + "), eps=" + (eps_ ? number(*eps_) : "None") + ", elementwise_affine=" + (weight.defined() ? "True" : "False");
+}
+
+Tensor RMSNorm::forward(const Tensor& input) { return functional::rms_norm(input, normalized_shape_, weight, eps_); }
+
 GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine)
     : num_groups_(num_groups), num_channels_(num_channels), eps_(eps) {
   if (num_groups < 1 || num_channels % num_groups) fail("GroupNorm", "num_channels ", num_channels, " must be divisible by num_groups ", num_groups);
@@ -203,13 +216,26 @@ Tensor GroupNorm::forward(const Tensor& input) {
   return functional::group_norm(input, num_groups_, weight, bias, eps_);
 }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx)
+    : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {
+  if (padding_idx) {
+    FLOW_ARG_CHECK(*padding_idx >= -num_embeddings && *padding_idx < num_embeddings, "Embedding",
+                   "Padding_idx must be within num_embeddings, got ", *padding_idx, " for ", num_embeddings, " embeddings");
+    padding_idx_ = *padding_idx < 0 ? *padding_idx + num_embeddings : *padding_idx;
+  }
   weight = register_parameter("weight", empty({num_embeddings, embedding_dim}));
   init::normal_(weight);
+  if (padding_idx_) {
+    autograd::NoGradGuard no_grad;
+    weight.select(0, *padding_idx_).fill_(0);
+  }
 }
 
-std::string Embedding::extra_repr() const { return std::to_string(num_embeddings_) + ", " + std::to_string(embedding_dim_); }
+std::string Embedding::extra_repr() const {
+  return std::to_string(num_embeddings_) + ", " + std::to_string(embedding_dim_) +
+         (padding_idx_ ? ", padding_idx=" + std::to_string(*padding_idx_) : "");
+}
 
-Tensor Embedding::forward(const Tensor& indices) { return functional::embedding(indices, weight); }
+Tensor Embedding::forward(const Tensor& indices) { return functional::embedding(indices, weight, padding_idx_); }
 
 }  // namespace flow::nn

@@ -154,6 +154,21 @@ class LayerNorm : public Module {
   double eps_;
 };
 
+// Root-mean-square normalisation over the trailing normalized_shape dims (PyTorch 2.4's
+// nn.RMSNorm): eps std::nullopt takes the input dtype's machine epsilon at each call.
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(std::vector<int64_t> normalized_shape, std::optional<double> eps = std::nullopt, bool elementwise_affine = true);
+  std::string name() const override { return "RMSNorm"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
+  Tensor weight;
+
+ private:
+  std::vector<int64_t> normalized_shape_;
+  std::optional<double> eps_;
+};
+
 class GroupNorm : public Module {
  public:
   GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
@@ -167,9 +182,11 @@ class GroupNorm : public Module {
   double eps_;
 };
 
+// A lookup table of num_embeddings rows. With padding_idx (negative counts from the end) that row
+// starts at zeros and receives no gradient, as in PyTorch.
 class Embedding : public Module {
  public:
-  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
   std::string name() const override { return "Embedding"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& indices) override;
@@ -177,6 +194,7 @@ class Embedding : public Module {
 
  private:
   int64_t num_embeddings_, embedding_dim_;
+  std::optional<int64_t> padding_idx_;  // wrapped to [0, num_embeddings)
 };
 
 }  // namespace flow::nn

@@ -1,6 +1,7 @@
 #include "nn/functional.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/grad_mode.h"
 
@@ -99,11 +100,46 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
   return affine(y, weight, bias, channel_shape(input.size(1), input.dim()));
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight) {
+Tensor rms_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape, const Tensor& weight, std::optional<double> eps) {
+  const int64_t normalized_ndim = static_cast<int64_t>(normalized_shape.size());
+  FLOW_ARG_CHECK(normalized_ndim >= 1, "rms_norm",
+                 "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but got normalized_shape = ",
+                 Shape(normalized_shape));
+  FLOW_ARG_CHECK(!weight.defined() || weight.shape() == Shape(normalized_shape), "rms_norm",
+                 "Expected weight to be of same shape as normalized_shape, but got weight of shape ", weight.shape(),
+                 " and normalized_shape = ", Shape(normalized_shape));
+  const Shape& shape = input.shape();
+  bool matches = input.dim() >= normalized_ndim;
+  for (int64_t i = 0; matches && i < normalized_ndim; ++i) matches = shape[input.dim() - normalized_ndim + i] == normalized_shape[i];
+  if (!matches) {
+    std::string expected = "(*";
+    for (int64_t size : normalized_shape) expected += ", " + std::to_string(size);
+    fail("rms_norm", "Given normalized_shape=", Shape(normalized_shape), ", expected input with shape ", expected, "), but got input of size ",
+         shape);
+  }
+  FLOW_ARG_CHECK(input.is_floating_point(), "rms_norm", "expected a floating point input, got ", dtype_name(input.dtype()));
+  std::vector<int64_t> dims;
+  for (int64_t d = input.dim() - normalized_ndim; d < input.dim(); ++d) dims.push_back(d);
+  const double default_eps = input.dtype() == kFloat64 ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
+  const Tensor y = input * rsqrt(mean(pow(input, 2), dims, true) + eps.value_or(default_eps));
+  return weight.defined() ? y * weight : y;
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
   if (weight.dim() != 2) fail("embedding", "weight must be 2-d (num_embeddings, embedding_dim), got ", weight.shape());
+  const int64_t rows = weight.size(0);
+  FLOW_ARG_CHECK(!padding_idx || (*padding_idx >= -rows && *padding_idx < rows), "embedding", "Padding_idx must be within num_embeddings, got ",
+                 *padding_idx, " for ", rows, " embeddings");
   Shape out = indices.shape();
   out.push_back(weight.size(1));
-  return index_select(weight, 0, indices.reshape({-1})).reshape(out);
+  const Tensor flat = indices.reshape({-1});
+  Tensor selected = index_select(weight, 0, flat);
+  if (padding_idx) {
+    // The padding positions take the row's value from a detached copy, so no gradient reaches it.
+    const int64_t row = *padding_idx < 0 ? *padding_idx + rows : *padding_idx;
+    selected = where(eq(flat, row).unsqueeze(1), selected.detach(), selected);
+  }
+  return selected.reshape(out);
 }
 
 Tensor relu6(const Tensor& input) { return clamp(input, 0, 6); }

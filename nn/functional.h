@@ -18,6 +18,7 @@ using flow::relu;
 using flow::sigmoid;
 using flow::silu;
 using flow::softmax;
+using flow::softplus;
 using flow::tanh;
 
 Tensor relu6(const Tensor& input);
@@ -32,7 +33,14 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                   const Tensor& bias = Tensor(), bool training = false, double momentum = 0.1, double eps = 1e-5);
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   double eps = 1e-5);
-Tensor embedding(const Tensor& indices, const Tensor& weight);
+// x / sqrt(mean(x^2) + eps) * weight over the last normalized_shape.size() dims, as PyTorch's
+// composite: eps defaults to the machine epsilon of the computation type (float for float16 and
+// bfloat16 inputs, as PyTorch's opmath type), and the gradient comes from the primitives'.
+Tensor rms_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
+// Rows of weight at indices. The row at padding_idx (negative counts from the end) receives no
+// gradient: its positions in the output pass none back.
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
 
 // PyTorch's scaled_dot_product_attention: softmax(query @ key^T * scale + mask) @ value, with
 // dropout on the attention weights. query (..., L, E), key (..., S, E), value (..., S, Ev);

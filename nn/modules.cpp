@@ -12,6 +12,11 @@ std::string format_double(double value) {
   out << value;
   return out.str();
 }
+// A double as Python prints a float: integral values keep a ".0" (PyTorch's float defaults print so).
+std::string python_float(double value) {
+  const std::string text = format_double(value);
+  return text.find_first_of(".ein") == std::string::npos ? text + ".0" : text;
+}
 }  // namespace
 
 Linear::Linear(const LinearOptions& options) : options_(options) {
@@ -48,6 +53,8 @@ Dropout::Dropout(double p) : p_(p) {
 std::string Dropout::extra_repr() const { return "p=" + format_double(p_) + ", inplace=False"; }
 
 std::string LeakyReLU::extra_repr() const { return "negative_slope=" + format_double(negative_slope_); }
+
+std::string Softplus::extra_repr() const { return "beta=" + python_float(beta_) + ", threshold=" + python_float(threshold_); }
 
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;

@@ -84,6 +84,18 @@ class LeakyReLU : public Module {
   double negative_slope_;
 };
 
+// log(1 + exp(beta * x)) / beta, linear where beta * x > threshold.
+class Softplus : public Module {
+ public:
+  explicit Softplus(double beta = 1.0, double threshold = 20.0) : beta_(beta), threshold_(threshold) {}
+  std::string name() const override { return "Softplus"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override { return softplus(input, beta_, threshold_); }
+
+ private:
+  double beta_, threshold_;
+};
+
 class GELU : public Module {
  public:
   explicit GELU(std::string approximate = "none") : approximate_(std::move(approximate)) {}

@@ -99,6 +99,16 @@ const OpDef& kSilu = unary("silu", [](const VjpContext& ctx) {
   return TensorList{ctx.grad() * s * (1.0 + x * (1.0 - s))};
 });
 
+// sigmoid(beta * x) below the threshold, 1 above it (where the forward is x itself); written in
+// functional ops, so second order comes from sigmoid's and where's vjps.
+const OpDef& kSoftplus = unary(
+    "softplus",
+    [](const VjpContext& ctx) {
+      const Tensor scaled = x0(ctx) * ctx.attrs.get<double>("beta");
+      return TensorList{where(gt(scaled, ctx.attrs.get<double>("threshold")), ctx.grad(), ctx.grad() * sigmoid(scaled))};
+    },
+    {{"beta", AttrType::kDouble}, {"threshold", AttrType::kDouble}});
+
 // gelu's derivative has no short functional form (erf is not an op), so it is an op of its own.
 const OpDef& kGeluGrad = OpBuilder("gelu_grad")
                              .inputs({"grad", "input"})
@@ -164,6 +174,9 @@ Tensor tanh(const Tensor& input) { return run(kTanh, floating(input)); }
 Tensor sigmoid(const Tensor& input) { return run(kSigmoid, floating(input)); }
 Tensor relu(const Tensor& input) { return run(kRelu, input); }
 Tensor silu(const Tensor& input) { return run(kSilu, floating(input)); }
+Tensor softplus(const Tensor& input, double beta, double threshold) {
+  return run(kSoftplus, floating(input), Attrs().set("beta", beta).set("threshold", threshold));
+}
 
 Tensor gelu(const Tensor& input, const std::string& approximate) {
   return run(kGelu, floating(input), Attrs().set("approximate", approximate));

@@ -22,6 +22,9 @@ Tensor relu(const Tensor& input);
 // approximate: "none" (erf form, the default) or "tanh", as in PyTorch.
 Tensor gelu(const Tensor& input, const std::string& approximate = "none");
 Tensor silu(const Tensor& input);
+// log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (for stability), as
+// torch.nn.functional.softplus.
+Tensor softplus(const Tensor& input, double beta = 1.0, double threshold = 20.0);
 Tensor clamp(const Tensor& input, std::optional<Scalar> min, std::optional<Scalar> max);
 Tensor logical_not(const Tensor& input);
 

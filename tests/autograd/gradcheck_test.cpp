@@ -35,6 +35,13 @@ std::vector<Case> cases() {
       {"gelu", [](L x) { return flow::gelu(x[0]); }, {{6}}},
       {"gelu_tanh", [](L x) { return flow::gelu(x[0], "tanh"); }, {{6}}},
       {"silu", [](L x) { return flow::silu(x[0]); }, {{6}}},
+      {"softplus", [](L x) { return flow::softplus(x[0]); }, {{6}}, -3, 3},
+      // beta * x crosses the threshold 1 at x = 0.5: both branches (the seeded draws keep clear of it).
+      {"softplus_beta_threshold", [](L x) { return flow::softplus(x[0], 2, 1); }, {{8}}, -3, 3},
+      {"tril", [](L x) { return flow::tril(x[0], -1); }, {{2, 3, 4}}},
+      {"triu", [](L x) { return x[0].triu(1); }, {{4, 3}}},
+      {"cumsum", [](L x) { return flow::cumsum(x[0], 1); }, {{2, 5, 3}}},
+      {"cumsum_last", [](L x) { return flow::cumsum(x[0], -1); }, {{3, 4}}},
       {"clamp", [](L x) { return flow::clamp(x[0], -0.5, 0.5); }, {{8}}},
       {"add_broadcast", [](L x) { return x[0] + x[1]; }, {{2, 3}, {3}}},
       {"sub_alpha", [](L x) { return flow::sub(x[0], x[1], 2.0); }, {{2, 1}, {1, 3}}},
@@ -117,6 +124,33 @@ TEST(Gradcheck, SecondOrderThroughComposites) {
         return flow::autograd::grad({y}, {in[0]}, {}, false, /*create_graph=*/true)[0];
       },
       {x}));
+}
+
+// Second order through the new ops' vjps: softplus's is functional (sigmoid, where), cumsum's is a
+// reversed cumsum whose own vjp runs forward again, tril's is tril.
+TEST(Gradcheck, SecondOrderThroughSoftplusCumsumAndTril) {
+  flow::manual_seed(12);
+  const auto second_order = [](const std::function<Tensor(const Tensor&)>& f) {
+    return [f](const TensorList& in) {
+      Tensor y = flow::sum(f(in[0]) * f(in[0]));  // quadratic in f, so the second derivative reads f's first
+      return flow::autograd::grad({y}, {in[0]}, {}, false, /*create_graph=*/true)[0];
+    };
+  };
+  EXPECT_TRUE(gradcheck(second_order([](const Tensor& x) { return flow::softplus(x, 2, 1); }), {grad_input({6}, -2, 2)}));
+  EXPECT_TRUE(gradcheck(second_order([](const Tensor& x) { return flow::softplus(x); }), {grad_input({4}, -3, 3)}));
+  EXPECT_TRUE(gradcheck(second_order([](const Tensor& x) { return flow::cumsum(x * x, 1); }), {grad_input({2, 4})}));
+  EXPECT_TRUE(gradcheck(second_order([](const Tensor& x) { return flow::tril(x * x, 1); }), {grad_input({3, 3})}));
+}
+
+TEST(Gradcheck, HandComputedCumsumAndTrilGradients) {
+  Tensor x = flow::randn({2, 4}).requires_grad_(true);
+  const Tensor weights = flow::tensor<float>({1, 2, 3, 4, 5, 6, 7, 8}, Shape{2, 4});
+  flow::sum(flow::cumsum(x, 1) * weights).backward();
+  // d/dx_j sum_i w_i cumsum_i = sum_{i >= j} w_i: the reversed cumsum of the weights.
+  EXPECT_EQ(x.grad().tolist<float>(), (std::vector<float>{10, 9, 7, 4, 26, 21, 15, 8}));
+  Tensor m = flow::randn({2, 3, 3}).requires_grad_(true);
+  flow::sum(flow::tril(m, -1) * 2.0).backward();
+  EXPECT_EQ(m.grad().tolist<float>(), flow::tril(flow::full({2, 3, 3}, 2.0), -1).tolist<float>());
 }
 
 TEST(Gradcheck, SecondOrderThroughViewWritesAndBinaryCrossEntropy) {

@@ -39,6 +39,10 @@ std::vector<UnaryCase> cases() {
        [](double x) { return std::min(1.0, std::max(-0.5, x)); }, -3, 3},
       {"clamp_min", [](const Tensor& x) { return flow::clamp(x, 0.25, std::nullopt); },
        [](double x) { return std::max(0.25, x); }, -3, 3},
+      {"softplus", [](const Tensor& x) { return flow::softplus(x); }, [](double x) { return std::log(1 + std::exp(x)); }, -5, 5},
+      // Both sides of the threshold: linear where 2x > 1.
+      {"softplus_beta_threshold", [](const Tensor& x) { return flow::softplus(x, 2, 1); },
+       [](double x) { return 2 * x > 1 ? x : std::log(1 + std::exp(2 * x)) / 2; }, -3, 3},
   };
 }
 }  // namespace
@@ -99,6 +103,18 @@ TEST(Unary, IntegerInputs) {
   EXPECT_EQ(flow::clamp(i, 0.5, std::nullopt).dtype(), flow::kFloat32);
   EXPECT_EQ(flow::sign(flow::tensor<float>({-2, 0, 3})).tolist<float>(), (std::vector<float>{-1, 0, 1}));
   EXPECT_EQ(flow::logical_not(flow::tensor<int32_t>({0, 5})).tolist<bool>(), (std::vector<bool>{true, false}));
+}
+
+TEST(Unary, SoftplusIsLinearAboveTheThresholdAndFiniteEverywhere) {
+  const auto y = flow::softplus(flow::tensor<float>({100, 20, 20.5f, -100, 0})).tolist<float>();
+  EXPECT_EQ(y[0], 100.f);                          // exp(100) overflows float32: the linear branch
+  EXPECT_FLOAT_EQ(y[1], std::log1p(std::exp(20.f)));  // 20 is not above the threshold 20
+  EXPECT_EQ(y[2], 20.5f);
+  EXPECT_FLOAT_EQ(y[3], std::log1p(std::exp(-100.f)));
+  EXPECT_FLOAT_EQ(y[4], std::log(2.f));
+  // beta scales the threshold's test: 0.5 * 30 = 15 <= 20 stays on the log branch.
+  EXPECT_NEAR(flow::softplus(flow::tensor<double>({30}), 0.5).item<double>(), std::log1p(std::exp(15.0)) / 0.5, 1e-12);
+  EXPECT_EQ(flow::softplus(flow::tensor<int64_t>({0})).dtype(), flow::kFloat32);
 }
 
 TEST(Unary, NanPropagates) {

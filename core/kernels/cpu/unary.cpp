@@ -44,6 +44,15 @@ void gelu_grad_kernel(KernelContext& ctx) {
   });
 }
 
+// PyTorch's formula and order of operations (log1p of exp), linear above the threshold.
+void softplus_kernel(KernelContext& ctx) {
+  const double beta = ctx.attrs.get<double>("beta"), threshold = ctx.attrs.get<double>("threshold");
+  FLOW_DISPATCH_FLOATING(ctx.inputs[0].dtype(), "softplus", [&]<typename T>() {
+    const T b = static_cast<T>(beta), t = static_cast<T>(threshold);
+    unary_loop<T, T>(ctx.outputs[0], ctx.inputs[0], [b, t](T x) { return x * b > t ? x : std::log1p(std::exp(x * b)) / b; });
+  });
+}
+
 void relu_grad_kernel(KernelContext& ctx) {
   FLOW_DISPATCH_NUMERIC(ctx.inputs[0].dtype(), "relu_grad", [&]<typename T>() {
     binary_loop<T, T, T>(ctx.outputs[0], ctx.inputs[0], ctx.inputs[1], [](T g, T y) { return math::relu_grad(g, y); });
@@ -96,6 +105,7 @@ FLOW_REGISTER_KERNEL("cos", DeviceType::kCPU, kFloating, floating_kernel("cos", 
 FLOW_REGISTER_KERNEL("tanh", DeviceType::kCPU, kFloating, floating_kernel("tanh", [](auto x) { return std::tanh(x); }));
 FLOW_REGISTER_KERNEL("sigmoid", DeviceType::kCPU, kFloating, floating_kernel("sigmoid", [](auto x) { return math::sigmoid(x); }));
 FLOW_REGISTER_KERNEL("silu", DeviceType::kCPU, kFloating, floating_kernel("silu", [](auto x) { return math::silu(x); }));
+FLOW_REGISTER_KERNEL("softplus", DeviceType::kCPU, kFloating, softplus_kernel);
 FLOW_REGISTER_KERNEL("gelu", DeviceType::kCPU, kFloating, gelu_kernel);
 FLOW_REGISTER_KERNEL("gelu_grad", DeviceType::kCPU, kFloating, gelu_grad_kernel);
 FLOW_REGISTER_KERNEL("clamp", DeviceType::kCPU, kNumeric, clamp_kernel);
