@@ -1,7 +1,7 @@
 // Causal self-attention forward + backward, fused (flow::flash_attention) or composite (matmul,
 // masked_fill, softmax, matmul: the formula GPT-2 used before), float32 or bfloat16, timed; and the
 // process's peak resident memory, so run one configuration per process (bench/attention_bench.sh).
-// Prints: "attention <impl> <dtype> B <b> H <h> T <t> D <d> threads <n> ms <median> peak_rss_mb <mb>".
+// Prints: "attention <impl> <dtype> dropout <p> B <b> H <h> T <t> D <d> threads <n> ms <median> peak_rss_mb <mb>".
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -19,14 +19,18 @@ namespace {
 struct Options {
   std::string impl = "fused", dtype = "float32";
   int64_t batch = 1, heads = 4, length = 1024, head_dim = 64;
+  double dropout = 0.0;
   int steps = 5;
 };
 
-flow::Tensor composite(const flow::Tensor& q, const flow::Tensor& k, const flow::Tensor& v) {
+flow::Tensor composite(const flow::Tensor& q, const flow::Tensor& k, const flow::Tensor& v, double dropout) {
   const int64_t t = q.size(-2);
   const flow::Tensor future = flow::gt(flow::arange(t).unsqueeze(0), flow::arange(t).unsqueeze(1));
   const flow::Tensor scores = flow::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-  return flow::matmul(flow::softmax(flow::masked_fill(scores, future, -INFINITY), -1), v);
+  flow::Tensor weights = flow::softmax(flow::masked_fill(scores, future, -INFINITY), -1);
+  // nn::functional::dropout's formula (this benchmark links no nn).
+  if (dropout > 0) weights = flow::where(flow::lt(flow::rand_like(weights), 1.0 - dropout), weights * (1.0 / (1.0 - dropout)), 0);
+  return flow::matmul(weights, v);
 }
 
 }  // namespace
@@ -40,6 +44,7 @@ int main(int argc, char** argv) {
   app.add_option("--heads", o.heads, "heads")->check(flow::cli::at_least<int64_t>(1))->capture_default_str();
   app.add_option("--length", o.length, "tokens")->check(flow::cli::at_least<int64_t>(1))->capture_default_str();
   app.add_option("--head-dim", o.head_dim, "features per head")->check(flow::cli::at_least<int64_t>(1))->capture_default_str();
+  app.add_option("--dropout", o.dropout, "dropout on the attention weights")->check(CLI::Range(0.0, 0.99))->capture_default_str();
   app.add_option("--steps", o.steps, "timed steps after one warm-up (the median counts)")->check(flow::cli::at_least(1))->capture_default_str();
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
 
@@ -53,14 +58,15 @@ int main(int argc, char** argv) {
   std::vector<double> ms;
   for (int step = 0; step <= o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    const flow::Tensor out = o.impl == "fused" ? flow::flash_attention(q, k, v, flow::Tensor(), true) : composite(q, k, v);
+    const flow::Tensor out =
+        o.impl == "fused" ? flow::flash_attention(q, k, v, flow::Tensor(), true, std::nullopt, o.dropout) : composite(q, k, v, o.dropout);
     flow::autograd::grad({out}, {q, k, v}, {grad});
     if (step > 0) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(ms.begin(), ms.end());
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  std::cout << "attention " << o.impl << " " << o.dtype << " B " << o.batch << " H " << o.heads << " T " << o.length << " D " << o.head_dim
+  std::cout << "attention " << o.impl << " " << o.dtype << " dropout " << o.dropout << " B " << o.batch << " H " << o.heads << " T " << o.length << " D " << o.head_dim
             << " threads " << flow::get_num_threads() << " ms " << ms[ms.size() / 2] << " peak_rss_mb " << usage.ru_maxrss / 1024.0
             << std::endl;
   return 0;
