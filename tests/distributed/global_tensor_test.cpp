@@ -178,6 +178,30 @@ TEST_F(GlobalTensor, ColumnAndRowParallelLinearEqualOneProcess) {
   EXPECT_EQ(w1_global.grad().to_local().shape(), w1_global.to_local().shape());
 }
 
+// Tensor-parallel attention: query, key and value split over heads run the fused kernel on each
+// rank's heads (its sbp keeps the split), forward and backward equal to one process; a mask that
+// broadcasts over heads stays whole on every rank.
+TEST_F(GlobalTensor, FusedAttentionSplitOverHeadsEqualsOneProcess) {
+  const Placement placement = Placement::all(DeviceType::kCPU);
+  manual_seed(31);
+  const Tensor q = randn({2, 4, 6, 8}), k = randn({2, 4, 9, 8}), v = randn({2, 4, 9, 5});
+  const Tensor mask = randn({6, 9});
+  Tensor q_ref = q.clone().requires_grad_(), k_ref = k.clone().requires_grad_(), v_ref = v.clone().requires_grad_();
+  const Tensor out_ref = flash_attention(q_ref, k_ref, v_ref, mask);
+  (out_ref * out_ref).sum().backward();
+  const NdSbp b{sbp::broadcast()}, heads{sbp::split(1)};
+  auto split_heads = [&](const Tensor& t) { return t.to_global(placement, b).to_global(placement, heads).requires_grad_(); };
+  Tensor q_global = split_heads(q), k_global = split_heads(k), v_global = split_heads(v);
+  const Tensor out = flash_attention(q_global, k_global, v_global, mask.to_global(placement, b));
+  EXPECT_EQ(out.sbp(), heads);
+  expect_equal(out, out_ref, 1e-5);
+  (out * out).sum().backward();
+  expect_equal(q_global.grad(), q_ref.grad(), 1e-5);
+  expect_equal(k_global.grad(), k_ref.grad(), 1e-5);
+  expect_equal(v_global.grad(), v_ref.grad(), 1e-5);
+  EXPECT_EQ(q_global.grad().sbp(), heads);
+}
+
 // A tensor moves to another placement (a pipeline stage's ranks) and back, with gradients; ranks
 // off a placement hold no piece but take part in the ops, as every rank runs the same program.
 TEST_F(GlobalTensor, MovesBetweenPlacementsWithGradients) {
