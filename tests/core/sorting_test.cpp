@@ -153,3 +153,87 @@ TEST(Sorting, Errors) {
   EXPECT_THROW_MSG(flow::topk(flow::scalar_tensor(1.0), 2), "[topk] selected index k out of range");
   EXPECT_THROW_MSG(flow::topk(flow::zeros({2}), 1, 1), "[topk] dim 1 out of range");
 }
+
+namespace {
+// How often each category occurs among the samples.
+std::vector<double> frequencies(const Tensor& samples, int64_t categories) {
+  std::vector<double> counts(static_cast<size_t>(categories));
+  const std::vector<int64_t> drawn = samples.contiguous().tolist<int64_t>();
+  for (int64_t c : drawn) counts.at(static_cast<size_t>(c)) += 1.0 / static_cast<double>(drawn.size());
+  return counts;
+}
+
+void expect_frequencies(const std::vector<double>& got, const std::vector<double>& expected, double tolerance) {
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t c = 0; c < got.size(); ++c) EXPECT_NEAR(got[c], expected[c], tolerance) << "category " << c;
+}
+}  // namespace
+
+// Tolerances are about 5 standard deviations of the frequencies at these sample counts.
+TEST(Multinomial, WithReplacementFollowsTheWeights) {
+  flow::manual_seed(61);
+  const Tensor weights = flow::tensor<float>({1, 2, 0, 3, 4}, Shape{5});  // unnormalized, one zero
+  const Tensor samples = flow::multinomial(weights, 200000, /*replacement=*/true);
+  EXPECT_EQ(samples.dtype(), flow::kInt64);
+  EXPECT_EQ(samples.shape(), Shape{200000});
+  expect_frequencies(frequencies(samples, 5), {0.1, 0.2, 0.0, 0.3, 0.4}, 0.005);
+  // Rows draw from their own weights.
+  const Tensor rows = flow::multinomial(flow::tensor<double>({1, 0, 0, 0, 1, 3}, Shape{2, 3}), 40000, true);
+  EXPECT_EQ(rows.shape(), (Shape{2, 40000}));
+  expect_frequencies(frequencies(rows.select(0, 0), 3), {1, 0, 0}, 1e-9);  // only category 0
+  expect_frequencies(frequencies(rows.select(0, 1), 3), {0, 0.25, 0.75}, 0.011);
+}
+
+TEST(Multinomial, WithoutReplacementDrawsOneAtATimeFromTheRest) {
+  flow::manual_seed(62);
+  const int64_t rows = 50000;
+  const Tensor weights = flow::tensor<double>({1, 2, 3, 4}, Shape{1, 4}).expand({rows, 4}).contiguous();
+  const Tensor samples = flow::multinomial(weights, 4);
+  // Every row is a permutation.
+  const Tensor sorted = flow::sort(samples, 1).values;
+  EXPECT_EQ(flow::testing::values(sorted), flow::testing::values(flow::arange(4).reshape({1, 4}).expand({rows, 4})));
+  // The first draw follows the weights; the second the remaining ones:
+  // P(second = c) = sum over first = f != c of p_f * p_c / (1 - p_f).
+  const std::vector<double> p{0.1, 0.2, 0.3, 0.4};
+  std::vector<double> second(4);
+  for (size_t c = 0; c < 4; ++c) {
+    for (size_t f = 0; f < 4; ++f) second[c] += f == c ? 0 : p[f] * p[c] / (1 - p[f]);
+  }
+  expect_frequencies(frequencies(samples.select(1, 0), 4), p, 0.011);
+  expect_frequencies(frequencies(samples.select(1, 1), 4), second, 0.011);
+  // Zero weights are drawn only once the positive ones are used up (as in PyTorch).
+  const Tensor sparse = flow::multinomial(flow::tensor<float>({0, 5, 0, 1}, Shape{4}), 2);
+  EXPECT_EQ(flow::sort(sparse).values.tolist<int64_t>(), (std::vector<int64_t>{1, 3}));
+}
+
+TEST(Multinomial, ReproducibleFromTheSeed) {
+  const Tensor weights = flow::rand({3, 20}, flow::kFloat64) + 0.01;
+  for (bool replacement : {false, true}) {
+    flow::manual_seed(7);
+    const Tensor first = flow::multinomial(weights, 10, replacement);
+    const Tensor next = flow::multinomial(weights, 10, replacement);
+    flow::manual_seed(7);
+    EXPECT_EQ(flow::multinomial(weights, 10, replacement).tolist<int64_t>(), first.tolist<int64_t>());
+    EXPECT_NE(next.tolist<int64_t>(), first.tolist<int64_t>());  // later calls draw fresh counters
+  }
+}
+
+TEST(Multinomial, Errors) {
+  const Tensor w = flow::ones({2, 3});
+  EXPECT_THROW_MSG(flow::multinomial(flow::ones({2, 2, 2}), 1), "[multinomial] prob_dist must be 1 or 2 dim, got 3");
+  EXPECT_THROW_MSG(flow::multinomial(flow::ones({3}, flow::kInt64), 1), "[multinomial] only supports floating-point dtypes for input, got int64");
+  EXPECT_THROW_MSG(flow::multinomial(w, 0), "[multinomial] cannot sample n_sample <= 0 samples");
+  EXPECT_THROW_MSG(flow::multinomial(w, 4), "[multinomial] cannot sample n_sample > prob_dist.size(-1) samples without replacement (4 > 3)");
+  EXPECT_NO_THROW(flow::multinomial(w, 4, true));
+  const auto with = [](std::vector<float> v) { return flow::tensor<float>(v, Shape{static_cast<int64_t>(v.size())}); };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Tensor& bad : {with({1, -1}), with({1, inf}), with({nan, 1})}) {
+    EXPECT_THROW_MSG(flow::multinomial(bad, 1), "[multinomial] probability tensor contains either `inf`, `nan` or element < 0");
+  }
+  EXPECT_THROW_MSG(flow::multinomial(flow::tensor<float>({1, 1, 0, 0}, Shape{2, 2}), 1), "[multinomial] invalid multinomial distribution (sum of probabilities <= 0)");
+  // Many draws with replacement check entry by entry, as PyTorch's kernel for them does.
+  EXPECT_THROW_MSG(flow::multinomial(with({1, -1}), 2, true), "[multinomial] invalid multinomial distribution (encountering probability entry < 0)");
+  EXPECT_THROW_MSG(flow::multinomial(with({nan, 1}), 2, true), "[multinomial] invalid multinomial distribution (encountering probability entry < 0)");
+  EXPECT_THROW_MSG(flow::multinomial(with({1, inf}), 2, true), "[multinomial] invalid multinomial distribution (encountering probability entry = infinity or NaN)");
+  EXPECT_THROW_MSG(flow::multinomial(with({0, 0}), 2, true), "[multinomial] invalid multinomial distribution (sum of probabilities <= 0)");
+}
