@@ -14,6 +14,7 @@
 #include "core/ops/norm.h"
 #include "core/ops/reduce.h"
 #include "core/ops/softmax.h"
+#include "core/ops/sorting.h"
 #include "core/ops/strided.h"
 #include "core/ops/triangular.h"
 #include "core/ops/unary.h"

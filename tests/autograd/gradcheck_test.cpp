@@ -42,6 +42,11 @@ std::vector<Case> cases() {
       {"triu", [](L x) { return x[0].triu(1); }, {{4, 3}}},
       {"cumsum", [](L x) { return flow::cumsum(x[0], 1); }, {{2, 5, 3}}},
       {"cumsum_last", [](L x) { return flow::cumsum(x[0], -1); }, {{3, 4}}},
+      // The seeded draws are distinct, so a small step never reorders them.
+      {"sort", [](L x) { return flow::sort(x[0], 0).values; }, {{4, 3}}},
+      {"sort_descending", [](L x) { return flow::sort(x[0], -1, true).values; }, {{2, 5}}},
+      {"topk", [](L x) { return flow::topk(x[0], 2, 1).values; }, {{3, 4}}},
+      {"topk_smallest_unsorted", [](L x) { return flow::topk(x[0], 3, 0, false, false).values; }, {{5, 2}}},
       {"clamp", [](L x) { return flow::clamp(x[0], -0.5, 0.5); }, {{8}}},
       {"add_broadcast", [](L x) { return x[0] + x[1]; }, {{2, 3}, {3}}},
       {"sub_alpha", [](L x) { return flow::sub(x[0], x[1], 2.0); }, {{2, 1}, {1, 3}}},
@@ -151,6 +156,24 @@ TEST(Gradcheck, HandComputedCumsumAndTrilGradients) {
   Tensor m = flow::randn({2, 3, 3}).requires_grad_(true);
   flow::sum(flow::tril(m, -1) * 2.0).backward();
   EXPECT_EQ(m.grad().tolist<float>(), flow::tril(flow::full({2, 3, 3}, 2.0), -1).tolist<float>());
+}
+
+TEST(Gradcheck, HandComputedSortAndTopkGradients) {
+  Tensor x = flow::tensor<float>({3, 1, 2, 9}, Shape{4}).requires_grad_(true);
+  const Tensor weights = flow::tensor<float>({1, 2, 3, 4}, Shape{4});
+  // Each sorted value's weight goes back to where the value came from: ascending order is 1, 2, 3, 9.
+  flow::sum(flow::sort(x).values * weights).backward();
+  EXPECT_EQ(x.grad().tolist<float>(), (std::vector<float>{3, 1, 2, 4}));
+  Tensor y = flow::tensor<float>({3, 1, 2, 9}, Shape{4}).requires_grad_(true);
+  flow::sum(flow::topk(y, 2).values * weights.narrow(0, 0, 2)).backward();  // 9 then 3; 1 and 2 get nothing
+  EXPECT_EQ(y.grad().tolist<float>(), (std::vector<float>{2, 0, 0, 1}));
+  // Second order: the vjp is a scatter_add, whose own vjp gathers.
+  EXPECT_TRUE(gradcheck(
+      [](const TensorList& in) {
+        Tensor z = flow::sum(flow::topk(in[0] * in[0], 2, 0).values * in[0].narrow(0, 0, 2));
+        return flow::autograd::grad({z}, {in[0]}, {}, false, /*create_graph=*/true)[0];
+      },
+      {grad_input({4, 2}, 0.5, 2)}));
 }
 
 TEST(Gradcheck, SecondOrderThroughViewWritesAndBinaryCrossEntropy) {
