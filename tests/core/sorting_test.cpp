@@ -113,6 +113,12 @@ TEST(Topk, HandComputed) {
   auto scalar = flow::topk(flow::scalar_tensor(4.0), 1);
   EXPECT_EQ(scalar.values.shape(), Shape{});
   EXPECT_EQ(scalar.indices.item<int64_t>(), 0);
+  // PyTorch gives a 0-d input back (and index 0) for k = 0 too: the result has no room for none.
+  for (int64_t k : {0, 1}) {
+    auto kept = flow::topk(flow::scalar_tensor(-7.5), k);
+    EXPECT_EQ(kept.values.item<double>(), -7.5) << k;
+    EXPECT_EQ(kept.indices.item<int64_t>(), 0) << k;
+  }
 }
 
 TEST(Topk, IsThePrefixOfSortAndUnsortedChoosesTheSameSet) {

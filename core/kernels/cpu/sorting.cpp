@@ -79,8 +79,9 @@ void sort_kernel(KernelContext& ctx) {
 }
 
 void topk_kernel(KernelContext& ctx) {
-  select_lines(ctx, ctx.attrs.get<int64_t>("dim"), ctx.attrs.get<int64_t>("k"), ctx.attrs.get<bool>("largest"),
-               ctx.attrs.get<bool>("sorted"), "topk");
+  // A 0-d input's result is 0-d, its one element, whether k is 1 or 0 (PyTorch copies it).
+  const int64_t k = ctx.inputs[0].dim() == 0 ? 1 : ctx.attrs.get<int64_t>("k");
+  select_lines(ctx, ctx.attrs.get<int64_t>("dim"), k, ctx.attrs.get<bool>("largest"), ctx.attrs.get<bool>("sorted"), "topk");
 }
 
 // PyTorch's checks of the weights, with its messages: the path it takes without replacement (or
