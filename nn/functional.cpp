@@ -155,6 +155,37 @@ Tensor dropout(const Tensor& input, double p, bool training) {
   return where(keep, input * (1.0 / (1.0 - p)), 0);
 }
 
+Tensor pad(const Tensor& input, const std::vector<int64_t>& pad, const std::string& mode, double value) {
+  constexpr const char* kOp = "pad";
+  const auto pairs = static_cast<int64_t>(pad.size() / 2);
+  FLOW_ARG_CHECK(pad.size() % 2 == 0, kOp, "Padding length must be divisible by 2");
+  FLOW_ARG_CHECK(pairs <= input.dim(), kOp, "Padding length should be less than or equal to two times the input dimension but got padding length ",
+                 pad.size(), " and input of dimension ", input.dim());
+  FLOW_ARG_CHECK(mode == "constant", kOp, "mode '", mode, "' is not implemented; only 'constant' is");
+  Tensor out = input;
+  for (int64_t pair = 0; pair < pairs; ++pair) {
+    const int64_t dim = input.dim() - 1 - pair;
+    const int64_t before = pad[static_cast<size_t>(2 * pair)], after = pad[static_cast<size_t>(2 * pair + 1)];
+    const int64_t size = out.size(dim);
+    FLOW_ARG_CHECK(size + before + after >= 0, kOp, "The input size ", size, ", plus negative padding ", before, " and ", after,
+                   " resulted in a negative output size, which is invalid. Check dimension ", dim, " of your input.");
+    // Negative entries crop; positive ones add blocks of value (cat carries the gradient).
+    const int64_t crop_before = std::max<int64_t>(0, -before), crop_after = std::max<int64_t>(0, -after);
+    out = out.narrow(dim, crop_before, size - crop_before - crop_after);
+    TensorList pieces;
+    auto block = [&](int64_t length) {
+      Shape shape = out.shape();
+      shape[static_cast<size_t>(dim)] = length;
+      return full(shape, value, options_beside(out));
+    };
+    if (before > 0) pieces.push_back(block(before));
+    pieces.push_back(out);
+    if (after > 0) pieces.push_back(block(after));
+    if (pieces.size() > 1) out = cat(pieces, dim);
+  }
+  return out;
+}
+
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask,
                                     double dropout_p, bool is_causal, std::optional<double> scale) {
   constexpr const char* kOp = "scaled_dot_product_attention";

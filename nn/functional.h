@@ -41,6 +41,9 @@ Tensor rms_norm(const Tensor& input, const std::vector<int64_t>& normalized_shap
 // Rows of weight at indices. The row at padding_idx (negative counts from the end) receives no
 // gradient: its positions in the output pass none back.
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
+// PyTorch's F.pad: pad holds (before, after) pairs for the last dims, the last dim first;
+// negative entries crop. Only mode "constant" (filled with value) is implemented.
+Tensor pad(const Tensor& input, const std::vector<int64_t>& pad, const std::string& mode = "constant", double value = 0.0);
 
 // PyTorch's scaled_dot_product_attention: softmax(query @ key^T * scale + mask) @ value, with
 // dropout on the attention weights. query (..., L, E), key (..., S, E), value (..., S, Ev);
