@@ -13,7 +13,7 @@
 # (default "1 2 4 8 16") picks the counts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ -d /tmp/flow-gpu/bin ] || source scripts/gpu_env.sh
+source scripts/gpu_env.sh  # also when unpacked before: a caller's LD_LIBRARY_PATH may lack it
 data="${FASHION_MNIST:-.gpu/fashion-mnist}"
 bin=/tmp/flow-gpu/bin
 work=$(mktemp -d)
@@ -35,7 +35,8 @@ run_case() {  # name, epochs, env assignments..., -- command...
     echo "$name failed:"; tail -n 5 "$work/log"; return 1
   fi
   end=$(date +%s%N)
-  echo "$name $epochs $(( (end - start) / 1000000 ))" >> "$work/times"
+  # Printed as it goes too, so that a run cut short by its time limit still reports its cases.
+  echo "$name $epochs $(( (end - start) / 1000000 ))" | tee -a "$work/times"
 }
 
 quickstart() {  # label, env assignments...
