@@ -2,6 +2,8 @@
 // model of issue 37's thread measurements (4 layers, 256 wide, 4 heads, 128 tokens, batch 8, GPT-2's
 // vocabulary, dropout off). bench/torch_gpt_step.py is its PyTorch twin; bench/cpu_threads.sh runs
 // both at 1-16 threads. Threads: FLOW_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs.
+// --profile N prints the N ops (eager) or Graph nodes with the most self time in one more step.
+// --amp: bfloat16 autocast, printed as mode "<mode>-amp".
 // Prints: "flow-<mode> threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last> peak_rss_mb <mb>".
 #include <sys/resource.h>
 
@@ -14,6 +16,7 @@
 
 #include "cli/cli.h"
 #include "core/flow.h"
+#include "core/profiler.h"
 #include "core/thread_pool.h"
 #include "graph/graph.h"
 #include "models/gpt2.h"
@@ -29,6 +32,8 @@ struct Options {
   std::string mode = "graph";
   int64_t batch = 8, tokens = 128, layers = 4, width = 256, heads = 4, vocab = 50257;
   int warmup = 2, steps = 5;
+  int profile_rows = 0;
+  bool amp = false;
 };
 
 }  // namespace
@@ -45,6 +50,10 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", o.vocab, "vocabulary size")->check(flow::cli::at_least<int64_t>(2))->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(flow::cli::at_least(0))->capture_default_str();
   app.add_option("--steps", o.steps, "timed steps (the median counts)")->check(flow::cli::at_least(1))->capture_default_str();
+  app.add_flag("--amp", o.amp, "bfloat16 autocast (eager: flow::autocast around the forward; graph: config().enable_amp())");
+  app.add_option("--profile", o.profile_rows, "after the timed steps, profile one more and print this many rows by self time")
+      ->check(flow::cli::at_least(0))
+      ->capture_default_str();
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
 
   flow::manual_seed(0);
@@ -52,11 +61,16 @@ int main(int argc, char** argv) {
   auto model = std::make_shared<models::GPT2LMHeadModel>(config);
   auto optimizer = std::make_shared<flow::optim::AdamW>(model->parameters(), flow::optim::AdamWOptions(1e-4));
   test_graphs::LanguageModelTrainGraph graph(model, optimizer);
+  if (o.amp) graph.config().enable_amp(true, flow::kBFloat16);
   const Tensor ids = flow::randint(0, o.vocab, {o.batch, o.tokens});
   auto step = [&]() -> double {
     if (o.mode == "graph") return graph(ids, ids).at(0).item<double>();
     optimizer->zero_grad();
-    Tensor loss = model->loss(ids, ids);
+    Tensor loss;
+    {
+      flow::autocast guard(flow::kBFloat16, o.amp);
+      loss = model->loss(ids, ids);
+    }
     loss.backward();
     optimizer->step();
     return loss.item<double>();
@@ -75,7 +89,13 @@ int main(int argc, char** argv) {
   const double median = seconds[static_cast<size_t>(o.steps / 2)];
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  std::printf("flow-%s threads %d ms/step %.1f tokens/s %.0f loss %.4f -> %.4f peak_rss_mb %.1f\n", o.mode.c_str(), flow::get_num_threads(),
+  if (o.profile_rows > 0) {
+    flow::profiler::Profile profile;
+    step();
+    profile.stop();
+    std::printf("%s", profile.key_averages().table("self", o.profile_rows).c_str());
+  }
+  std::printf("flow-%s%s threads %d ms/step %.1f tokens/s %.0f loss %.4f -> %.4f peak_rss_mb %.1f\n", o.mode.c_str(), o.amp ? "-amp" : "", flow::get_num_threads(),
               median * 1e3, static_cast<double>(o.batch * o.tokens) / median, first_loss, last_loss, static_cast<double>(usage.ru_maxrss) / 1024.0);
   return 0;
 }

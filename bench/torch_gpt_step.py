@@ -2,7 +2,7 @@
 AdamW lr 1e-4) with GPT-2's architecture (pre-norm blocks, causal attention through
 F.scaled_dot_product_attention, or a masked softmax before PyTorch 2.0, GELU tanh, the LM head tied
 to the token embedding, N(0, 0.02) initialisation, dropout off), with the same sizes and flags;
-eager, or with --compile through torch.compile. Threads: --threads (torch.set_num_threads), else
+eager, or with --compile through torch.compile; --amp: bfloat16 autocast. Threads: --threads (torch.set_num_threads), else
 PyTorch's default.
 Prints: "torch-<mode> threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last>"."""
 import argparse
@@ -66,6 +66,7 @@ def main():
     for name, default in [("batch", 8), ("tokens", 128), ("layers", 4), ("width", 256), ("heads", 4), ("vocab", 50257),
                           ("warmup", 2), ("steps", 5), ("threads", 0)]:
         parser.add_argument("--" + name, type=int, default=default)
+    parser.add_argument("--amp", action="store_true", help="bfloat16 autocast around the forward (torch.autocast)")
     parser.add_argument("--compile", action="store_true", help="time torch.compile(step) instead of eager")
     o = parser.parse_args()
     if o.threads > 0:
@@ -77,7 +78,8 @@ def main():
 
     def step():
         optimizer.zero_grad()
-        loss = model.loss(ids)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=o.amp):
+            loss = model.loss(ids)
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -94,7 +96,7 @@ def main():
         if o.warmup == 0 and i == 0:
             first = last
     median = statistics.median(seconds)
-    mode = "compile" if o.compile else "eager"
+    mode = ("compile" if o.compile else "eager") + ("-amp" if o.amp else "")
     print(f"torch-{mode} threads {torch.get_num_threads()} ms/step {median * 1e3:.1f} "
           f"tokens/s {o.batch * o.tokens / median:.0f} loss {first:.4f} -> {last:.4f} "
           f"peak_rss_mb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")

@@ -25,7 +25,9 @@ TensorMeta meta_of(const Tensor& t) { return {t.shape(), t.dtype(), t.device()};
 }  // namespace
 
 void set_autograd_recorder(AutogradRecorder* recorder) { g_recorder = recorder; }
-AutogradRecorder* autograd_recorder() { return g_recorder; }
+void record_for_autograd(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) {
+  if (g_recorder != nullptr) g_recorder->record(op, inputs, outputs, attrs);
+}
 
 Interpreter& current_interpreter() {
   Interpreter* current = thread_interpreter();
@@ -116,7 +118,7 @@ TensorList EagerInterpreter::apply(const OpDef& op, const TensorList& inputs, co
   const profiler::Clock::time_point start = profiling ? profiler::Clock::now() : profiler::Clock::time_point();
   TensorList outputs = execute_op(op, inputs, attrs, check_and_infer(op, inputs, attrs));
   if (profiling) profiler::record_op(op, inputs, outputs, attrs, "op", start);
-  if (g_recorder != nullptr) g_recorder->record(op, inputs, outputs, attrs);
+  record_for_autograd(op, inputs, outputs, attrs);
   return outputs;
 }
 

@@ -27,7 +27,8 @@ class AutogradRecorder {
   virtual void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) = 0;
 };
 void set_autograd_recorder(AutogradRecorder* recorder);
-AutogradRecorder* autograd_recorder();
+// Hands an op that ran (or was traced) to the installed recorder, if any.
+void record_for_autograd(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs);
 
 // The interpreter of the calling thread: eager unless an InterpreterGuard pushed another.
 Interpreter& current_interpreter();

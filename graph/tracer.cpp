@@ -241,7 +241,7 @@ TensorList Tracer::apply(const OpDef& op, const TensorList& inputs, const Attrs&
   if (global_depth_ == 0) log_node(node);
   if (autograd::is_running_backward()) gradient_nodes_.insert(node.name());
   job_.add_nodes()->Swap(&node);
-  if (AutogradRecorder* recorder = autograd_recorder()) recorder->record(op, inputs, outputs, attrs);
+  record_for_autograd(op, inputs, outputs, attrs);
   return outputs;
 }
 

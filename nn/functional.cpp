@@ -208,10 +208,12 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     scores = scores + attn_mask;
   }
   if (allowed.defined()) scores = masked_fill(scores, logical_not(allowed), -INFINITY);
-  // A row that sees no key gives zeros (PyTorch's safe softmax), as the fused kernel does.
-  const Tensor sees_nothing = eq(max(scores, -1, /*keepdim=*/true).values, -INFINITY);
-  const Tensor weights = masked_fill(softmax(scores, -1), sees_nothing, 0.0);
-  return matmul(dropout(weights, dropout_p, /*training=*/true), value);
+  return matmul(dropout(safe_softmax(scores, -1), dropout_p, /*training=*/true), value);
+}
+
+Tensor safe_softmax(const Tensor& input, int64_t dim) {
+  const Tensor sees_nothing = eq(max(input, dim, /*keepdim=*/true).values, -INFINITY);
+  return masked_fill(softmax(input, dim), sees_nothing, 0.0);
 }
 
 Reduction reduction_from_string(const std::string& reduction) {

@@ -55,6 +55,9 @@ Tensor pad(const Tensor& input, const std::vector<int64_t>& pad, const std::stri
 // evaluating.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask = Tensor(),
                                     double dropout_p = 0.0, bool is_causal = false, std::optional<double> scale = std::nullopt);
+// Softmax over dim, except that a row whose entries are all -inf (attention scores of a query that
+// sees no key) gives zeros rather than NaN, as PyTorch's _safe_softmax and the fused kernel do.
+Tensor safe_softmax(const Tensor& input, int64_t dim);
 
 enum class Reduction { kNone, kMean, kSum };
 Reduction reduction_from_string(const std::string& reduction);

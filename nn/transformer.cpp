@@ -131,8 +131,7 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
   if (need_weights) {
     Tensor scores = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
     if (mask.defined()) scores = scores + mask;
-    const Tensor sees_nothing = eq(max(scores, -1, /*keepdim=*/true).values, -INFINITY);
-    weights = functional::dropout(masked_fill(softmax(scores, -1), sees_nothing, 0.0), dropout_p, true);
+    weights = functional::dropout(functional::safe_softmax(scores, -1), dropout_p, true);
     attended = matmul(weights, v);
     weights = average_attn_weights ? mean(weights, {1}) : weights;
     if (!batched) weights = weights.squeeze(0);

@@ -34,10 +34,6 @@ Attrs attrs_for_piece(const Attrs& attrs, const std::vector<TensorMeta>& out_met
   return piece;
 }
 
-void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) {
-  if (AutogradRecorder* recorder = autograd_recorder()) recorder->record(op, inputs, outputs, attrs);
-}
-
 }  // namespace
 
 bool any_global(const TensorList& inputs) {
@@ -149,7 +145,7 @@ TensorList dispatch_global(const OpDef& op, const TensorList& given, const Attrs
       outputs.push_back(make_global(out_metas[o], *placement, out_sbps[o], local_outputs.empty() ? Tensor() : local_outputs[o]));
     }
   }
-  record(op, boxed, outputs, attrs);
+  record_for_autograd(op, boxed, outputs, attrs);
   return outputs;
 }
 

@@ -97,10 +97,6 @@ const OpDef& kGlobalToLocal =
         })
         .def();
 
-void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) {
-  if (AutogradRecorder* recorder = autograd_recorder()) recorder->record(op, inputs, outputs, attrs);
-}
-
 // This rank's piece (undefined off `placement`) of `input` moved to another placement: the
 // source ranks gather the whole tensor and, unless every destination rank is one of them, the
 // first of them sends it to each destination rank outside the source placement (point to point,
@@ -189,7 +185,7 @@ TensorList convert_global(const OpDef& op, const TensorList& inputs, const Attrs
     out = make_global(out_meta, placement, dst, moved);
   }
   const TensorList outputs{out};
-  record(op, inputs, outputs, attrs);
+  record_for_autograd(op, inputs, outputs, attrs);
   return outputs;
 }
 

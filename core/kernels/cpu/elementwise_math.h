@@ -59,20 +59,12 @@ template <typename T>
 T rsqrt(T x) {
   return T(1) / std::sqrt(x);
 }
-template <typename T>
-T sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
-}
-template <typename T>
-T silu(T x) {
-  return x / (T(1) + std::exp(-x));
-}
 
-// float32 e^x for GELU with no libm call, so the loops over it vectorise: e^x = 2^k e^r with k
+// float32 e^x with no libm call, so the loops over it vectorise (libm's expf is a call per element): e^x = 2^k e^r with k
 // the nearest integer to x / ln 2 (|r| <= ln 2 / 2) and e^r its degree-7 Taylor polynomial
 // (truncation error below 3e-9). Below -86 it gives 0 (the true value is under 5e-38); above
 // float's range, inf; NaN stays NaN.
-[[gnu::always_inline]] inline float exp_for_gelu(float x) {
+[[gnu::always_inline]] inline float exp_float(float x) {
   // Every comparison is made unconditionally, one select each: GCC then vectorises the loop
   // (it does not speculate a comparison that the source only makes on some path).
   const bool is_nan = x != x, underflows = x < -86.0f, overflows = x > 88.7f;
@@ -109,17 +101,35 @@ T silu(T x) {
   poly = poly * t + 0.37409196f;
   poly = poly * t + 1.00002368f;
   poly = poly * t - 1.26551223f;
-  const float erfc_z = t * exp_for_gelu(poly - z * z);
+  const float erfc_z = t * exp_float(poly - z * z);
   return u >= 0.0f ? 2.0f - erfc_z : erfc_z;
 }
 
 // Always inlined: the element loops calling them vectorise only when they are.
 template <typename T>
+[[gnu::always_inline]] inline T exp(T x) {
+  if constexpr (std::is_same_v<T, float>) return exp_float(x);
+  else return std::exp(x);
+}
+template <typename T>
+[[gnu::always_inline]] inline T sigmoid(T x) {
+  return T(1) / (T(1) + exp(-x));
+}
+template <typename T>
+[[gnu::always_inline]] inline T silu(T x) {
+  return x / (T(1) + exp(-x));
+}
+
+// GELU's tanh form: 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3); the
+// sigmoid needs one exp (vectorised for float32) where tanh would call libm.
+template <typename T>
+[[gnu::always_inline]] inline T gelu_tanh_inner(T x) {
+  return T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
+}
+
+template <typename T>
 [[gnu::always_inline]] inline T gelu(T x, bool tanh_form) {
-  if (tanh_form) {
-    const T inner = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
-    return T(0.5) * x * (T(1) + std::tanh(inner));
-  }
+  if (tanh_form) return x * sigmoid(T(2) * gelu_tanh_inner(x));
   if constexpr (std::is_same_v<T, float>) return 0.5f * x * twice_normal_cdf(x);
   else return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
 }
@@ -127,13 +137,12 @@ template <typename T>
 template <typename T>
 [[gnu::always_inline]] inline T gelu_derivative(T x, bool tanh_form) {
   if (tanh_form) {
-    const T k = T(0.7978845608028654);
-    const T inner = k * (x + T(0.044715) * x * x * x);
-    const T t = std::tanh(inner);
-    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3 * 0.044715) * x * x);
+    // With s = sigmoid(2u): 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s).
+    const T s = sigmoid(T(2) * gelu_tanh_inner(x));
+    return s + T(2) * x * s * (T(1) - s) * T(0.7978845608028654) * (T(1) + T(3 * 0.044715) * x * x);
   }
   if constexpr (std::is_same_v<T, float>) {
-    return 0.5f * twice_normal_cdf(x) + x * exp_for_gelu(-0.5f * x * x) * 0.3989422804014327f;
+    return 0.5f * twice_normal_cdf(x) + x * exp_float(-0.5f * x * x) * 0.3989422804014327f;
   } else {
     const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476)));
     const T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);

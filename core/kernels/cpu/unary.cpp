@@ -95,7 +95,7 @@ FLOW_REGISTER_KERNEL("relu", DeviceType::kCPU, kNumeric, numeric_kernel("relu", 
 FLOW_REGISTER_KERNEL("relu_grad", DeviceType::kCPU, kNumeric, relu_grad_kernel);
 FLOW_REGISTER_KERNEL("relu", DeviceType::kCPU, {kBFloat16}, relu_bf16_kernel);
 FLOW_REGISTER_KERNEL("relu_grad", DeviceType::kCPU, {kBFloat16}, relu_grad_bf16_kernel);
-FLOW_REGISTER_KERNEL("exp", DeviceType::kCPU, kFloating, floating_kernel("exp", [](auto x) { return std::exp(x); }));
+FLOW_REGISTER_KERNEL("exp", DeviceType::kCPU, kFloating, floating_kernel("exp", [](auto x) { return math::exp(x); }));
 FLOW_REGISTER_KERNEL("log", DeviceType::kCPU, kFloating, floating_kernel("log", [](auto x) { return std::log(x); }));
 FLOW_REGISTER_KERNEL("sqrt", DeviceType::kCPU, kFloating, floating_kernel("sqrt", [](auto x) { return std::sqrt(x); }));
 FLOW_REGISTER_KERNEL("rsqrt", DeviceType::kCPU, kFloating,
