@@ -14,8 +14,8 @@ namespace flow::examples {
 struct GptTrainOptions {
   std::string data = kFortunesDir;
   double validation_fraction = 0.1;  // the end of the text
-  int64_t steps = 600;               // total optimizer steps, counting those before a --resume
-  int64_t batch_size = 16;           // sequences per step (per rank with --parallel)
+  int64_t steps = 400;               // total optimizer steps, counting those before a --resume
+  int64_t batch_size = 8;            // sequences per step (per rank with --parallel)
   int64_t block_size = 128;          // tokens of context
   int64_t layers = 4, heads = 4, width = 256;
   double dropout = 0;
@@ -25,7 +25,7 @@ struct GptTrainOptions {
   bool amp = false;
   std::optional<double> clip_grad;  // max total gradient norm
   bool parallel = false;
-  int64_t log_every = 20, eval_every = 200, eval_windows = 64;
+  int64_t log_every = 20, eval_every = 100, eval_windows = 64;
   std::string checkpoint;  // directory
   bool resume = false;
   int64_t sample_tokens = 200;

@@ -20,23 +20,27 @@ using test_cli::run_command;
 
 namespace {
 
-// A GPT of one block, 32 wide, over 32 bytes of context: 20-odd steps take about a second.
-const std::string kTiny = " --layers 1 --heads 2 --width 32 --block-size 32 --batch-size 8 --lr 3e-3 --eval-windows 16 --log-every 1";
+// A GPT of one block, 32 wide, over 32 bytes of context, 8 sequences a step unless args say
+// otherwise: 20-odd steps take about a second.
+const std::string kTiny = " --layers 1 --heads 2 --width 32 --block-size 32 --lr 3e-3 --eval-windows 16 --log-every 1";
 
 struct TrainingRun {
   std::map<int64_t, double> train, validation;  // by step
   std::string output;
 };
 
-TrainingRun run_gpt_train(const std::string& args) {
+// Runs gpt_train (prefixed by launcher, e.g. flow_run) on the tiny model with args and parses
+// the losses it prints.
+TrainingRun run_gpt_train(const std::string& args, const std::string& launcher = "") {
   if (!fs::exists(flow::examples::kFortunesDir)) {
     ADD_FAILURE() << flow::examples::kFortunesDir << " is missing: install Debian's fortunes package (scripts/setup.sh does)";
     return {};
   }
   TrainingRun run;
   int status = 0;
-  std::tie(status, run.output) = run_command(std::string(GPT_TRAIN_PATH) + kTiny + " " + args);
+  std::tie(status, run.output) = run_command(launcher + GPT_TRAIN_PATH + kTiny + (contains(args, "--batch-size") ? " " : " --batch-size 8 ") + args);
   EXPECT_EQ(status, 0) << args << "\n" << run.output;
+  // Under flow_run each line is prefixed by its rank; rank 0 prints the losses.
   const std::regex train(R"(step (\d+)/\d+: train loss ([0-9.]+))"), validation(R"(step (\d+): validation loss ([0-9.]+))");
   for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), train); it != std::sregex_iterator(); ++it) {
     run.train[std::stoll((*it)[1])] = std::stod((*it)[2]);
@@ -118,7 +122,7 @@ TEST_F(GptTrain, GraphResumeIsBitIdentical) { expect_resume_is_exact("--graph --
 
 TEST_F(GptTrain, ResumeRefusesADifferentRun) {
   run_gpt_train("--steps 2 --sample-tokens 0 --checkpoint " + path("run"));
-  const auto [status, output] = run_command(std::string(GPT_TRAIN_PATH) + kTiny + " --steps 4 --seed 1 --checkpoint " + path("run") + " --resume");
+  const auto [status, output] = run_command(std::string(GPT_TRAIN_PATH) + kTiny + " --batch-size 8 --steps 4 --seed 1 --checkpoint " + path("run") + " --resume");
   EXPECT_EQ(status, 1) << output;
   EXPECT_TRUE(contains(output, "was trained with")) << output;
   EXPECT_TRUE(contains(output, "seed=0")) << output;
@@ -135,6 +139,21 @@ TEST_F(GptTrain, EagerAndGraphTrainAlike) {
   ASSERT_EQ(graph.train.size(), 20U) << graph.output;
   for (const auto& [step, loss] : eager.train) EXPECT_NEAR(graph.train.at(step), loss, 1e-5 * loss) << "step " << step;
   EXPECT_NEAR(graph.validation.at(20), eager.validation.at(20), 1e-5 * eager.validation.at(20));
+}
+
+// Two ranks of 4 sequences read the rows of one process's batch of 8, so they train alike: DDP
+// averages two half-batch gradients and a data-parallel Graph all-reduces them, which rounds
+// differently from one batch's sum, hence the same 1e-5 relative as above.
+TEST_F(GptTrain, TwoRanksTrainLikeOneProcessWithTheWholeBatch) {
+  const TrainingRun one = run_gpt_train("--steps 10 --eval-every 0 --sample-tokens 0");
+  const std::string flow_run = std::string(FLOW_RUN_PATH) + " --nproc-per-node 2 --timeout 50 -- ";
+  for (const std::string mode : {"", "--graph"}) {
+    const TrainingRun two = run_gpt_train(mode + " --parallel --batch-size 4 --steps 10 --eval-every 0 --sample-tokens 0", flow_run);
+    EXPECT_TRUE(contains(two.output, "data parallel, 2 x 4 sequences")) << two.output;
+    ASSERT_EQ(two.train.size(), 10U) << two.output;
+    for (const auto& [step, loss] : one.train) EXPECT_NEAR(two.train.at(step), loss, 1e-5 * loss) << mode << " step " << step;
+    EXPECT_NEAR(two.validation.at(10), one.validation.at(10), 1e-5 * one.validation.at(10)) << mode;
+  }
 }
 
 }  // namespace
