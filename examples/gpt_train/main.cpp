@@ -274,8 +274,11 @@ int train(const ex::GptTrainOptions& o) {
   if (o.sample_tokens > 0) {
     const std::string generated = trainer.sample(o.prompt, o.sample_tokens);
     if (trainer.prints()) {
-      std::printf("sample (%s, seed %llu):\n%s%s\n", o.top_k == 0 ? "greedy" : ("top-k " + std::to_string(o.top_k)).c_str(),
-                  static_cast<unsigned long long>(o.seed), o.prompt.c_str(), generated.c_str());
+      std::printf("sample (%s, seed %llu):\n", o.top_k == 0 ? "greedy" : ("top-k " + std::to_string(o.top_k)).c_str(),
+                  static_cast<unsigned long long>(o.seed));
+      // Written as bytes: the model may generate any byte, NUL included.
+      const std::string text = o.prompt + generated + "\n";
+      std::fwrite(text.data(), 1, text.size(), stdout);
     }
   }
   if (o.parallel) dist::destroy_process_group();
