@@ -49,6 +49,15 @@ struct RestoreModes {
   ~RestoreModes() { apply_modes(modes); }
 };
 
+// Random ops reserve generator counters while they are traced, but every run of a plan draws its
+// own (graph/executor.cpp), so the trace's are handed back: compiling moves no generator, and a
+// run draws the same numbers whether or not its call compiled (a resumed training run compiles at
+// a later step than the run it continues).
+struct RestoreGeneratorOffset {
+  uint64_t offset = default_generator().offset();
+  ~RestoreGeneratorOffset() { default_generator().set_offset(offset); }
+};
+
 }  // namespace
 
 // Gives traced ops the scope of the module being called and records module inputs/outputs.
@@ -179,6 +188,7 @@ const std::vector<TensorMeta>& Graph::input_metas() const {
 }
 
 void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int debug_level, Traced& traced) {
+  const RestoreGeneratorOffset restore_offset;
   std::map<TensorImpl*, std::string> variable_names;
   std::map<const Module*, std::string> module_names;
   TensorList module_params;

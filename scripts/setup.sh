@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache pkg-config libgoogle-glog-dev libgtest-dev libgmock-dev
-          libbenchmark-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev libprotobuf-dev protobuf-compiler dataset-fashion-mnist nlohmann-json3-dev zlib1g-dev
+          libbenchmark-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev libprotobuf-dev protobuf-compiler dataset-fashion-mnist fortunes nlohmann-json3-dev zlib1g-dev
           libonnx-dev python3-onnx python3-numpy
           libgrpc++-dev libgrpc-dev protobuf-compiler-grpc prometheus-cpp-dev
           clang-14 libclang-rt-14-dev libcli11-dev libcpp-httplib-dev libboost-dev libssl-dev openssl curl libgloo-dev)

@@ -113,4 +113,18 @@ TEST(ScaledDotProductAttentionGraph, DropoutBackwardReplaysTheCountersEachRunDre
   }
 }
 
+// Compiling draws no random numbers: the call that compiles moves the generator as far as a later
+// call, so a run's dropout does not depend on when its graph compiled.
+TEST(ScaledDotProductAttentionGraph, CompilingDrawsNoRandomNumbers) {
+  flow::manual_seed(22);
+  const Tensor x = flow::randn({2, 40, 8});
+  AttentionStep graph(std::make_shared<AttentionStep::Weights>(8), true, 0.3);
+  const uint64_t before = flow::default_generator().offset();
+  graph(x);
+  const uint64_t after_compiling_call = flow::default_generator().offset();
+  graph(x);
+  EXPECT_GT(after_compiling_call, before);
+  EXPECT_EQ(after_compiling_call - before, flow::default_generator().offset() - after_compiling_call);
+}
+
 }  // namespace
