@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/kernels/cpu/elementwise_math.h"
 #include "core/op.h"
 #include "core/random.h"
 #include "core/thread_pool.h"
@@ -203,11 +204,10 @@ void forward(KernelContext& ctx) {
             continue;
           }
           const C rescale = std::exp(row_max[static_cast<size_t>(r)] - new_max);
+          // The exps in a loop of their own, which vectorises (math::exp); the sum after it.
+          for (int64_t c = 0; c < cols; ++c) s[c] = math::exp(s[c] - new_max);
           C sum = 0;
-          for (int64_t c = 0; c < cols; ++c) {
-            s[c] = std::exp(s[c] - new_max);
-            sum += s[c];
-          }
+          for (int64_t c = 0; c < cols; ++c) sum += s[c];
           row_sum[static_cast<size_t>(r)] = row_sum[static_cast<size_t>(r)] * rescale + sum;
           row_max[static_cast<size_t>(r)] = new_max;
           if (rescale != C(1)) {
@@ -284,7 +284,8 @@ void backward(KernelContext& ctx) {
           for (int64_t r = 0; r < rows; ++r) {
             const C row_lse = lseb[i0 + r];
             C* prob = probs.data() + r * cols;
-            for (int64_t c = 0; c < cols; ++c) prob[c] = row_lse == -std::numeric_limits<C>::infinity() ? C(0) : std::exp(prob[c] - row_lse);
+            if (row_lse == -std::numeric_limits<C>::infinity()) std::fill(prob, prob + cols, C(0));
+            else for (int64_t c = 0; c < cols; ++c) prob[c] = math::exp(prob[c] - row_lse);
           }
           // With dropout the output read the kept weights Z * P / (1 - p): dV takes those, and the
           // gradient of P is that of the kept weights times the same Z / (1 - p).
