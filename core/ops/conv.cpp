@@ -401,6 +401,13 @@ const OpDef& kAvgPool = OpBuilder("avg_pool2d")
 
 struct PoolGradVjps {
   PoolGradVjps() {
+    // max_pool2d_grad is linear in grad: its vjp reads the upstream gradient at each argmax.
+    op_def("max_pool2d_grad").vjp = [](const VjpContext& ctx) {
+      const Shape& out = ctx.input_meta(0).shape;
+      const Shape in = ctx.grad().shape();
+      const Tensor planes = reshape(ctx.grad(), {in[0], in[1], in[2] * in[3]});
+      return TensorList{reshape(gather(planes, 2, reshape(ctx.input(1), {out[0], out[1], out[2] * out[3]})), out), Tensor()};
+    };
     op_def("avg_pool2d_grad").vjp = [](const VjpContext& ctx) {
       Attrs attrs = ctx.attrs;
       return TensorList{apply_one(kAvgPool, {ctx.grad()}, attrs)};
