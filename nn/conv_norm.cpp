@@ -110,13 +110,24 @@ Tensor MaxPool2d::forward(const Tensor& input) {
   return max_pool2d(input, {kernel_size_, kernel_size_}, {stride_, stride_}, {padding_, padding_});
 }
 
+AvgPool2d::AvgPool2d(AvgPool2dOptions options) : options_(std::move(options)) {
+  if (options_.stride_.empty()) options_.stride_ = options_.kernel_size_;
+}
 AvgPool2d::AvgPool2d(int64_t kernel_size, std::optional<int64_t> stride, int64_t padding)
-    : kernel_size_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {}
+    : AvgPool2d(AvgPool2dOptions(kernel_size).stride(stride.value_or(kernel_size)).padding(padding)) {}
+// PyTorch's: single numbers where both sides agree; the other options are not printed.
 std::string AvgPool2d::extra_repr() const {
-  return "kernel_size=" + std::to_string(kernel_size_) + ", stride=" + std::to_string(stride_) + ", padding=" + std::to_string(padding_);
+  auto size = [](const std::vector<int64_t>& v) {
+    if (v.size() == 2 && v[0] == v[1]) return std::to_string(v[0]);
+    std::string tuple = "(";
+    for (size_t i = 0; i < v.size(); ++i) tuple += (i ? ", " : "") + std::to_string(v[i]);
+    return tuple + ")";
+  };
+  return "kernel_size=" + size(options_.kernel_size_) + ", stride=" + size(options_.stride_) + ", padding=" + size(options_.padding_);
 }
 Tensor AvgPool2d::forward(const Tensor& input) {
-  return avg_pool2d(input, {kernel_size_, kernel_size_}, {stride_, stride_}, {padding_, padding_});
+  return avg_pool2d(input, options_.kernel_size_, options_.stride_, options_.padding_, options_.ceil_mode_, options_.count_include_pad_,
+                    options_.divisor_override_);
 }
 
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_repr(output_size_); }

@@ -91,15 +91,32 @@ class MaxPool2d : public Module {
   int64_t kernel_size_, stride_, padding_;
 };
 
+// PyTorch's AvgPool2d options; stride defaults to kernel_size.
+struct AvgPool2dOptions {
+  AvgPool2dOptions(std::vector<int64_t> kernel_size) : kernel_size_(std::move(kernel_size)) {}
+  AvgPool2dOptions(int64_t kernel_size) : kernel_size_{kernel_size, kernel_size} {}
+  AvgPool2dOptions& stride(std::vector<int64_t> v) { stride_ = std::move(v); return *this; }
+  AvgPool2dOptions& stride(int64_t v) { return stride({v, v}); }
+  AvgPool2dOptions& padding(std::vector<int64_t> v) { padding_ = std::move(v); return *this; }
+  AvgPool2dOptions& padding(int64_t v) { return padding({v, v}); }
+  AvgPool2dOptions& ceil_mode(bool v) { ceil_mode_ = v; return *this; }
+  AvgPool2dOptions& count_include_pad(bool v) { count_include_pad_ = v; return *this; }
+  AvgPool2dOptions& divisor_override(std::optional<int64_t> v) { divisor_override_ = v; return *this; }
+  std::vector<int64_t> kernel_size_, stride_, padding_{0, 0};
+  bool ceil_mode_ = false, count_include_pad_ = true;
+  std::optional<int64_t> divisor_override_;
+};
+
 class AvgPool2d : public Module {
  public:
+  explicit AvgPool2d(AvgPool2dOptions options);
   explicit AvgPool2d(int64_t kernel_size, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0);
   std::string name() const override { return "AvgPool2d"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& input) override;
 
  private:
-  int64_t kernel_size_, stride_, padding_;
+  AvgPool2dOptions options_;
 };
 
 // Output (oh, ow) from windows [floor(i*H/oh), ceil((i+1)*H/oh)), like PyTorch.

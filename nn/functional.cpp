@@ -1,5 +1,6 @@
 #include "nn/functional.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -155,21 +156,18 @@ Tensor dropout(const Tensor& input, double p, bool training) {
   return where(keep, input * (1.0 / (1.0 - p)), 0);
 }
 
-Tensor pad(const Tensor& input, const std::vector<int64_t>& pad, const std::string& mode, double value) {
-  constexpr const char* kOp = "pad";
-  const auto pairs = static_cast<int64_t>(pad.size() / 2);
-  FLOW_ARG_CHECK(pad.size() % 2 == 0, kOp, "Padding length must be divisible by 2");
-  FLOW_ARG_CHECK(pairs <= input.dim(), kOp, "Padding length should be less than or equal to two times the input dimension but got padding length ",
-                 pad.size(), " and input of dimension ", input.dim());
-  FLOW_ARG_CHECK(mode == "constant", kOp, "mode '", mode, "' is not implemented; only 'constant' is");
+namespace {
+
+// Constant padding one dim at a time: negative entries crop, positive ones add blocks of value
+// (cat carries the gradient).
+Tensor constant_pad(const Tensor& input, const std::vector<int64_t>& pad, double value) {
   Tensor out = input;
-  for (int64_t pair = 0; pair < pairs; ++pair) {
-    const int64_t dim = input.dim() - 1 - pair;
-    const int64_t before = pad[static_cast<size_t>(2 * pair)], after = pad[static_cast<size_t>(2 * pair + 1)];
+  for (size_t pair = 0; pair < pad.size() / 2; ++pair) {
+    const int64_t dim = input.dim() - 1 - static_cast<int64_t>(pair);
+    const int64_t before = pad[2 * pair], after = pad[2 * pair + 1];
     const int64_t size = out.size(dim);
-    FLOW_ARG_CHECK(size + before + after >= 0, kOp, "The input size ", size, ", plus negative padding ", before, " and ", after,
+    FLOW_ARG_CHECK(size + before + after >= 0, "pad", "The input size ", size, ", plus negative padding ", before, " and ", after,
                    " resulted in a negative output size, which is invalid. Check dimension ", dim, " of your input.");
-    // Negative entries crop; positive ones add blocks of value (cat carries the gradient).
     const int64_t crop_before = std::max<int64_t>(0, -before), crop_after = std::max<int64_t>(0, -after);
     out = out.narrow(dim, crop_before, size - crop_before - crop_after);
     TensorList pieces;
@@ -182,6 +180,89 @@ Tensor pad(const Tensor& input, const std::vector<int64_t>& pad, const std::stri
     pieces.push_back(out);
     if (after > 0) pieces.push_back(block(after));
     if (pieces.size() > 1) out = cat(pieces, dim);
+  }
+  return out;
+}
+
+// PyTorch's letters for the padded dims in its size errors, the last dim first.
+const char* dim_letter(size_t pair) { return pair == 0 ? "W" : pair == 1 ? "H" : "D"; }
+
+// Reflect and replicate read input position i = j - before for output j, mapped into [0, size):
+// mirrored about the edge elements, or clamped to them. One index_select per dim gives the
+// gradient (a scatter_add, summing the repeated reads) and its gradient in turn.
+Tensor gather_pad(const Tensor& input, int64_t dim, int64_t before, int64_t after, bool reflect) {
+  const int64_t size = input.size(dim);
+  std::vector<int64_t> source;
+  source.reserve(static_cast<size_t>(size + before + after));
+  for (int64_t i = -before; i < size + after; ++i) {
+    if (reflect) source.push_back(i < 0 ? -i : i >= size ? 2 * (size - 1) - i : i);
+    else source.push_back(std::clamp<int64_t>(i, 0, size - 1));
+  }
+  return index_select(input, dim, tensor(source, std::nullopt, options_beside(input).dtype(kInt64)));
+}
+
+// Circular padding as PyTorch computes it: negative entries crop first, then the positive ones
+// copy the far end of what is left (narrow and cat carry the gradient).
+Tensor circular_pad(const Tensor& input, int64_t dim, int64_t before, int64_t after) {
+  const int64_t size = input.size(dim);
+  const int64_t crop_before = std::max<int64_t>(0, -before), crop_after = std::max<int64_t>(0, -after);
+  const Tensor kept = input.narrow(dim, crop_before, size - crop_before - crop_after);
+  const int64_t length = kept.size(dim);
+  // PyTorch checks against the uncropped size; past the cropped one its copies read its own
+  // unwritten output, so flow refuses that case too.
+  FLOW_ARG_CHECK(before <= length && after <= length, "pad", "Padding value causes wrapping around more than once.");
+  TensorList pieces;
+  if (before > 0) pieces.push_back(kept.narrow(dim, length - before, before));
+  pieces.push_back(kept);
+  if (after > 0) pieces.push_back(kept.narrow(dim, 0, after));
+  return pieces.size() > 1 ? cat(pieces, dim) : kept;
+}
+
+}  // namespace
+
+Tensor pad(const Tensor& input, const std::vector<int64_t>& pad, const std::string& mode, double value) {
+  constexpr const char* kOp = "pad";
+  const auto pairs = pad.size() / 2;
+  FLOW_ARG_CHECK(pad.size() % 2 == 0, kOp, "Padding length must be divisible by 2");
+  FLOW_ARG_CHECK(static_cast<int64_t>(pairs) <= input.dim(), kOp,
+                 "Padding length should be less than or equal to two times the input dimension but got padding length ", pad.size(),
+                 " and input of dimension ", input.dim());
+  if (mode == "constant") return constant_pad(input, pad, value);
+  const bool reflect = mode == "reflect", circular = mode == "circular";
+  if (!reflect && !circular && mode != "replicate") fail(kOp, "Unrecognised padding mode ", mode);
+  FLOW_ARG_CHECK(value == 0, kOp, "Padding mode \"", mode, "\" doesn't take in value argument");
+  // 1, 2 or 3 padded dims behind one or two leading (batch, channel) dims, as PyTorch's
+  // ReflectionPad/ReplicationPad/circular 1d, 2d and 3d.
+  FLOW_ARG_CHECK(pairs >= 1 && pairs <= 3 && input.dim() >= static_cast<int64_t>(pairs) + 1 && input.dim() <= static_cast<int64_t>(pairs) + 2,
+                 kOp, "Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now; mode '", mode, "' with padding length ",
+                 pad.size(), " takes a ", pairs + 1, "-d or ", pairs + 2, "-d input, got ", input.shape());
+  if (!circular) {
+    // The kernels PyTorch runs need every dim but a batch dim non-empty.
+    const int64_t first = input.dim() == static_cast<int64_t>(pairs) + 2 ? 1 : 0;
+    for (int64_t d = first; d < input.dim(); ++d) {
+      FLOW_ARG_CHECK(input.size(d) != 0, kOp, "Expected ", pairs + 1, "D or ", pairs + 2,
+                     "D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions for input, but got: ", input.shape());
+    }
+  }
+  Tensor out = input;
+  for (size_t pair = 0; pair < pairs; ++pair) {
+    const int64_t dim = input.dim() - 1 - static_cast<int64_t>(pair);
+    const int64_t before = pad[2 * pair], after = pad[2 * pair + 1];
+    const int64_t size = input.size(dim), padded = size + before + after;
+    if (circular) {
+      FLOW_ARG_CHECK(before <= size && after <= size, kOp, "Padding value causes wrapping around more than once.");
+      FLOW_ARG_CHECK(padded >= 0, kOp, "Negative padding value is resulting in an empty dimension.");
+      out = circular_pad(out, dim, before, after);
+      continue;
+    }
+    if (reflect) {
+      FLOW_ARG_CHECK(before < size && after < size, kOp,
+                     "Padding size should be less than the corresponding input dimension, but got: padding (", before, ", ", after,
+                     ") at dimension ", dim, " of input ", input.shape());
+    }
+    FLOW_ARG_CHECK(padded >= 1, kOp, "input (", dim_letter(pair), ": ", size, ") is too small. Calculated output ", dim_letter(pair), ": ",
+                   padded);
+    out = gather_pad(out, dim, before, after, reflect);
   }
   return out;
 }

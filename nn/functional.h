@@ -42,7 +42,11 @@ Tensor rms_norm(const Tensor& input, const std::vector<int64_t>& normalized_shap
 // gradient: its positions in the output pass none back.
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
 // PyTorch's F.pad: pad holds (before, after) pairs for the last dims, the last dim first;
-// negative entries crop. Only mode "constant" (filled with value) is implemented.
+// negative entries crop. Modes: "constant" (filled with value; any number of pairs), and
+// "reflect" (mirrored about the edge element, each pad < the dim's size), "replicate" (the edge
+// element repeated) and "circular" (wrapped around, each pad <= the dim's size), which pad 1, 2 or
+// 3 trailing dims of an input with one or two more dims (e.g. 2 pairs: (C, H, W) or (N, C, H, W))
+// and take no value.
 Tensor pad(const Tensor& input, const std::vector<int64_t>& pad, const std::string& mode = "constant", double value = 0.0);
 
 // PyTorch's scaled_dot_product_attention: softmax(query @ key^T * scale + mask) @ value, with

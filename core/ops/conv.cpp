@@ -7,7 +7,9 @@
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
 #include "core/ops/checks.h"
+#include "core/ops/creation.h"
 #include "core/ops/flops.h"
+#include "core/ops/index.h"
 #include "core/ops/reduce.h"
 #include "core/ops/view.h"
 
@@ -244,6 +246,21 @@ struct ConvGradVjps {
   }
 } conv_grad_vjps;
 
+// x with `before` zeros ahead of dim and `after` zeros behind it (cropped where negative).
+Tensor zero_pad(const Tensor& x, int64_t dim, int64_t before, int64_t after) {
+  const Tensor kept = after < 0 ? x.narrow(dim, 0, x.size(dim) + after) : x;
+  auto zeros_of = [&](int64_t length) {
+    Shape shape = kept.shape();
+    shape[dim] = length;
+    return zeros(shape, options_beside(kept));
+  };
+  TensorList pieces;
+  if (before > 0) pieces.push_back(zeros_of(before));
+  pieces.push_back(kept);
+  if (after > 0) pieces.push_back(zeros_of(after));
+  return pieces.size() > 1 ? cat(pieces, dim) : kept;
+}
+
 Attrs pool_attrs(Pair kernel, Pair stride, const Pair& padding) {
   if (stride.empty()) stride = kernel;
   return Attrs().set("kernel_size", kernel).set("stride", stride).set("padding", padding);
@@ -260,8 +277,19 @@ const std::vector<AttrDef>& pool_attr_defs(bool with_input_shape) {
   return with_input_shape ? backward : forward;
 }
 
+// PyTorch's pooling output size: floor (or ceil) of (in + 2 * pad - kernel) / stride, plus one. In
+// ceil mode a last window that would start inside the right padding is dropped.
+int64_t pool_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode) {
+  if (!ceil_mode) return out_size(in, kernel, stride, pad, 1);
+  const Wide span = static_cast<Wide>(in) + 2 * static_cast<Wide>(pad) - kernel + (stride - 1);
+  Wide size = span / stride + 1;
+  if (span % stride != 0 && span < 0) --size;
+  if ((size - 1) * stride >= static_cast<Wide>(in) + pad) --size;
+  return saturated(size);
+}
+
 // Checks pooling input x (N,C,H,W) under attrs; returns the output shape.
-Shape pool_output_shape(const std::string& op, const Shape& x, const Attrs& attrs) {
+Shape pool_output_shape(const std::string& op, const Shape& x, const Attrs& attrs, bool ceil_mode = false) {
   const Pair& k = checked_pair(attrs, "kernel_size", op, 1);
   const Pair& s = checked_pair(attrs, "stride", op, 1);
   const Pair& p = checked_pair(attrs, "padding", op, 0);
@@ -270,7 +298,7 @@ Shape pool_output_shape(const std::string& op, const Shape& x, const Attrs& attr
   }
   check_4d(op, x, "input", "(N,C,H,W)");
   check_nonempty_planes(op, x, "input");
-  const int64_t oh = out_size(x[2], k[0], s[0], p[0], 1), ow = out_size(x[3], k[1], s[1], p[1], 1);
+  const int64_t oh = pool_out_size(x[2], k[0], s[0], p[0], ceil_mode), ow = pool_out_size(x[3], k[1], s[1], p[1], ceil_mode);
   if (oh < 1 || ow < 1) {
     fail(op, "given input size: (", x[1], "x", x[2], "x", x[3], "). Calculated output size: (", x[1], "x", oh, "x", ow,
          "). Output size is too small");
@@ -373,6 +401,13 @@ const OpDef& kAvgPool = OpBuilder("avg_pool2d")
 
 struct PoolGradVjps {
   PoolGradVjps() {
+    // max_pool2d_grad is linear in grad: its vjp reads the upstream gradient at each argmax.
+    op_def("max_pool2d_grad").vjp = [](const VjpContext& ctx) {
+      const Shape& out = ctx.input_meta(0).shape;
+      const Shape in = ctx.grad().shape();
+      const Tensor planes = reshape(ctx.grad(), {in[0], in[1], in[2] * in[3]});
+      return TensorList{reshape(gather(planes, 2, reshape(ctx.input(1), {out[0], out[1], out[2] * out[3]})), out), Tensor()};
+    };
     op_def("avg_pool2d_grad").vjp = [](const VjpContext& ctx) {
       Attrs attrs = ctx.attrs;
       return TensorList{apply_one(kAvgPool, {ctx.grad()}, attrs)};
@@ -431,8 +466,46 @@ Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::ve
   return apply_one(kMaxPoolInference, {input}, std::move(attrs));
 }
 
-Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride, std::vector<int64_t> padding) {
-  return apply_one(kAvgPool, {input}, pool_attrs(kernel_size, stride, padding));
+Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride, std::vector<int64_t> padding,
+                  bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool2d";
+  Attrs attrs = pool_attrs(kernel_size, stride, padding);
+  FLOW_ARG_CHECK(!divisor_override || *divisor_override != 0, op, "divisor must be not zero");
+  const bool padded = attrs.get<Pair>("padding") != Pair{0, 0};
+  if (!ceil_mode && !divisor_override && (count_include_pad || !padded)) return apply_one(kAvgPool, {input}, std::move(attrs));
+  // The other options as a composite: the window sums of the input zero-padded to the last
+  // window's extent (the primitive without padding, times the window size), each scaled by
+  // kh * kw / divisor. The primitive's gradients give this one's to every order.
+  FLOW_ARG_CHECK(input.is_floating_point(), op, "expected a floating input, got ", dtype_name(input.dtype()));
+  const Shape out = pool_output_shape(op, input.shape(), attrs, ceil_mode);
+  const Pair &k = attrs.get<Pair>("kernel_size"), &s = attrs.get<Pair>("stride"), &p = attrs.get<Pair>("padding");
+  // Per output row (d = 0) or column (d = 1): the window's extent clipped to the padded input, and
+  // to the input itself.
+  auto extents = [&](int d) {
+    const int64_t size = input.size(2 + d);
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    for (int64_t o = 0; o < out[2 + d]; ++o) {
+      const int64_t start = o * s[d] - p[d], end = std::min(start + k[d], size + p[d]);
+      spans.emplace_back(end - start, std::min(end, size) - std::max<int64_t>(start, 0));
+    }
+    return spans;
+  };
+  const auto rows = extents(0), cols = extents(1);
+  std::vector<double> factors;
+  factors.reserve(rows.size() * cols.size());
+  for (const auto& [row_window, row_valid] : rows) {
+    for (const auto& [col_window, col_valid] : cols) {
+      const int64_t divisor = divisor_override ? *divisor_override : count_include_pad ? row_window * col_window : row_valid * col_valid;
+      factors.push_back(static_cast<double>(k[0] * k[1]) / static_cast<double>(divisor));
+    }
+  }
+  Tensor x = input;
+  for (int d = 0; d < 2; ++d) {
+    const int64_t dim = 2 + d, extent = (out[dim] - 1) * s[d] + k[d];
+    x = zero_pad(x, dim, p[d], extent - input.size(dim) - p[d]);
+  }
+  const Tensor scale = tensor(factors, Shape{out[2], out[3]}, options_beside(input));
+  return apply_one(kAvgPool, {x}, pool_attrs(k, s, {0, 0})) * scale;
 }
 
 }  // namespace flow

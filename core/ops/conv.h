@@ -1,4 +1,5 @@
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -16,8 +17,12 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
 // Max over (kH, kW) windows; windows past the padded edge are not taken (ceil_mode=false).
 Tensor max_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0});
-// Mean over windows, padding counted (count_include_pad=true, PyTorch's default).
+// Mean over windows, as PyTorch's: ceil_mode rounds the output size up (a window that would
+// start in the right padding is dropped), the divisor is divisor_override when given, else the
+// window clipped to the padded input (count_include_pad) or to the input. The defaults run the
+// avg_pool2d primitive; other options a composite of it (zero padding, then a per-window scale).
 Tensor avg_pool2d(const Tensor& input, std::vector<int64_t> kernel_size, std::vector<int64_t> stride = {},
-                  std::vector<int64_t> padding = {0, 0});
+                  std::vector<int64_t> padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true,
+                  std::optional<int64_t> divisor_override = std::nullopt);
 
 }  // namespace flow

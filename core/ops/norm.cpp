@@ -12,6 +12,7 @@
 #include "core/ops/creation.h"
 #include "core/ops/reduce.h"
 #include "core/ops/unary.h"
+#include "core/ops/view.h"
 
 namespace flow {
 namespace {
@@ -140,9 +141,45 @@ const OpDef& kEval = OpBuilder("batch_norm_eval")
                          })
                          .def();
 
+// The vjp of batch_norm_train_grad, whose kernel computes per channel (means over the other dims,
+// N values, xhat = (x - mean) * invstd, a = grad_out * weight):
+//   grad_input = invstd (a - <a> - xhat <a xhat>) + grad_mean / N - grad_invstd invstd^2 xhat / N,
+//   grad_weight = sum(grad_out xhat), grad_bias = sum(grad_out).
+// mean and invstd are inputs of their own here (batch_norm_train's outputs): the partial
+// derivatives w.r.t. them go back through batch_norm_train's vjp, which adds their dependence on x.
+TensorList batch_norm_train_grad_vjp(const VjpContext& ctx) {
+  const Shape& input_shape = ctx.input_meta(3).shape;
+  const int64_t channels = input_shape[1], rank = input_shape.ndim();
+  const Shape shape = channel_shape(channels, rank);
+  const std::vector<int64_t> dims = non_channel_dims(rank);
+  const double count = static_cast<double>(values_per_channel(input_shape));
+  auto per_channel = [&](const Tensor& t) { return reshape(t, shape); };
+  auto avg = [&](const Tensor& t) { return mean(t, dims, true); };
+  auto channel_values = [&](const Tensor& t) { return reshape(t, Shape{channels}); };
+  const bool affine = ctx.num_inputs() == 7;
+  const Tensor g = ctx.input(0), x = ctx.input(3), invstd = per_channel(ctx.input(5)), grad_invstd = per_channel(ctx.input(2));
+  const Tensor up = ctx.grad(0), up_weight = per_channel(ctx.grad(1)), up_bias = per_channel(ctx.grad(2));
+  const Tensor xhat = (x - per_channel(ctx.input(4))) * invstd;
+  const Tensor weight = affine ? per_channel(ctx.input(6)) : Tensor();
+  const Tensor a = affine ? g * weight : g;
+  const Tensor up_xhat = avg(up * xhat), a_xhat = avg(a * xhat);
+  const Tensor projected = (up - avg(up) - xhat * up_xhat) * invstd;  // d grad_input / d a, applied to up
+  TensorList grads(ctx.num_inputs());
+  grads[0] = (affine ? projected * weight : projected) + xhat * up_weight + up_bias;
+  grads[1] = channel_values(avg(up));
+  grads[2] = channel_values(neg(invstd * invstd * up_xhat));
+  const Tensor grad_x = invstd * (neg(invstd * (up * a_xhat + a * up_xhat)) - grad_invstd * invstd * invstd * up * (1.0 / count) + up_weight * g);
+  grads[3] = grad_x;
+  grads[4] = neg(sum(grad_x, dims));
+  const Tensor grad_s = (avg(up * a) - avg(up) * avg(a) - up_xhat * a_xhat * 3.0) * count - grad_invstd * invstd * up_xhat * 3.0 +
+                        up_weight * avg(g * xhat) * count / invstd;
+  grads[5] = channel_values(grad_s);
+  if (affine) grads[6] = sum(g * projected, dims);
+  return grads;
+}
+
 // Gradients w.r.t. input, weight and bias from those w.r.t. the three outputs of
-// batch_norm_train. It has no vjp: double backward through training batch norm is unsupported
-// and the autograd engine reports it.
+// batch_norm_train; its own vjp (above) gives double backward.
 const OpDef& kTrainGrad = OpBuilder("batch_norm_train_grad")
                               .inputs({"grad_out", "grad_mean", "grad_invstd", "input", "mean", "invstd", "weight"}, /*variadic=*/true)
                               .outputs({"grad_input", "grad_weight", "grad_bias"})
@@ -164,6 +201,7 @@ const OpDef& kTrainGrad = OpBuilder("batch_norm_train_grad")
                                 return std::vector<TensorMeta>{input, channel, channel};
                               })
                               .sbp([](const std::vector<TensorMeta>& in, const Attrs&) { return broadcast_or_channel_split(in, {0, 3}, 3); })
+                              .vjp(batch_norm_train_grad_vjp)
                               .def();
 
 const OpDef& kTrain = OpBuilder("batch_norm_train")
@@ -223,8 +261,38 @@ int64_t normalized_ndim(const char* op, const TensorMeta& input, const Attrs& at
   return k;
 }
 
+// The vjp of layer_norm_grad, whose kernel computes per row (means over the normalized dims,
+// xhat = (x - mean) * rstd, a = grad_out * weight):
+//   grad_input = rstd (a - <a> - xhat <a xhat>), grad_weight = sum(grad_out xhat), grad_bias = sum(grad_out).
+// layer_norm's vjp passes nothing back through its mean and rstd outputs, so the derivative w.r.t.
+// the input is the total one, through xhat's and rstd's dependence on x as well; mean and rstd get none.
+TensorList layer_norm_grad_vjp(const VjpContext& ctx) {
+  const TensorMeta& input = ctx.input_meta(1);
+  const int64_t k = ctx.attrs.get<int64_t>("normalized_ndim"), rank = input.shape.ndim();
+  std::vector<int64_t> dims, row_dims;
+  for (int64_t d = 0; d < rank; ++d) (d < rank - k ? row_dims : dims).push_back(d);
+  Shape stat_shape = row_shape(input, k);
+  for (int64_t i = 0; i < k; ++i) stat_shape.push_back(1);
+  auto avg = [&](const Tensor& t) { return mean(t, dims, true); };
+  const bool affine = ctx.num_inputs() == 5;
+  const Tensor g = ctx.input(0), rstd = reshape(ctx.input(3), stat_shape);
+  const Tensor xhat = (ctx.input(1) - reshape(ctx.input(2), stat_shape)) * rstd;
+  const Tensor a = affine ? g * ctx.input(4) : g;
+  const Tensor up = ctx.grad(0), up_weight = ctx.grad(1), up_bias = ctx.grad(2);
+  // q - <q> - xhat <q xhat>: rstd times it is the input gradient of any function of xhat with gradient q.
+  auto project = [&](const Tensor& q) { return q - avg(q) - xhat * avg(q * xhat); };
+  const Tensor up_xhat = avg(up * xhat), a_xhat = avg(a * xhat);
+  const Tensor projected = project(up) * rstd;
+  TensorList grads(ctx.num_inputs());
+  grads[0] = (affine ? projected * ctx.input(4) : projected) + xhat * up_weight + up_bias;
+  grads[1] = rstd * rstd * (xhat * (a_xhat * up_xhat - avg(up * a) + avg(up) * avg(a)) - project(a * up_xhat + up * a_xhat)) +
+             rstd * project(g * up_weight);
+  if (affine) grads[4] = sum(g * projected, row_dims);
+  return grads;
+}
+
 // Gradients w.r.t. input, weight and bias from that w.r.t. layer_norm's output (its mean and rstd
-// outputs are internal: nothing differentiates them). No vjp: double backward is unsupported.
+// outputs are internal: nothing differentiates them); its own vjp (above) gives double backward.
 const OpDef& kLayerNormGrad = OpBuilder("layer_norm_grad")
                                   .inputs({"grad_out", "input", "mean", "rstd", "weight"}, /*variadic=*/true)
                                   .outputs({"grad_input", "grad_weight", "grad_bias"})
@@ -258,6 +326,7 @@ const OpDef& kLayerNormGrad = OpBuilder("layer_norm_grad")
                                     }
                                     return signatures;
                                   })
+                                  .vjp(layer_norm_grad_vjp)
                                   .def();
 
 const OpDef& kLayerNorm =

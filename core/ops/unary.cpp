@@ -10,6 +10,7 @@
 #include "core/ops/copy.h"
 #include "core/ops/creation.h"
 #include "core/ops/elementwise_util.h"
+#include "core/ops/reduce.h"
 
 namespace flow {
 namespace {
@@ -109,7 +110,19 @@ const OpDef& kSoftplus = unary(
     },
     {{"beta", AttrType::kDouble}, {"threshold", AttrType::kDouble}});
 
+// gelu's second derivative at x, in functional ops: exact, phi(x) (2 - x^2) with phi the normal
+// density; tanh, with t = tanh(u), u = c (x + a x^3), u' = c (1 + 3 a x^2):
+// (1 - t^2) (u' - x t u'^2 + 3 a c x^2).
+Tensor gelu_second_derivative(const Tensor& x, const std::string& approximate) {
+  if (approximate == "none") return exp(x * x * -0.5) * (1.0 / std::sqrt(2.0 * M_PI)) * (2.0 - x * x);
+  const double c = std::sqrt(2.0 / M_PI), a = 0.044715;
+  const Tensor t = tanh((x + x * x * x * a) * c);
+  const Tensor du = (x * x * (3.0 * a) + 1.0) * c;
+  return (1.0 - t * t) * (du - x * t * du * du + x * x * (3.0 * a * c));
+}
+
 // gelu's derivative has no short functional form (erf is not an op), so it is an op of its own.
+// Its vjp: linear in grad (gelu_grad again), and grad times the second derivative for the input.
 const OpDef& kGeluGrad = OpBuilder("gelu_grad")
                              .inputs({"grad", "input"})
                              .outputs({"out"})
@@ -122,6 +135,19 @@ const OpDef& kGeluGrad = OpBuilder("gelu_grad")
                              })
                              .sbp(sbp::elementwise)
                              .flops(flops::elementwise)
+                             .vjp([](const VjpContext& ctx) {
+                               const std::string& approximate = ctx.attrs.get<std::string>("approximate");
+                               const Tensor x = ctx.input(1);
+                               TensorList grads(2);
+                               if (ctx.needs_input_grad[0]) {
+                                 grads[0] = sum_to(apply_one(kGeluGrad, {ctx.grad(), x}, Attrs().set("approximate", approximate)),
+                                                   ctx.input_meta(0).shape);
+                               }
+                               if (ctx.needs_input_grad[1]) {
+                                 grads[1] = sum_to(ctx.grad() * ctx.input(0) * gelu_second_derivative(x, approximate), ctx.input_meta(1).shape);
+                               }
+                               return grads;
+                             })
                              .def();
 const OpDef& kGelu = unary(
     "gelu",
