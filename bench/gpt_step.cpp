@@ -33,6 +33,7 @@ struct Options {
   int64_t batch = 8, tokens = 128, layers = 4, width = 256, heads = 4, vocab = 50257;
   int warmup = 2, steps = 5;
   int profile_rows = 0;
+  std::string trace;
   bool amp = false;
 };
 
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   app.add_option("--profile", o.profile_rows, "after the timed steps, profile one more and print this many rows by self time")
       ->check(flow::cli::at_least(0))
       ->capture_default_str();
+  app.add_option("--trace", o.trace, "with --profile: also write that step's Chrome trace (with input shapes) to this file");
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
 
   flow::manual_seed(0);
@@ -94,6 +96,7 @@ int main(int argc, char** argv) {
     step();
     profile.stop();
     std::printf("%s", profile.key_averages().table("self", o.profile_rows).c_str());
+    if (!o.trace.empty()) profile.export_chrome_trace(o.trace);
   }
   std::printf("flow-%s%s threads %d ms/step %.1f tokens/s %.0f loss %.4f -> %.4f peak_rss_mb %.1f\n", o.mode.c_str(), o.amp ? "-amp" : "", flow::get_num_threads(),
               median * 1e3, static_cast<double>(o.batch * o.tokens) / median, first_loss, last_loss, static_cast<double>(usage.ru_maxrss) / 1024.0);

@@ -5,16 +5,57 @@
 #include "core/op.h"
 #include "core/ops/view.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace flow::cpu {
 namespace {
 
+constexpr int64_t kTile = 32;
+
+// A copy whose input runs along the output's second-last dim: a transpose, as when autocast casts
+// the tied LM head's wte.t(). In element order each read lands on another cache line; square
+// tiles read and write whole lines. Returns false (nothing copied) for other layouts.
+template <typename Out, typename In>
+bool copy_transposed_in_tiles(Tensor& out, const Tensor& in) {
+  const LoopPlan<2> plan = make_loop_plan<2>(out, {&in});
+  const size_t nd = plan.sizes.size();
+  if (nd < 2) return false;
+  const int64_t out_row = plan.strides[0][nd - 2], in_row = plan.strides[1][nd - 2];
+  const int64_t out_col = plan.strides[0][nd - 1], in_col = plan.strides[1][nd - 1];
+  const int64_t rows = plan.sizes[nd - 2], cols = plan.sizes[nd - 1];
+  if (out_col != sizeof(Out) || in_row != sizeof(In) || in_col == sizeof(In) || rows < kTile || cols < kTile) return false;
+  int64_t batch = 1;
+  for (size_t d = 0; d + 2 < nd; ++d) batch *= plan.sizes[d];
+  const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+  const int64_t tiles = batch * row_tiles * col_tiles;
+  parallel_for(0, tiles, std::max<int64_t>(1, kElementwiseGrain / (kTile * kTile)), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      int64_t matrix = t / (row_tiles * col_tiles);
+      const int64_t r0 = (t / col_tiles) % row_tiles * kTile, c0 = t % col_tiles * kTile;
+      char* o = plan.base[0];
+      const char* i = plan.base[1];
+      for (size_t d = nd - 2; d-- > 0;) {
+        const int64_t index = matrix % plan.sizes[d];
+        matrix /= plan.sizes[d];
+        o += index * plan.strides[0][d];
+        i += index * plan.strides[1][d];
+      }
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c) {
+        const In* src = reinterpret_cast<const In*>(i + c * in_col);
+        for (int64_t r = r0; r < r1; ++r) reinterpret_cast<Out*>(o + r * out_row)[c] = convert<Out>(src[r]);
+      }
+    }
+  });
+  return true;
+}
+
 void copy_kernel_into(Tensor out, const Tensor& in) {
   CHECK(in.device().is_cpu() && out.device().is_cpu());
   FLOW_DISPATCH_STORAGE(in.dtype(), "copy", [&]<typename In>() {
     FLOW_DISPATCH_STORAGE(out.dtype(), "copy", [&]<typename Out>() {
-      unary_loop<Out, In>(out, in, [](In v) { return convert<Out>(v); });
+      if (!copy_transposed_in_tiles<Out, In>(out, in)) unary_loop<Out, In>(out, in, [](In v) { return convert<Out>(v); });
     });
   });
 }
