@@ -12,12 +12,13 @@
 namespace flow::graph::training {
 namespace {
 
-// Whether a node of scope `scope` runs inside one of the checkpointed module paths.
-bool in_scopes(const std::string& scope, const std::set<std::string>& paths) {
-  for (const std::string& path : paths) {
-    if (scope == path || (scope.size() > path.size() && scope.compare(0, path.size(), path) == 0 && scope[path.size()] == '.')) return true;
+// The checkpointed module path a node of scope `scope` runs inside (the outermost one, when paths
+// nest), or "" for none.
+std::string checkpointed_path(const std::string& scope, const std::set<std::string>& paths) {
+  for (const std::string& path : paths) {  // sorted: a path comes before the paths inside it
+    if (scope == path || (scope.size() > path.size() && scope.compare(0, path.size(), path) == 0 && scope[path.size()] == '.')) return path;
   }
-  return false;
+  return "";
 }
 
 // Whether a clone computes what the node computed: a deterministic op without side effects whose
@@ -49,12 +50,24 @@ void checkpoint_activations(proto::Job& job, PassContext& context, const std::se
   auto producer = [&](const std::string& value) { return index.position(parse_value_name(value).first); };
   auto is_gradient = [&](int position) { return gradient_nodes.count(job.nodes(position).name()) != 0; };
 
-  // Forward nodes of the checkpointed scopes that a clone may recompute; `draws`: random ops and
-  // what is computed from their draws alone, kept instead.
+  // The checkpointed module each forward node runs in ("" for none).
+  std::vector<std::string> module(n);
+  for (int p = 0; p < n; ++p) {
+    const proto::Node& node = job.nodes(p);
+    if (!is_source_kind(node.op()) && node.op() != kOutputOp && !is_gradient(p)) module[p] = checkpointed_path(node.scope(), scopes);
+  }
+  // Forward nodes of the checkpointed modules that a clone may recompute. Kept instead: random
+  // draws and what is computed from them alone (`draws`), and the module's outputs, which the
+  // forward after it reads anyway.
   std::vector<char> recomputable(n, 0), draws(n, 0);
   for (int p = 0; p < n; ++p) {
     const proto::Node& node = job.nodes(p);
-    if (is_source_kind(node.op()) || node.op() == kOutputOp || is_gradient(p) || !in_scopes(node.scope(), scopes)) continue;
+    if (module[p].empty()) continue;
+    bool leaves_module = false;
+    for (int j = 0; j < node.outputs_size(); ++j) {
+      for (int reader : index.consumers(value_name(node.name(), j))) leaves_module = leaves_module || (!is_gradient(reader) && module[reader] != module[p]);
+    }
+    if (leaves_module) continue;
     if (find_op(node.op()).random) {
       draws[p] = 1;
       continue;

@@ -5,12 +5,13 @@
 // recomputed from the module's inputs just before backward needs them.
 //
 // For each checkpointed module path, the forward nodes of its scope (the path or a sub-scope of
-// it, not made by backward) that compute a value a backward node reads are cloned, with the
+// it, not made by backward; nested paths count as the outermost) that compute a value a backward node reads are cloned, with the
 // forward nodes of the scope they need in turn, back to the scope's inputs: values from outside
-// the scope, variables and constants, and values that are kept. Kept are the outputs of nodes a
-// clone could not reproduce: random ops (a clone would draw other numbers), in-place writes,
-// collectives, values something writes in place, and values computed from random draws alone
-// (dropout's boolean mask rather than the uniform draws behind it). Each clone ("<node>.recompute")
+// the scope, variables and constants, and values that are kept. Kept are the module's outputs
+// (values a forward node outside it reads: the forward keeps them alive anyway), and the outputs
+// of nodes a clone could not reproduce: random ops (a clone would draw other numbers), in-place
+// writes, collectives, values something writes in place, and values computed from random draws
+// alone (dropout's boolean mask rather than the uniform draws behind it). Each clone ("<node>.recompute")
 // is inserted just before its first reader (a backward node or another clone), and the backward
 // nodes read the clones instead of the originals, whose values then die with the forward.
 //
