@@ -2,6 +2,8 @@
 // model of issue 37's thread measurements (4 layers, 256 wide, 4 heads, 128 tokens, batch 8, GPT-2's
 // vocabulary, dropout off). bench/torch_gpt_step.py is its PyTorch twin; bench/cpu_threads.sh runs
 // both at 1-16 threads. Threads: FLOW_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs.
+// --checkpoint: every block checkpointed (eager: gradient_checkpointing_enable; graph:
+// config().set_activation_checkpointing per block).
 // Prints: "flow-<mode> threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last> peak_rss_mb <mb>".
 #include <sys/resource.h>
 
@@ -29,6 +31,7 @@ struct Options {
   std::string mode = "graph";
   int64_t batch = 8, tokens = 128, layers = 4, width = 256, heads = 4, vocab = 50257;
   int warmup = 2, steps = 5;
+  bool checkpoint = false;
 };
 
 }  // namespace
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", o.vocab, "vocabulary size")->check(flow::cli::at_least<int64_t>(2))->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(flow::cli::at_least(0))->capture_default_str();
   app.add_option("--steps", o.steps, "timed steps (the median counts)")->check(flow::cli::at_least(1))->capture_default_str();
+  app.add_flag("--checkpoint", o.checkpoint, "activation checkpointing of every transformer block");
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
 
   flow::manual_seed(0);
@@ -52,6 +56,10 @@ int main(int argc, char** argv) {
   auto model = std::make_shared<models::GPT2LMHeadModel>(config);
   auto optimizer = std::make_shared<flow::optim::AdamW>(model->parameters(), flow::optim::AdamWOptions(1e-4));
   test_graphs::LanguageModelTrainGraph graph(model, optimizer);
+  if (o.checkpoint) {
+    model->gradient_checkpointing_enable();
+    for (int64_t i = 0; i < o.layers; ++i) graph.config().set_activation_checkpointing("model.transformer.h." + std::to_string(i));
+  }
   const Tensor ids = flow::randint(0, o.vocab, {o.batch, o.tokens});
   auto step = [&]() -> double {
     if (o.mode == "graph") return graph(ids, ids).at(0).item<double>();
