@@ -169,6 +169,10 @@ TensorList checkpoint(const CheckpointFunction& function, const TensorList& inpu
     });
     outputs = function(inputs);
   }
+  // A tensor returned as is (a parameter, say) is read too: its gradient flows through the node.
+  for (const Tensor& output : outputs) {
+    if (output.defined() && output.requires_grad() && seen.insert(output.impl()).second) read.push_back(output);
+  }
   std::set<const TensorImpl*> input_impls;
   bool any_requires_grad = false;
   for (const Tensor& input : inputs) {
@@ -187,8 +191,8 @@ TensorList checkpoint(const CheckpointFunction& function, const TensorList& inpu
   }
   if (!any_requires_grad && leaves.empty()) return outputs;  // nothing to differentiate
   for (Tensor& output : outputs) {
-    // An input returned as is gets the node on an alias, not on the input itself.
-    if (output.defined() && input_impls.count(output.impl())) output = output.detach();
+    // A tensor returned as is gets the node on an alias, not on the tensor itself.
+    if (output.defined() && (input_impls.count(output.impl()) || output.requires_grad())) output = output.detach();
   }
   auto node = std::make_shared<CheckpointNode>(function, inputs, std::move(leaves), outputs, preserve_rng_state, rng);
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -147,6 +147,16 @@ TEST(Checkpoint, ReturnedInputGetsItsGradient) {
   EXPECT_EQ(x.grad().tolist<float>(), std::vector<float>(3, 3.0f));
 }
 
+TEST(Checkpoint, ReturnedParameterKeepsItsHistoryAndGetsItsGradient) {
+  Tensor w = flow::randn({3}).requires_grad_();
+  Tensor x = flow::randn({3}).requires_grad_();
+  const TensorList out = flow::utils::checkpoint([&w](const TensorList& in) { return TensorList{in[0] * 2.0, w}; }, {x});
+  EXPECT_TRUE(w.is_leaf());
+  (out[0].sum() + (out[1] * 5.0).sum()).backward();
+  EXPECT_EQ(w.grad().tolist<float>(), std::vector<float>(3, 5.0f));
+  EXPECT_EQ(x.grad().tolist<float>(), std::vector<float>(3, 2.0f));
+}
+
 TEST(Checkpoint, Errors) {
   EXPECT_THROW_MSG(flow::utils::checkpoint(flow::utils::CheckpointFunction(), {flow::ones({1})}), "[checkpoint] got an empty function");
 
