@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -28,6 +29,23 @@ class LossScaleGuard {
 
  private:
   Tensor previous_;
+};
+
+// While alive, every op this thread dispatches reports each input that requires grad to `observe`,
+// with grad mode on or off: utils::checkpoint runs its function without grad and finds the
+// parameters it reads this way. Guards nest; the innermost one observes.
+class GradInputObserverGuard {
+ public:
+  explicit GradInputObserverGuard(std::function<void(const Tensor&)> observe);
+  ~GradInputObserverGuard();
+  GradInputObserverGuard(const GradInputObserverGuard&) = delete;
+  GradInputObserverGuard& operator=(const GradInputObserverGuard&) = delete;
+  // Called by the autograd recorder with each op's inputs.
+  void report(const TensorList& inputs) const;
+
+ private:
+  std::function<void(const Tensor&)> observe_;
+  GradInputObserverGuard* previous_;
 };
 
 // Whether this thread is inside backward() or grad(): the ops it dispatches now are gradient

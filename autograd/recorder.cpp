@@ -3,6 +3,7 @@
 // floating-point outputs point at it.
 #include <memory>
 
+#include "autograd/engine.h"
 #include "autograd/node.h"
 #include "autograd/view_history.h"
 #include "core/grad_mode.h"
@@ -11,9 +12,12 @@
 namespace flow::autograd {
 namespace {
 
+thread_local GradInputObserverGuard* t_observer = nullptr;
+
 class GraphRecorder final : public AutogradRecorder {
  public:
   void record(const OpDef& op, const TensorList& inputs, const TensorList& outputs, const Attrs& attrs) override {
+    if (t_observer != nullptr) t_observer->report(inputs);
     if (!is_grad_enabled()) return;
     const bool makes_view = op.view && !op.inplace;
     bool any_requires_grad = false;
@@ -46,4 +50,18 @@ struct Installer {
 Installer installer;
 
 }  // namespace
+
+GradInputObserverGuard::GradInputObserverGuard(std::function<void(const Tensor&)> observe)
+    : observe_(std::move(observe)), previous_(t_observer) {
+  t_observer = this;
+}
+
+GradInputObserverGuard::~GradInputObserverGuard() { t_observer = previous_; }
+
+void GradInputObserverGuard::report(const TensorList& inputs) const {
+  for (const Tensor& input : inputs) {
+    if (input.defined() && input.requires_grad()) observe_(input);
+  }
+}
+
 }  // namespace flow::autograd

@@ -4,6 +4,8 @@
 // both at 1-16 threads. Threads: FLOW_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs.
 // --profile N prints the N ops (eager) or Graph nodes with the most self time in one more step.
 // --amp: bfloat16 autocast, printed as mode "<mode>-amp".
+// --checkpoint: every block checkpointed (eager: gradient_checkpointing_enable; graph:
+// config().set_activation_checkpointing per block).
 // Prints: "flow-<mode> threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last> peak_rss_mb <mb>".
 #include <sys/resource.h>
 
@@ -35,6 +37,7 @@ struct Options {
   int profile_rows = 0;
   std::string trace;
   bool amp = false;
+  bool checkpoint = false;
 };
 
 }  // namespace
@@ -56,6 +59,7 @@ int main(int argc, char** argv) {
       ->check(flow::cli::at_least(0))
       ->capture_default_str();
   app.add_option("--trace", o.trace, "with --profile: also write that step's Chrome trace (with input shapes) to this file");
+  app.add_flag("--checkpoint", o.checkpoint, "activation checkpointing of every transformer block");
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
 
   flow::manual_seed(0);
@@ -64,6 +68,10 @@ int main(int argc, char** argv) {
   auto optimizer = std::make_shared<flow::optim::AdamW>(model->parameters(), flow::optim::AdamWOptions(1e-4));
   test_graphs::LanguageModelTrainGraph graph(model, optimizer);
   if (o.amp) graph.config().enable_amp(true, flow::kBFloat16);
+  if (o.checkpoint) {
+    model->gradient_checkpointing_enable();
+    for (int64_t i = 0; i < o.layers; ++i) graph.config().set_activation_checkpointing("model.transformer.h." + std::to_string(i));
+  }
   const Tensor ids = flow::randint(0, o.vocab, {o.batch, o.tokens});
   auto step = [&]() -> double {
     if (o.mode == "graph") return graph(ids, ids).at(0).item<double>();

@@ -3,6 +3,7 @@
 // graph_state.cpp): what one trace gave and what one input signature compiled to.
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ struct Graph::Traced {
   std::vector<graph::InputGuard> output_layouts;  // each output's meta, and placement and sbp if global
   std::vector<TensorList> trained_params;  // per optimizer: parameters updated in the graph
   std::vector<std::string> training_rewrites;  // those applied, in pipeline order
+  std::set<std::string> gradient_nodes;        // the nodes backward made (Tracer::gradient_nodes)
   std::map<const Module*, ModuleCall> module_calls;
 };
 

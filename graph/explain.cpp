@@ -36,6 +36,7 @@ void print_pass(std::ostream& out, const PassRecord& record) {
   for (const auto& removed : record.eliminated) out << "      eliminated " << node_str(removed.node) << ": " << removed.reason << "\n";
   for (const auto& copy : record.bypassed) out << "      bypassed " << node_str(copy.node) << ": " << copy.reason << "\n";
   for (const auto& node : record.rewritten) out << "      rewritten " << node.name << " as " << node.op << "\n";
+  for (const auto& clone : record.recomputed) out << "      recomputed for backward: " << node_str(clone.node) << " <- " << clone.original << "\n";
 }
 
 void print_plan(std::ostream& out, const PlanExplanation& plan) {

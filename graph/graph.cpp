@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "autograd/engine.h"
@@ -18,6 +19,7 @@
 #include "graph/frozen_inference.h"
 #include "graph/passes.h"
 #include "graph/tracer.h"
+#include "graph/training/activation_checkpointing.h"
 #include "graph/training/gradient_accumulation.h"
 #include "graph/training/loss_scaling.h"
 #include "graph/training/optimizer_step.h"
@@ -140,6 +142,19 @@ std::vector<std::pair<Module*, bool>> Graph::module_modes() const {
     for (auto& [path, m] : module->named_modules(prefix)) modes.emplace_back(m.get(), m->is_training());
   }
   return modes;
+}
+
+void Graph::check_checkpointed_modules() const {
+  std::set<std::string> paths;
+  for (auto& [prefix, module] : modules_) {
+    for (auto& [path, m] : module->named_modules(prefix)) paths.insert(path);
+  }
+  for (const std::string& path : config_.activation_checkpointing()) {
+    if (!paths.count(path)) {
+      fail("graph", name_, ": set_activation_checkpointing('", path, "') names no module of the graph; paths start with a registered name, as in ",
+           paths.empty() ? std::string("'model.h.0'") : "'" + *paths.rbegin() + "'");
+    }
+  }
 }
 
 void Graph::debug(int v_level, std::ostream& log) {
@@ -271,6 +286,7 @@ void Graph::trace(const graph::InputSignature& inputs, bool with_optimizers, int
     applied.push_back("pipeline_schedule");
   }
   traced.training_rewrites = graph::training::in_pipeline_order(applied);
+  traced.gradient_nodes = tracer.gradient_nodes();
   traced.job.Clear();
   traced.job.Swap(&tracer.job());
   traced.fixed = tracer.captured();
@@ -324,6 +340,14 @@ Graph::CompiledPlan& Graph::compile(graph::InputSignature signature, std::vector
   graph::PassManager passes;
   for (const auto& [pass_name, pass] : config_.user_passes()) passes.add(pass_name, pass);
   passes.add(graph::default_passes()).add("fuse_update_cast", graph::fuse_update_cast);
+  if (!config_.activation_checkpointing().empty()) {
+    check_checkpointed_modules();
+    // After CSE and DCE, which would merge the clones back into their originals.
+    passes.insert_before("elementwise_fusion", "activation_checkpointing",
+                         [scopes = config_.activation_checkpointing(), &gradient = traced.gradient_nodes](graph::proto::Job& job, graph::PassContext& ctx) {
+                           graph::training::checkpoint_activations(job, ctx, scopes, gradient);
+                         });
+  }
   log.passes = passes.run(traced.job, context, debug_level_, log_);
   for (const auto& node : traced.job.nodes()) {
     if (node.op() != graph::kVariableOp || !node.attrs().count("cast_of")) continue;

@@ -152,6 +152,8 @@ class Graph {
   const CompiledPlan& current() const;
   // Every registered module and submodule with its train/eval mode, parents first.
   std::vector<std::pair<Module*, bool>> module_modes() const;
+  // Throws a flow::Error for a config().set_activation_checkpointing path that names no module.
+  void check_checkpointed_modules() const;
   std::vector<TensorList> execute(CompiledPlan& plan, int64_t steps, const std::function<TensorList(int64_t)>& next_inputs);
   // The frozen plan's executor or the unfrozen one (config().enable_inference_freezing).
   graph::Executor& executor_for_call(CompiledPlan& plan);

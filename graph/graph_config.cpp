@@ -23,6 +23,16 @@ GraphConfig& GraphConfig::enable_amp(bool on, DType dtype) {
   return *this;
 }
 
+GraphConfig& GraphConfig::set_activation_checkpointing(const std::string& module_path, bool on) {
+  if (module_path.empty()) fail("graph.set_activation_checkpointing", "the module path is empty; name a module such as 'model.h.0'");
+  if (on) {
+    checkpointed_modules_.insert(module_path);
+  } else {
+    checkpointed_modules_.erase(module_path);
+  }
+  return *this;
+}
+
 GraphConfig& GraphConfig::enable_inference_freezing(bool on) {
   inference_freezing_enabled_ = on;
   return *this;

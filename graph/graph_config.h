@@ -1,7 +1,9 @@
 #pragma once
 // nn::GraphConfig: how an nn::Graph traces and compiles (training, ZeRO, gradient accumulation,
-// the pipeline schedule, user passes, AMP, frozen inference, the plan cache limit).
+// the pipeline schedule, user passes, AMP, activation checkpointing, frozen inference, the plan
+// cache limit).
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +59,17 @@ class GraphConfig {
   // weights. dtype is bfloat16 or float16. Set before the first call.
   GraphConfig& enable_amp(bool on = true, DType dtype = kBFloat16);
   bool amp_enabled() const { return amp_enabled_; }
+  // Activation checkpointing of one module (OneFlow's
+  // graph.block(module).config().activation_checkpointing = True), named by its path in the Graph:
+  // the name it was registered under, then its path in named_modules() ("model.h.0"), which is
+  // also the scope of the Job nodes its forward makes. The forward values computed inside it that
+  // backward reads are recomputed just before backward instead of kept (the Job pass
+  // "activation_checkpointing", graph/training/activation_checkpointing.h): less planned memory
+  // for more compute, same results. A path naming no module is a flow::Error at compile time; on
+  // a graph without backward it changes nothing. on=false takes the module off again. Set before
+  // the first call.
+  GraphConfig& set_activation_checkpointing(const std::string& module_path, bool on = true);
+  const std::set<std::string>& activation_checkpointing() const { return checkpointed_modules_; }
   DType amp_dtype() const { return amp_dtype_; }
   // Frozen inference (torch.jit.freeze's idea; graph/frozen_inference.h), on by default: a plan
   // of a graph without optimizer, on CPU, whose Job writes no parameter or buffer, runs on a copy
@@ -81,6 +94,7 @@ class GraphConfig {
   bool amp_enabled_ = false;
   DType amp_dtype_ = kBFloat16;
   bool inference_freezing_enabled_ = true;
+  std::set<std::string> checkpointed_modules_;
   std::vector<std::pair<std::string, graph::PassFn>> user_passes_;
 };
 

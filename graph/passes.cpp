@@ -2,6 +2,9 @@
 // elimination and dead-code elimination.
 #include "graph/passes.h"
 
+#include <glog/logging.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -69,6 +72,13 @@ PassManager& PassManager::add(std::string name, PassFn pass) {
 
 PassManager& PassManager::add(const PassManager& others) {
   passes_.insert(passes_.end(), others.passes_.begin(), others.passes_.end());
+  return *this;
+}
+
+PassManager& PassManager::insert_before(const std::string& before, std::string name, PassFn pass) {
+  auto it = std::find_if(passes_.begin(), passes_.end(), [&](const auto& entry) { return entry.first == before; });
+  CHECK(it != passes_.end()) << "no pass named " << before;
+  passes_.emplace(it, std::move(name), std::move(pass));
   return *this;
 }
 

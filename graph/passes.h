@@ -30,6 +30,12 @@ struct RemovedNode {
   std::string reason;  // "dead", "duplicate of <node>", "copy of <value>"
 };
 
+// A clone that recomputes a checkpointed forward node for backward (activation checkpointing).
+struct RecomputedNode {
+  NodeRef node;
+  std::string original;
+};
+
 // What one pass did to the Job. The pass manager fills the counts, time and node differences;
 // the pass itself says why.
 struct PassRecord {
@@ -44,6 +50,7 @@ struct PassRecord {
   std::vector<RemovedNode> eliminated;  // removed by dead-code or common-subexpression elimination
   std::vector<RemovedNode> bypassed;    // copies whose readers now read the source; DCE removes them
   std::vector<NodeRef> rewritten;       // op replaced in place (op after)
+  std::vector<RecomputedNode> recomputed;
 };
 
 struct PassContext {
@@ -61,6 +68,8 @@ class PassManager {
   PassManager& add(std::string name, PassFn pass);
   // Appends every pass of others, in its order.
   PassManager& add(const PassManager& others);
+  // Puts a pass just before the pass named `before`, which must be there.
+  PassManager& insert_before(const std::string& before, std::string name, PassFn pass);
   // Runs every pass in order and returns what each did. debug_level >= 1 logs each pass with the
   // node count it leaves; >= 3 (or FLOW_GRAPH_DUMP_DIR) dumps the Job text after each pass.
   std::vector<PassRecord> run(proto::Job& job, PassContext& context, int debug_level = 0, std::ostream* log = nullptr) const;

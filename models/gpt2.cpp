@@ -7,6 +7,7 @@
 #include "core/ops/all.h"
 #include "nn/functional.h"
 #include "nn/init.h"
+#include "nn/utils/checkpoint.h"
 
 namespace flow::models {
 namespace {
@@ -126,7 +127,7 @@ Tensor GPT2Model::forward(const Tensor& input_ids) {
   // (T, C) position embeddings broadcast over the batch.
   const Tensor positions = arange(length, options_beside(input_ids).dtype(kInt64));
   Tensor hidden = (*drop)(add((*wte)(input_ids), (*wpe)(positions)));
-  for (const auto& block : blocks) hidden = (*block)(hidden);
+  for (const auto& block : blocks) hidden = gradient_checkpointing_ && is_training() ? utils::checkpoint(*block, hidden) : (*block)(hidden);
   return (*ln_f)(hidden);
 }
 

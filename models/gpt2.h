@@ -95,6 +95,13 @@ class GPT2Model : public nn::Module {
   // input_ids: int64 (B, T) with T <= n_positions -> hidden states (B, T, n_embd).
   Tensor forward(const Tensor& input_ids) override;
   const GPT2Config& config() const { return config_; }
+  // Hugging Face's gradient_checkpointing_enable(): in eager mode each block runs under
+  // utils::checkpoint (nn/utils/checkpoint.h), so backward reruns it instead of keeping its
+  // activations. A Graph ignores it (its build() is traced); checkpoint blocks there with
+  // config().set_activation_checkpointing.
+  void gradient_checkpointing_enable() { gradient_checkpointing_ = true; }
+  void gradient_checkpointing_disable() { gradient_checkpointing_ = false; }
+  bool is_gradient_checkpointing() const { return gradient_checkpointing_; }
   std::shared_ptr<nn::Embedding> wte, wpe;
   std::shared_ptr<nn::Dropout> drop;
   std::shared_ptr<nn::ModuleList> h;
@@ -103,6 +110,7 @@ class GPT2Model : public nn::Module {
 
  private:
   GPT2Config config_;
+  bool gradient_checkpointing_ = false;
 };
 
 // GPT-2 with its language-modelling head. The head is wte itself (tied weights, as in Hugging
@@ -115,6 +123,9 @@ class GPT2LMHeadModel : public nn::Module {
   Tensor forward(const Tensor& input_ids) override;
   // Mean next-token cross entropy of forward(input_ids) against labels (see causal_lm_loss).
   Tensor loss(const Tensor& input_ids, const Tensor& labels);
+  // The transformer's switch (GPT2Model::gradient_checkpointing_enable).
+  void gradient_checkpointing_enable() { transformer->gradient_checkpointing_enable(); }
+  void gradient_checkpointing_disable() { transformer->gradient_checkpointing_disable(); }
   std::shared_ptr<GPT2Model> transformer;
 };
 

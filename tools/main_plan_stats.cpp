@@ -30,6 +30,7 @@ struct Options {
   std::string parallel = "dp";
   int64_t batch_per_rank = 0;  // 0: the model's default
   int64_t seq_len = 1024;
+  bool checkpoint_blocks = false;
   int debug = 0;
 };
 
@@ -109,6 +110,10 @@ Row measure(const Options& options, int64_t ranks) {
   if (options.debug > 0) graph.debug(options.debug, std::cerr);
   if (options.parallel == "zero1") graph.config().enable_zero(1);
   if (options.parallel == "zero2") graph.config().enable_zero(2);
+  if (options.checkpoint_blocks) {
+    const auto& gpt2 = static_cast<const flow::models::GPT2LMHeadModel&>(*workload.model);
+    for (size_t i = 0; i < gpt2.transformer->blocks.size(); ++i) graph.config().set_activation_checkpointing("model.transformer.h." + std::to_string(i));
+  }
   const int64_t batch_per_rank = options.batch_per_rank > 0 ? options.batch_per_rank : (options.model == "gpt2" ? 8 : 32);
   const TensorList inputs = workload.inputs(placement, batch_per_rank * ranks);
   const auto start = std::chrono::steady_clock::now();
@@ -126,8 +131,8 @@ std::string collective(const flow::graph::PlanStats& stats, const std::string& k
 
 void print_table(const Options& options, const std::vector<Row>& rows) {
   using flow::graph::human_bytes;
-  std::printf("%s, %s, per rank per training step (rank 0's plan; meta tensors, simulated world)\n\n", options.model.c_str(),
-              options.parallel.c_str());
+  std::printf("%s, %s%s, per rank per training step (rank 0's plan; meta tensors, simulated world)\n\n", options.model.c_str(),
+              options.parallel.c_str(), options.checkpoint_blocks ? ", every block checkpointed" : "");
   std::printf("| ranks | sent | 2(n-1)/n x grads | all_reduce | reduce_scatter | all_gather | params+buffers | optimizer state | "
               "planned | total | compile s |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -161,9 +166,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--batch-per-rank", options.batch_per_rank, "samples per rank (default: 32 images, 8 sequences)")->check(CLI::PositiveNumber);
   app.add_option("--seq-len", options.seq_len, "GPT-2 sequence length")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_flag("--checkpoint-blocks", options.checkpoint_blocks,
+               "gpt2: activation checkpointing of every transformer block (config().set_activation_checkpointing)");
   app.add_option("--debug", options.debug, "the Graph's debug level (1: compile progress and plan; 2: every op with its sbp)")
       ->check(CLI::Range(0, 3));
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
+  if (options.checkpoint_blocks && options.model != "gpt2") {
+    std::fprintf(stderr, "flow_plan_stats: --checkpoint-blocks applies to --model gpt2 only\n");
+    return 2;
+  }
   try {
     std::vector<Row> rows;
     for (int64_t ranks : options.ranks) rows.push_back(measure(options, ranks));
