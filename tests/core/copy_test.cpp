@@ -26,7 +26,7 @@ void expect_copies_match(const flow::Tensor& source) {
   ASSERT_FALSE(source.is_contiguous());
   const std::vector<float> expected = elements(source);
   const flow::Tensor reference = flow::tensor<float>(expected).reshape(source.shape());
-  for (flow::DType dtype : {flow::kFloat32, flow::kBFloat16, flow::kFloat64}) {
+  for (flow::DType dtype : {flow::kBFloat16, flow::kFloat64}) {  // float32: the clone below
     SCOPED_TRACE(flow::dtype_name(dtype));
     const flow::Tensor copied = flow::to(source, dtype);
     ASSERT_TRUE(copied.is_contiguous());

@@ -41,10 +41,17 @@ bool copy_transposed_in_tiles(Tensor& out, const Tensor& in) {
         o += index * plan.strides[0][d];
         i += index * plan.strides[1][d];
       }
-      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
-      for (int64_t c = c0; c < c1; ++c) {
-        const In* src = reinterpret_cast<const In*>(i + c * in_col);
-        for (int64_t r = r0; r < r1; ++r) reinterpret_cast<Out*>(o + r * out_row)[c] = convert<Out>(src[r]);
+      const int64_t tile_rows = std::min(kTile, rows - r0), tile_cols = std::min(kTile, cols - c0);
+      // Read the tile along the source's runs into a buffer, then write whole output rows from
+      // it (those loops, conversion included, vectorise).
+      In buffer[kTile][kTile];
+      for (int64_t c = 0; c < tile_cols; ++c) {
+        const In* src = reinterpret_cast<const In*>(i + (c0 + c) * in_col) + r0;
+        for (int64_t r = 0; r < tile_rows; ++r) buffer[r][c] = src[r];
+      }
+      for (int64_t r = 0; r < tile_rows; ++r) {
+        Out* dst = reinterpret_cast<Out*>(o + (r0 + r) * out_row) + c0;
+        for (int64_t c = 0; c < tile_cols; ++c) dst[c] = convert<Out>(buffer[r][c]);
       }
     }
   });
