@@ -80,6 +80,11 @@ class Trainer {
     if (o_.graph) {
       graph_ = std::make_unique<GptTrainGraph>(model_, optimizer_);
       graph_->config().enable_amp(o_.amp);
+      if (o_.checkpointing) {
+        for (int64_t i = 0; i < o_.layers; ++i) graph_->config().set_activation_checkpointing("model.transformer.h." + std::to_string(i));
+      }
+    } else if (o_.checkpointing) {
+      model_->gradient_checkpointing_enable();
     }
   }
 

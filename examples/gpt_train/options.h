@@ -23,6 +23,7 @@ struct GptTrainOptions {
   uint64_t seed = 0;
   bool graph = false;
   bool amp = false;
+  bool checkpointing = false;  // activation checkpointing of every block
   std::optional<double> clip_grad;  // max total gradient norm
   bool parallel = false;
   int64_t log_every = 20, eval_every = 100, eval_windows = 64;
@@ -56,6 +57,9 @@ inline void add_options(CLI::App& app, GptTrainOptions& o) {
   app.add_option("--seed", o.seed, "seeds the initial weights, the batches, dropout and the sample")->capture_default_str();
   app.add_flag("--graph", o.graph, "train with a compiled nn::Graph instead of eagerly");
   app.add_flag("--amp", o.amp, "bfloat16 autocast (eager) or config().enable_amp() (Graph); float32 master weights");
+  app.add_flag("--checkpointing", o.checkpointing,
+               "activation checkpointing: each transformer block's activations are recomputed for backward instead of kept "
+               "(eager: gradient_checkpointing_enable(); Graph: config().set_activation_checkpointing per block)");
   app.add_option("--clip-grad", o.clip_grad, "clip the gradients' total 2-norm to this before each update")->check(positive());
   app.add_flag("--parallel", o.parallel, "data parallel over the ranks of flow_run: DistributedDataParallel, or with --graph the Graph's own");
   app.add_option("--log-every", o.log_every, "print the mean training loss every this many steps")->check(at_least<int64_t>(1))->capture_default_str();
