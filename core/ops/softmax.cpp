@@ -38,14 +38,73 @@ const OpDef& softmax_op(const char* name, VjpFn vjp) {
       .def();
 }
 
+std::vector<SbpSignature> softmax_grad_sbp(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  std::vector<SbpSignature> signatures;
+  for (int64_t d = 0; d < in[1].shape.ndim(); ++d) {
+    if (d != attrs.get<int64_t>("dim")) signatures.push_back({{Sbp::split(d), Sbp::split(d)}, {Sbp::split(d)}});
+  }
+  signatures.push_back({{Sbp::broadcast(), Sbp::broadcast()}, {Sbp::broadcast()}});
+  return signatures;
+}
+
+// The gradients of softmax and log_softmax as ops of their own (PyTorch's
+// _softmax_backward_data): one pass per row and one tensor out, where the formula as separate ops
+// makes three tensors of the input's size (a cross-entropy over GPT-2's 50257 words: 206 MB each
+// at 1024 tokens). Inputs: the output's gradient and the forward's output.
+const OpDef& softmax_grad_op(const char* name, VjpFn vjp) {
+  return OpBuilder(name)
+      .inputs({"grad", "out"})
+      .outputs({"grad_input"})
+      .attrs({{"dim", AttrType::kInt}})
+      .infer([name](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+        checks::check_floating(name, in[1], "out");
+        if (in[0].dtype != in[1].dtype) fail(name, "grad has dtype ", dtype_name(in[0].dtype), " but out has ", dtype_name(in[1].dtype));
+        if (!(in[0].shape == in[1].shape)) fail(name, "grad ", in[0].shape, " and out ", in[1].shape, " must have the same shape");
+        checks::check_axis(name, attrs.get<int64_t>("dim"), std::max<int64_t>(in[1].shape.ndim(), 1));
+        return std::vector<TensorMeta>{in[1]};
+      })
+      .sbp(softmax_grad_sbp)
+      .flops(flops::per_input_element)
+      .vjp(std::move(vjp))
+      .def();
+}
+
+Attrs dim_attr(const VjpContext& ctx) { return Attrs().set("dim", ctx.attrs.get<int64_t>("dim")); }
+
+// grad_input = y (g - sum(g y)). It is linear in g with softmax_grad's own form, so g's gradient
+// is softmax_grad of the incoming gradient u; y's is u (g - sum(g y)) - g sum(u y).
+const OpDef& kSoftmaxGrad = softmax_grad_op("softmax_grad", [](const VjpContext& ctx) {
+  const Tensor &g = ctx.input(0), &y = ctx.input(1), &u = ctx.grad();
+  const int64_t dim = ctx.attrs.get<int64_t>("dim");
+  TensorList grads(2);
+  if (ctx.needs_input_grad[0]) grads[0] = apply_one(kSoftmaxGrad, {u, y}, dim_attr(ctx));
+  if (ctx.needs_input_grad[1]) grads[1] = u * (g - sum(g * y, {dim}, true)) - g * sum(u * y, {dim}, true);
+  return grads;
+});
+// grad_input = g - exp(y) sum(g): g's gradient is u - sum(u exp(y)), y's -u exp(y) sum(g).
+const OpDef& kLogSoftmaxGrad = softmax_grad_op("log_softmax_grad", [](const VjpContext& ctx) {
+  const Tensor &g = ctx.input(0), &y = ctx.input(1), &u = ctx.grad();
+  const int64_t dim = ctx.attrs.get<int64_t>("dim");
+  TensorList grads(2);
+  if (ctx.needs_input_grad[0]) grads[0] = u - sum(u * exp(y), {dim}, true);
+  if (ctx.needs_input_grad[1]) grads[1] = neg(u * exp(y) * sum(g, {dim}, true));
+  return grads;
+});
+
+// CUDA has no kernels for the gradient ops yet: there the formulas run as separate ops.
+bool has_gradient_kernel(const Tensor& output) { return !output.device().is_cuda(); }
+
 const OpDef& kSoftmax = softmax_op("softmax", [](const VjpContext& ctx) {
   const Tensor y = ctx.output(0);
+  if (has_gradient_kernel(y)) return TensorList{apply_one(kSoftmaxGrad, {ctx.grad(), y}, dim_attr(ctx))};
   const int64_t dim = ctx.attrs.get<int64_t>("dim");
   return TensorList{y * (ctx.grad() - sum(ctx.grad() * y, {dim}, true))};
 });
 const OpDef& kLogSoftmax = softmax_op("log_softmax", [](const VjpContext& ctx) {
+  const Tensor y = ctx.output(0);
+  if (has_gradient_kernel(y)) return TensorList{apply_one(kLogSoftmaxGrad, {ctx.grad(), y}, dim_attr(ctx))};
   const int64_t dim = ctx.attrs.get<int64_t>("dim");
-  return TensorList{ctx.grad() - exp(ctx.output(0)) * sum(ctx.grad(), {dim}, true)};
+  return TensorList{ctx.grad() - exp(y) * sum(ctx.grad(), {dim}, true)};
 });
 
 Tensor run(const OpDef& op, const Tensor& input, int64_t dim, const char* name) {

@@ -147,6 +147,21 @@ TEST(Gradcheck, SecondOrderThroughSoftplusCumsumAndTril) {
   EXPECT_TRUE(gradcheck(second_order([](const Tensor& x) { return flow::tril(x * x, 1); }), {grad_input({3, 3})}));
 }
 
+// Second order through softmax_grad and log_softmax_grad (the gradient ops' own vjps): the
+// first gradient of sum(softmax(x) * w) is softmax_grad(w, softmax(x)), checked against x and w.
+TEST(Gradcheck, SecondOrderThroughSoftmaxGradients) {
+  flow::manual_seed(13);
+  for (bool log_output : {false, true}) {
+    SCOPED_TRACE(log_output ? "log_softmax" : "softmax");
+    EXPECT_TRUE(gradcheck(
+        [log_output](const TensorList& in) {
+          const Tensor y = log_output ? flow::log_softmax(in[0], 1) : flow::softmax(in[0], 1);
+          return flow::autograd::grad({flow::sum(y * in[1])}, {in[0]}, {}, false, /*create_graph=*/true)[0];
+        },
+        {grad_input({3, 5}), grad_input({3, 5})}));
+  }
+}
+
 TEST(Gradcheck, HandComputedCumsumAndTrilGradients) {
   Tensor x = flow::randn({2, 4}).requires_grad_(true);
   const Tensor weights = flow::tensor<float>({1, 2, 3, 4, 5, 6, 7, 8}, Shape{2, 4});
