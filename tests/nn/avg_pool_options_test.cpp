@@ -110,7 +110,8 @@ TEST(AvgPoolOptions, PassTheGradientCheckerToSecondOrder) {
   const std::vector<std::pair<Options, Shape>> cases{{{{3, 3}, {2, 2}, {1, 1}, true, false}, {2, 2, 6, 7}},
                                                      {{{2, 3}, {3, 2}, {1, 1}, true, true}, {1, 2, 4, 7}},
                                                      {{{3, 2}, {2, 1}, {1, 0}, false, false, 4}, {1, 1, 5, 4}}};
-  for (const auto& [options, shape] : cases) {
+  for (const auto& [case_options, shape] : cases) {
+    const Options& options = case_options;  // clang 14 cannot capture a structured binding
     EXPECT_TRUE(flow::testing::gradcheck([&](const flow::TensorList& in) { return pool(in[0], options); }, {flow::testing::grad_input(shape)}));
     EXPECT_TRUE(flow::testing::gradcheck(
         [&](const flow::TensorList& in) {

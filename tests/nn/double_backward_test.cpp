@@ -38,7 +38,8 @@ TEST(DoubleBackward, GeluSecondDerivativesArePyTorchs) {
   const std::vector<std::pair<std::string, std::vector<double>>> cases{
       {"none", {-0.107981933, 0.6161143218, 0.7978845608, 0.4715034394, -0.1056414618}},
       {"tanh", {-0.10787508, 0.6155068951, 0.7978845608, 0.4708629268, -0.1049702942}}};
-  for (const auto& [approximate, expected] : cases) {
+  for (const auto& [case_approximate, expected] : cases) {
+    const std::string approximate = case_approximate;  // clang 14 cannot capture a structured binding
     SCOPED_TRACE(approximate);
     Tensor x = flow::tensor<double>({-2.0, -0.5, 0.0, 0.7, 1.9}).requires_grad_(true);
     const Tensor g = flow::autograd::grad({flow::sum(flow::gelu(x, approximate))}, {x}, {}, false, true)[0];

@@ -121,17 +121,12 @@ void gather_kernel(KernelContext& ctx) {
   });
 }
 
-// Sequential: several index entries may name one output element, so the order must be fixed.
-void scatter_kernel(KernelContext& ctx) {
-  const Tensor &input = ctx.inputs[0], &index = ctx.inputs[1], &src = ctx.inputs[2];
-  Tensor& out = ctx.outputs[0];
-  const int64_t dim = ctx.attrs.get<int64_t>("dim");
-  const bool add = ctx.attrs.get<std::string>("reduce") == "add";
-  const char* op = add ? "scatter_add" : "scatter";
-  std::memcpy(out.data_ptr(), input.data_ptr(), static_cast<size_t>(input.numel()) * itemsize(input.dtype()));
-  const int64_t size = input.dim() == 0 ? 1 : input.size(dim);
+// Writes (or adds) src's elements into out at index along dim. Sequential: several index entries
+// may name one output element, so the order must be fixed.
+void scatter_into(Tensor& out, const Tensor& index, const Tensor& src, int64_t dim, bool add, const char* op) {
+  const int64_t size = out.dim() == 0 ? 1 : out.size(dim);
   const Strides out_strides = contiguous_strides(out.shape()), src_strides = contiguous_strides(src.shape());
-  FLOW_DISPATCH_ALL(input.dtype(), op, [&]<typename T>() {
+  FLOW_DISPATCH_ALL(out.dtype(), op, [&]<typename T>() {
     T* dst = static_cast<T*>(out.data_ptr());
     const T* values = static_cast<const T*>(src.data_ptr());
     dispatch_index(index.dtype(), [&]<typename I>() {
@@ -153,6 +148,20 @@ void scatter_kernel(KernelContext& ctx) {
       }
     });
   });
+}
+
+void scatter_kernel(KernelContext& ctx) {
+  const Tensor& input = ctx.inputs[0];
+  const bool add = ctx.attrs.get<std::string>("reduce") == "add";
+  std::memcpy(ctx.outputs[0].data_ptr(), input.data_ptr(), static_cast<size_t>(input.numel()) * itemsize(input.dtype()));
+  scatter_into(ctx.outputs[0], ctx.inputs[1], ctx.inputs[2], ctx.attrs.get<int64_t>("dim"), add, add ? "scatter_add" : "scatter");
+}
+
+// inputs: grad, index; out = zeros with grad added at index.
+void gather_grad_kernel(KernelContext& ctx) {
+  Tensor& out = ctx.outputs[0];
+  std::memset(out.data_ptr(), 0, static_cast<size_t>(out.numel()) * itemsize(out.dtype()));
+  scatter_into(out, ctx.inputs[1], ctx.inputs[0], ctx.attrs.get<int64_t>("dim"), /*add=*/true, "gather_grad");
 }
 
 void masked_fill_kernel(KernelContext& ctx) {
@@ -185,6 +194,7 @@ FLOW_REGISTER_KERNEL("cat", DeviceType::kCPU, all_dtypes(), cat_kernel);
 FLOW_REGISTER_KERNEL("index_select", DeviceType::kCPU, all_dtypes(), index_select_kernel);
 FLOW_REGISTER_KERNEL("gather", DeviceType::kCPU, all_dtypes(), gather_kernel);
 FLOW_REGISTER_KERNEL("scatter", DeviceType::kCPU, all_dtypes(), scatter_kernel);
+FLOW_REGISTER_KERNEL("gather_grad", DeviceType::kCPU, all_dtypes(), gather_grad_kernel);
 FLOW_REGISTER_KERNEL("masked_fill", DeviceType::kCPU, all_dtypes(), masked_fill_kernel);
 FLOW_REGISTER_KERNEL("one_hot", DeviceType::kCPU, {kInt64}, one_hot_kernel);
 
