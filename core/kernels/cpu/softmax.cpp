@@ -88,23 +88,28 @@ void strided_row(const T* x, T* y, int64_t n, int64_t inner) {
   }
 }
 
+// Calls row(base, n, inner) for each slice of t along dim (n elements, inner apart, from element
+// base), the slices split over the thread pool.
+template <typename Row>
+void for_each_row(const Tensor& t, int64_t dim, Row row) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= t.size(d);
+  for (int64_t d = dim + 1; d < t.dim(); ++d) inner *= t.size(d);
+  const int64_t n = t.dim() == 0 ? 1 : t.size(dim);
+  parallel_for(0, outer * inner, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) row((s / inner) * n * inner + s % inner, n, inner);
+  });
+}
+
 template <bool log_output>
 void softmax_kernel(KernelContext& ctx) {
   const Tensor& input = ctx.inputs[0];
-  const int64_t dim = ctx.attrs.get<int64_t>("dim");
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= input.size(d);
-  for (int64_t d = dim + 1; d < input.dim(); ++d) inner *= input.size(d);
-  const int64_t n = input.dim() == 0 ? 1 : input.size(dim);
   FLOW_DISPATCH_FLOATING(input.dtype(), log_output ? "log_softmax" : "softmax", [&]<typename T>() {
     const T* in = static_cast<const T*>(input.data_ptr());
     T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
-    parallel_for(0, outer * inner, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
-      for (int64_t s = begin; s < end; ++s) {
-        const int64_t base = (s / inner) * n * inner + s % inner;
-        if (inner == 1) contiguous_row<log_output>(in + base, out + base, n);
-        else strided_row<log_output>(in + base, out + base, n, inner);
-      }
+    for_each_row(input, ctx.attrs.get<int64_t>("dim"), [&](int64_t base, int64_t n, int64_t inner) {
+      if (inner == 1) contiguous_row<log_output>(in + base, out + base, n);
+      else strided_row<log_output>(in + base, out + base, n, inner);
     });
   });
 }
@@ -114,37 +119,29 @@ void softmax_kernel(KernelContext& ctx) {
 template <bool log_output>
 void softmax_grad_kernel(KernelContext& ctx) {
   const Tensor& out = ctx.inputs[1];
-  const int64_t dim = ctx.attrs.get<int64_t>("dim");
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= out.size(d);
-  for (int64_t d = dim + 1; d < out.dim(); ++d) inner *= out.size(d);
-  const int64_t n = out.dim() == 0 ? 1 : out.size(dim);
   FLOW_DISPATCH_FLOATING(out.dtype(), log_output ? "log_softmax_grad" : "softmax_grad", [&]<typename T>() {
     const T* grad = static_cast<const T*>(ctx.inputs[0].data_ptr());
     const T* y_all = static_cast<const T*>(out.data_ptr());
     T* result = static_cast<T*>(ctx.outputs[0].data_ptr());
-    parallel_for(0, outer * inner, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
-      for (int64_t s = begin; s < end; ++s) {
-        const int64_t base = (s / inner) * n * inner + s % inner;
-        const T *g = grad + base, *y = y_all + base;
-        T* r = result + base;
-        if (inner == 1) {
-          if constexpr (log_output) {
-            const auto total = static_cast<T>(blocked_sum<T>(n, [&](int64_t i) { return g[i]; }));
-            for (int64_t i = 0; i < n; ++i) r[i] = g[i] - math::exp(y[i]) * total;
-          } else {
-            const auto total = static_cast<T>(blocked_sum<T>(n, [&](int64_t i) { return g[i] * y[i]; }));
-            for (int64_t i = 0; i < n; ++i) r[i] = y[i] * (g[i] - total);
-          }
-          continue;
+    for_each_row(out, ctx.attrs.get<int64_t>("dim"), [&](int64_t base, int64_t n, int64_t inner) {
+      const T *g = grad + base, *y = y_all + base;
+      T* r = result + base;
+      if (inner == 1) {
+        if constexpr (log_output) {
+          const auto total = static_cast<T>(blocked_sum<T>(n, [&](int64_t i) { return g[i]; }));
+          for (int64_t i = 0; i < n; ++i) r[i] = g[i] - math::exp(y[i]) * total;
+        } else {
+          const auto total = static_cast<T>(blocked_sum<T>(n, [&](int64_t i) { return g[i] * y[i]; }));
+          for (int64_t i = 0; i < n; ++i) r[i] = y[i] * (g[i] - total);
         }
-        double total = 0;
-        for (int64_t i = 0; i < n; ++i) total += static_cast<double>(log_output ? g[i * inner] : g[i * inner] * y[i * inner]);
-        const auto sum = static_cast<T>(total);
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t k = i * inner;
-          r[k] = log_output ? g[k] - math::exp(y[k]) * sum : y[k] * (g[k] - sum);
-        }
+        return;
+      }
+      double total = 0;
+      for (int64_t i = 0; i < n; ++i) total += static_cast<double>(log_output ? g[i * inner] : g[i * inner] * y[i * inner]);
+      const auto sum = static_cast<T>(total);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t k = i * inner;
+        r[k] = log_output ? g[k] - math::exp(y[k]) * sum : y[k] * (g[k] - sum);
       }
     });
   });
