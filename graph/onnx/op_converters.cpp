@@ -342,6 +342,33 @@ std::vector<std::string> reduce_sum(GraphBuilder& b, const JobNode& n) {
   return {b.add("ReduceSum", inputs, {int_attr("keepdims", n.attrs.get<bool>("keepdim") ? 1 : 0)})};
 }
 
+// A dim attribute as a non-negative axis of the node's first input.
+int64_t axis_of(const JobNode& n) {
+  const int64_t dim = n.attrs.get<int64_t>("dim"), rank = n.input_metas.at(0).shape.ndim();
+  return dim < 0 ? dim + rank : dim;
+}
+
+// gather(input, dim, index): out[i][j] = input[i][index[i][j]] along dim, ONNX's GatherElements.
+std::vector<std::string> gather(GraphBuilder& b, const JobNode& n) { return {b.add("GatherElements", n.inputs, {int_attr("axis", axis_of(n))})}; }
+
+// index_select(input, dim, index): whole slices at a 1-d index, ONNX's Gather.
+std::vector<std::string> index_select(GraphBuilder& b, const JobNode& n) { return {b.add("Gather", n.inputs, {int_attr("axis", axis_of(n))})}; }
+
+std::vector<std::string> cat(GraphBuilder& b, const JobNode& n) { return {b.add("Concat", n.inputs, {int_attr("axis", axis_of(n))})}; }
+
+// slice: ONNX's Slice counts negative starts and ends from the end and clamps them as flow does.
+std::vector<std::string> slice(GraphBuilder& b, const JobNode& n) {
+  if (!n.batch_slots.empty()) unsupported(n, "slices by a batch-dependent bound; export with a fixed batch size");
+  return {b.add("Slice", {n.inputs.at(0), b.add_ints("starts", {n.attrs.get<int64_t>("start")}), b.add_ints("ends", {n.attrs.get<int64_t>("end")}),
+                          b.add_ints("axes", {axis_of(n)}), b.add_ints("steps", {n.attrs.get<int64_t>("step")})})};
+}
+
+// masked_fill(input, mask, value): Where(mask, value, input).
+std::vector<std::string> masked_fill(GraphBuilder& b, const JobNode& n) {
+  const std::string value = b.add_scalar(n.attrs.get<Scalar>("value").to_double(), n.input_metas.at(0).dtype);
+  return {b.add("Where", {n.inputs.at(1), value, n.inputs.at(0)})};
+}
+
 const std::map<std::string, Converter>& converters() {
   static const std::map<std::string, Converter> table{
       {"linear", linear},
@@ -361,6 +388,11 @@ const std::map<std::string, Converter>& converters() {
       {"log_softmax", softmax},
       {"fused_elementwise", fused_elementwise},
       {"fused_linear", fused_linear},
+      {"gather", gather},
+      {"index_select", index_select},
+      {"cat", cat},
+      {"slice", slice},
+      {"masked_fill", masked_fill},
   };
   return table;
 }

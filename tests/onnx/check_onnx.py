@@ -92,6 +92,16 @@ def reshape(x, shape):
     return x.reshape(shape)
 
 
+def slice_(x, starts, ends, axes=None, steps=None):
+    # Python's slices clamp and count negative bounds from the end, as ONNX's Slice does for positive steps.
+    index = [slice(None)] * x.ndim
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    for start, end, axis, step in zip(starts.tolist(), ends.tolist(), list(axes), list(steps)):
+        index[int(axis)] = slice(int(start), int(end), int(step))
+    return x[tuple(index)]
+
+
 OPS = {
     "Conv": conv, "MaxPool": max_pool, "AveragePool": average_pool, "Gemm": gemm, "BatchNormalization": batch_norm,
     "LayerNormalization": layer_norm,
@@ -101,7 +111,9 @@ OPS = {
     "Sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "Relu": lambda x: np.maximum(x, 0).astype(x.dtype),
     "Erf": lambda x: np.vectorize(math.erf)(x).astype(x.dtype), "Clip": clip, "Identity": lambda x: x,
     "Reshape": reshape, "Transpose": lambda x, perm=None: np.transpose(x, perm), "Expand": lambda x, s: x * np.ones(s.tolist(), x.dtype),
-    "Where": np.where, "Softmax": softmax, "LogSoftmax": lambda x, axis=-1: np.log(softmax(x, axis)),
+    "Where": np.where, "Gather": lambda x, i, axis=0: np.take(x, i, axis=axis),
+    "GatherElements": lambda x, i, axis=0: np.take_along_axis(x, i, axis=axis), "Slice": slice_,
+    "Concat": lambda *xs, axis: np.concatenate(xs, axis=axis), "Softmax": softmax, "LogSoftmax": lambda x, axis=-1: np.log(softmax(x, axis)),
     "Cast": lambda x, to: x.astype(onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[to]),
     "ReduceSum": lambda x, axes=None, keepdims=1: np.sum(
         x, axis=None if axes is None else tuple(int(a) for a in axes), keepdims=bool(keepdims)).astype(x.dtype),

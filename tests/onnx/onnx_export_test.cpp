@@ -215,6 +215,25 @@ TEST_F(OnnxExportTest, FusedWhereIsOnnxWhere) {
   python_check(path("where.onnx"), x, expected);
 }
 
+// The indexing ops of a language model's graph (embedding lookups, target picks, slices,
+// concatenation, masks): Gather, GatherElements, Slice, Concat and Where, evaluated like the Graph.
+TEST_F(OnnxExportTest, IndexingOpsExportAndEvaluate) {
+  FunctionGraph graph([](const Tensor& x) {
+    const Tensor selected = flow::index_select(x, 0, flow::tensor<int64_t>({2, 0, 2}));                    // (3, 7)
+    const Tensor picked = flow::gather(selected, 1, flow::tensor<int64_t>({0, 6, 1, 1, 2, 4}, flow::Shape{3, 2}));  // (3, 2)
+    const Tensor sliced = x.slice(1, 1, -1, 2);                                                            // (4, 3)
+    const Tensor masked = flow::masked_fill(x, flow::gt(flow::arange(7), 4), -2.5);                        // (4, 7)
+    return flow::cat({sliced.reshape({-1}), picked.reshape({-1}), masked.reshape({-1})}, 0);
+  });
+  const Tensor x = flow::randn({4, 7});
+  const Tensor expected = graph(x).at(0);
+  ASSERT_EQ(expected.size(0), 12 + 6 + 28);
+  flow::onnx::export_model(graph, path("indexing.onnx"));
+  const ::onnx::ModelProto model = read_model(path("indexing.onnx"));
+  for (const char* op : {"Gather", "GatherElements", "Slice", "Concat", "Where"}) EXPECT_EQ(count_nodes(model, op), 1) << op;
+  python_check(path("indexing.onnx"), x, expected);
+}
+
 TEST_F(OnnxExportTest, BatchBakedIntoTheGraphGivesStaticDims) {
   FunctionGraph graph([](const Tensor& x) { return flow::relu(x.reshape({-1})); });
   const Tensor x = flow::randn({3, 4});
