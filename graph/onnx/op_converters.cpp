@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 
 #include "core/ops/creation.h"
 #include "core/ops/fused.h"
@@ -369,6 +370,32 @@ std::vector<std::string> masked_fill(GraphBuilder& b, const JobNode& n) {
   return {b.add("Where", {n.inputs.at(1), value, n.inputs.at(0)})};
 }
 
+// flash_attention (inference): softmax(q k^T * scale + mask) v as MatMul, Softmax, MatMul. A
+// causal call adds a constant (L, S) mask, -inf where key j > query i (PyTorch's top-left
+// alignment). Its log-sum-exp and generator outputs are not exported (only backward reads them).
+// A query row that sees no key gives NaN in ONNX's Softmax where flow gives zeros.
+std::vector<std::string> flash_attention(GraphBuilder& b, const JobNode& n) {
+  if (n.attrs.get<double>("dropout_p") != 0) unsupported(n, "has dropout; export the model in eval mode");
+  const Shape& query = n.input_metas.at(0).shape;
+  const Shape& key = n.input_metas.at(1).shape;
+  const DType dtype = n.input_metas.at(0).dtype;
+  const int64_t rank = key.ndim(), length = query[query.ndim() - 2], keys = key[rank - 2];
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < rank - 2; ++d) perm.push_back(d);
+  perm.insert(perm.end(), {rank - 1, rank - 2});
+  const std::string key_t = b.add("Transpose", {n.inputs.at(1)}, {ints_attr("perm", perm)});
+  std::string scores = b.add("Mul", {b.add("MatMul", {n.inputs.at(0), key_t}), b.add_scalar(n.attrs.get<double>("scale"), dtype)});
+  if (n.inputs.size() == 4) scores = b.add("Add", {scores, n.inputs.at(3)});
+  if (n.attrs.get<bool>("is_causal")) {
+    std::vector<float> mask(static_cast<size_t>(length * keys), 0.0f);
+    for (int64_t i = 0; i < length; ++i) {
+      for (int64_t j = i + 1; j < keys; ++j) mask[static_cast<size_t>(i * keys + j)] = -std::numeric_limits<float>::infinity();
+    }
+    scores = b.add("Add", {scores, b.add_initializer(n.node.name() + "/causal_mask", tensor<float>(mask).reshape({length, keys}).to(dtype))});
+  }
+  return {b.add("MatMul", {b.add("Softmax", {scores}, {int_attr("axis", -1)}), n.inputs.at(2)}), "", ""};
+}
+
 const std::map<std::string, Converter>& converters() {
   static const std::map<std::string, Converter> table{
       {"linear", linear},
@@ -393,6 +420,7 @@ const std::map<std::string, Converter>& converters() {
       {"cat", cat},
       {"slice", slice},
       {"masked_fill", masked_fill},
+      {"flash_attention", flash_attention},
   };
   return table;
 }

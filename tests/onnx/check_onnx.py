@@ -169,7 +169,9 @@ def main():
     print(f"checker ok: opset {model.opset_import[0].version}, {len(model.graph.node)} nodes")
     if not args.input:
         return
-    x = np.fromfile(args.input[0], dtype="<f4").reshape(dims(args.input[1]))
+    # The input as the model declares it (float32, or int64 token ids), little-endian as flow wrote it.
+    input_type = np.dtype(onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[model.graph.input[0].type.tensor_type.elem_type]).newbyteorder("<")
+    x = np.fromfile(args.input[0], dtype=input_type).reshape(dims(args.input[1]))
     expected = np.fromfile(args.expected[0], dtype="<f4").reshape(dims(args.expected[1]))
     (actual,) = evaluate(model, {model.graph.input[0].name: x})
     if actual.shape != expected.shape:

@@ -13,11 +13,13 @@
 #include "common/graphs.h"
 #include "common/models.h"
 #include "common/scratch_dir.h"
+#include "models/gpt2.h"
 #include "models/vision/mobilenet_v2.h"
 #include "models/vision/resnet.h"
 #include "common/test_util.h"
 #include "core/ops/reduce.h"
 #include "graph/onnx/onnx_export.h"
+#include "nn/functional.h"
 
 namespace nn = flow::nn;
 namespace fs = std::filesystem;
@@ -232,6 +234,35 @@ TEST_F(OnnxExportTest, IndexingOpsExportAndEvaluate) {
   const ::onnx::ModelProto model = read_model(path("indexing.onnx"));
   for (const char* op : {"Gather", "GatherElements", "Slice", "Concat", "Where"}) EXPECT_EQ(count_nodes(model, op), 1) << op;
   python_check(path("indexing.onnx"), x, expected);
+}
+
+// flash_attention (scaled_dot_product_attention's fused kernel) exports as MatMul, Softmax and
+// MatMul with its causal or additive mask; a small GPT-2 language model then exports whole
+// (token and position embeddings, causal attention, GELU, the tied LM head), its logits for int64
+// token ids evaluated like the Graph's.
+TEST_F(OnnxExportTest, AttentionAndAGpt2LanguageModelExport) {
+  const Tensor mask = flow::randn({5, 5});
+  FunctionGraph attention([mask](const Tensor& x) {
+    const Tensor causal = nn::functional::scaled_dot_product_attention(x, x * 0.5, x + 1.0, Tensor(), 0.0, /*is_causal=*/true);
+    return causal + nn::functional::scaled_dot_product_attention(x, x, x, mask);
+  });
+  const Tensor x = flow::randn({2, 3, 5, 4});
+  const Tensor expected = attention(x).at(0);
+  flow::onnx::export_model(attention, path("attention.onnx"));
+  EXPECT_EQ(count_nodes(read_model(path("attention.onnx")), "Softmax"), 2);
+  python_check(path("attention.onnx"), x, expected);
+
+  flow::manual_seed(0);
+  const auto config = flow::models::GPT2Config().vocab_size(50).n_positions(8).n_embd(16).n_layer(2).n_head(2).dropout(0.0);
+  EvalGraph lm(std::make_shared<flow::models::GPT2LMHeadModel>(config));
+  const Tensor ids = flow::randint(0, 50, {2, 8});
+  const Tensor logits = lm(ids).at(0);
+  ASSERT_EQ(logits.shape(), (flow::Shape{2, 8, 50}));
+  flow::onnx::export_model(lm, path("gpt2.onnx"));
+  const ::onnx::ModelProto model = read_model(path("gpt2.onnx"));
+  EXPECT_EQ(count_nodes(model, "Softmax"), 2);  // one attention per block
+  EXPECT_GE(count_nodes(model, "Gather"), 1);   // the token embedding
+  python_check(path("gpt2.onnx"), ids, logits);
 }
 
 TEST_F(OnnxExportTest, BatchBakedIntoTheGraphGivesStaticDims) {
