@@ -17,8 +17,7 @@ constexpr int64_t kTile = 32;
 // the tied LM head's wte.t(). In element order each read lands on another cache line; square
 // tiles read and write whole lines. Returns false (nothing copied) for other layouts.
 template <typename Out, typename In>
-bool copy_transposed_in_tiles(Tensor& out, const Tensor& in) {
-  const LoopPlan<2> plan = make_loop_plan<2>(out, {&in});
+bool copy_transposed_in_tiles(const LoopPlan<2>& plan) {
   const size_t nd = plan.sizes.size();
   if (nd < 2) return false;
   const int64_t out_row = plan.strides[0][nd - 2], in_row = plan.strides[1][nd - 2];
@@ -62,7 +61,8 @@ void copy_kernel_into(Tensor out, const Tensor& in) {
   CHECK(in.device().is_cpu() && out.device().is_cpu());
   FLOW_DISPATCH_STORAGE(in.dtype(), "copy", [&]<typename In>() {
     FLOW_DISPATCH_STORAGE(out.dtype(), "copy", [&]<typename Out>() {
-      if (!copy_transposed_in_tiles<Out, In>(out, in)) unary_loop<Out, In>(out, in, [](In v) { return convert<Out>(v); });
+      const LoopPlan<2> plan = make_loop_plan<2>(out, {&in});
+      if (!copy_transposed_in_tiles<Out, In>(plan)) unary_loop<Out, In>(plan, [](In v) { return convert<Out>(v); });
     });
   });
 }

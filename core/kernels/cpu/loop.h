@@ -97,10 +97,9 @@ void for_each_run(const LoopPlan<N>& plan, Inner&& inner) {
   parallel_for(0, plan.numel, kElementwiseGrain, [&](int64_t begin, int64_t end) { run_range(plan, begin, end, inner); });
 }
 
-// out[i] = f(in[i]) with out, in of any strides; in broadcast to out's shape.
+// out[i] = f(in[i]) over a plan of (out, in), for a caller that has made the plan already.
 template <typename Out, typename In, typename F>
-void unary_loop(Tensor& out, const Tensor& in, F f) {
-  auto plan = make_loop_plan<2>(out, {&in});
+void unary_loop(const LoopPlan<2>& plan, F f) {
   for_each_run(plan, [&](const std::array<char*, 2>& p, const std::array<int64_t, 2>& s, int64_t n) {
     Out* o = reinterpret_cast<Out*>(p[0]);
     const In* a = reinterpret_cast<const In*>(p[1]);
@@ -112,6 +111,12 @@ void unary_loop(Tensor& out, const Tensor& in, F f) {
       }
     }
   });
+}
+
+// out[i] = f(in[i]) with out, in of any strides; in broadcast to out's shape.
+template <typename Out, typename In, typename F>
+void unary_loop(Tensor& out, const Tensor& in, F f) {
+  unary_loop<Out, In>(make_loop_plan<2>(out, {&in}), f);
 }
 
 // out[i] = f(a[i], b[i]) with NumPy broadcasting of a and b to out's shape.
