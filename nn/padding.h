@@ -9,25 +9,23 @@
 
 namespace flow::nn {
 
+// The options of the padding modules that take sizes only (reflection, replication, zero).
 template <int64_t D>
-struct ReflectionPadOptions {
-  ReflectionPadOptions(int64_t padding) : padding_(2 * D, padding) {}
-  ReflectionPadOptions(std::vector<int64_t> padding) : padding_(std::move(padding)) {}
-  ReflectionPadOptions& padding(std::vector<int64_t> v) { padding_ = std::move(v); return *this; }
+struct PadSizeOptions {
+  PadSizeOptions(int64_t padding) : padding_(2 * D, padding) {}
+  PadSizeOptions(std::vector<int64_t> padding) : padding_(std::move(padding)) {}
+  PadSizeOptions& padding(std::vector<int64_t> v) { padding_ = std::move(v); return *this; }
   std::vector<int64_t> padding_;
 };
+template <int64_t D>
+using ReflectionPadOptions = PadSizeOptions<D>;
+template <int64_t D>
+using ReplicationPadOptions = PadSizeOptions<D>;
 using ReflectionPad1dOptions = ReflectionPadOptions<1>;
 using ReflectionPad2dOptions = ReflectionPadOptions<2>;
-
-template <int64_t D>
-struct ReplicationPadOptions {
-  ReplicationPadOptions(int64_t padding) : padding_(2 * D, padding) {}
-  ReplicationPadOptions(std::vector<int64_t> padding) : padding_(std::move(padding)) {}
-  ReplicationPadOptions& padding(std::vector<int64_t> v) { padding_ = std::move(v); return *this; }
-  std::vector<int64_t> padding_;
-};
 using ReplicationPad1dOptions = ReplicationPadOptions<1>;
 using ReplicationPad2dOptions = ReplicationPadOptions<2>;
+using ZeroPad2dOptions = PadSizeOptions<2>;
 
 template <int64_t D>
 struct ConstantPadOptions {
@@ -40,13 +38,6 @@ struct ConstantPadOptions {
 };
 using ConstantPad1dOptions = ConstantPadOptions<1>;
 using ConstantPad2dOptions = ConstantPadOptions<2>;
-
-struct ZeroPad2dOptions {
-  ZeroPad2dOptions(int64_t padding) : padding_(4, padding) {}
-  ZeroPad2dOptions(std::vector<int64_t> padding) : padding_(std::move(padding)) {}
-  ZeroPad2dOptions& padding(std::vector<int64_t> v) { padding_ = std::move(v); return *this; }
-  std::vector<int64_t> padding_;
-};
 
 namespace detail {
 // The shared module: F.pad with a fixed mode, padding and value.
