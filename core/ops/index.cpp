@@ -171,14 +171,7 @@ const OpDef& kGather =
         .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) { return split_except(in, attrs.get<int64_t>("dim"), 2); })
         .vjp([](const VjpContext& ctx) {
           const TensorMeta& meta = ctx.input_meta(0);
-          const int64_t dim = ctx.attrs.get<int64_t>("dim");
-          // CUDA has no gather_grad kernel yet, and a 0-d input is its own gradient's shape.
-          if (meta.shape.ndim() == 0 || ctx.grad().device().is_cuda()) {
-            return TensorList{scatter_add(zeros(meta.shape, options_beside(ctx.grad()).dtype(meta.dtype)), dim, ctx.input(1), ctx.grad()),
-                              Tensor()};
-          }
-          return TensorList{apply_one(kGatherGrad, {ctx.grad(), ctx.input(1)}, Attrs().set("dim", dim).set("input_shape", meta.shape)),
-                            Tensor()};
+          return TensorList{gather_backward(ctx.grad(), ctx.attrs.get<int64_t>("dim"), ctx.input(1), meta.shape, meta.dtype), Tensor()};
         })
         .def();
 
@@ -352,6 +345,13 @@ Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Scal
 Tensor scatter_add(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& src) {
   return apply_one(kScatter, {input, index, to(src, input.dtype())},
                    Attrs().set("dim", dim_of(input, dim, "scatter_add")).set("reduce", "add"));
+}
+
+Tensor gather_backward(const Tensor& grad, int64_t dim, const Tensor& index, const Shape& input_shape, DType input_dtype) {
+  if (input_shape.ndim() == 0 || grad.device().is_cuda()) {
+    return scatter_add(zeros(input_shape, options_beside(grad).dtype(input_dtype)), dim, index, grad);
+  }
+  return apply_one(kGatherGrad, {to(grad, input_dtype), index}, Attrs().set("dim", dim).set("input_shape", input_shape));
 }
 
 Tensor masked_fill(const Tensor& input, const Tensor& mask, const Scalar& value) {

@@ -23,6 +23,12 @@ Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Tens
 Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Scalar& value);
 // Same as scatter but sums into out (scatter_add).
 Tensor scatter_add(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& src);
+// The gradient of reading an input of input_shape at index along dim (index of grad's shape), as
+// gather does: zeros with grad added at index. One gather_grad op (one tensor); on CUDA, which
+// has no kernel for it, and for 0-d inputs, zeros and scatter_add. The vjps of gather and of
+// sort/topk's values share it. index_select's keeps zeros and scatter_add: with gather_grad the
+// data-parallel GPT-2 plan sent 3 MB more per step (tests/distributed/plan_stats_test.cpp).
+Tensor gather_backward(const Tensor& grad, int64_t dim, const Tensor& index, const Shape& input_shape, DType input_dtype);
 // A copy of input with value where mask (bool, broadcast to input) is true.
 Tensor masked_fill(const Tensor& input, const Tensor& mask, const Scalar& value);
 // int64 class indices -> int64 one-hot with num_classes (inferred as max+1 when -1).

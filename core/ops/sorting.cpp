@@ -8,7 +8,6 @@
 
 #include "core/interpreter.h"
 #include "core/ops/checks.h"
-#include "core/ops/creation.h"
 #include "core/ops/flops.h"
 #include "core/ops/index.h"
 #include "core/random.h"
@@ -26,13 +25,12 @@ std::vector<SbpSignature> along_dim_sbp(const std::vector<TensorMeta>& in, const
   return signatures;
 }
 
-// values[..., j, ...] = input[..., indices[..., j, ...], ...]: a gather, whose gradient is the
-// scatter-add of the values' gradient into zeros (the indices of a line are distinct).
+// values[..., j, ...] = input[..., indices[..., j, ...], ...]: a gather, with gather's gradient
+// (the indices of a line are distinct).
 TensorList values_vjp(const VjpContext& ctx) {
   const TensorMeta& meta = ctx.input_meta(0);
   if (meta.shape.ndim() == 0) return TensorList{ctx.grad(0)};
-  return TensorList{scatter_add(zeros(meta.shape, options_beside(ctx.grad(0)).dtype(meta.dtype)), ctx.attrs.get<int64_t>("dim"),
-                                ctx.output(1), ctx.grad(0))};
+  return TensorList{gather_backward(ctx.grad(0), ctx.attrs.get<int64_t>("dim"), ctx.output(1), meta.shape, meta.dtype)};
 }
 
 ProfileCost reads_indices(const std::vector<TensorMeta>&, const std::vector<TensorMeta>& out, const Attrs&) {
