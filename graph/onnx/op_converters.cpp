@@ -158,7 +158,7 @@ std::string elementwise(GraphBuilder& b, const std::string& op, const Attrs& att
     return b.add("Clip", {x, low, high});
   }
   if (op == "gelu") {
-    // The same formulas as flow's kernels (core/kernels/cpu/elementwise_math.h).
+    // PyTorch's formulas; flow's CPU kernels compute the tanh form as the equal x * sigmoid(2u).
     std::string inner;
     if (attrs.get<std::string>("approximate") == "tanh") {
       const std::string cube = b.add("Mul", {b.add("Mul", {x, x}), x});
