@@ -120,13 +120,18 @@ std::string GraphBuilder::add_scalar(double value, DType dtype) {
   return init.name();
 }
 
-namespace {
-
-using Converter = std::function<std::vector<std::string>(GraphBuilder&, const JobNode&)>;
-
-[[noreturn]] void unsupported(const JobNode& job_node, const std::string& why) {
+void unsupported(const JobNode& job_node, const std::string& why) {
   fail("onnx_export", "op '", job_node.node.op(), "' (node '", job_node.node.name(), "') ", why);
 }
+
+const std::vector<int64_t>& ints(const JobNode& n, const char* name) { return n.attrs.get<std::vector<int64_t>>(name); }
+
+int64_t axis_of(const JobNode& n) {
+  const int64_t dim = n.attrs.get<int64_t>("dim"), rank = n.input_metas.at(0).shape.ndim();
+  return dim < 0 ? dim + rank : dim;
+}
+
+namespace {
 
 // The ONNX form of one element-wise op over already converted arguments: a single node, or a
 // few where ONNX has no direct equivalent. `dtype` is the arguments' dtype (for scalar operands).
@@ -248,8 +253,6 @@ std::vector<std::string> fused_linear(GraphBuilder& b, const JobNode& n) {
   return expand_program(b, n, operands, shapes);
 }
 
-const std::vector<int64_t>& ints(const JobNode& n, const char* name) { return n.attrs.get<std::vector<int64_t>>(name); }
-
 // [top, left, bottom, right] from flow's symmetric (h, w) padding.
 std::vector<int64_t> pads(const std::vector<int64_t>& padding) { return {padding.at(0), padding.at(1), padding.at(0), padding.at(1)}; }
 
@@ -335,41 +338,6 @@ std::vector<std::string> copy(GraphBuilder& b, const JobNode& n) {
   return {b.add("Cast", n.inputs, {int_attr("to", onnx_type(to))})};
 }
 
-// reduce_sum: ReduceSum (axes as an input since opset 13); no dims reduces every axis.
-std::vector<std::string> reduce_sum(GraphBuilder& b, const JobNode& n) {
-  const std::vector<int64_t>& dims = ints(n, "dims");
-  std::vector<std::string> inputs{n.inputs.at(0)};
-  if (!dims.empty()) inputs.push_back(b.add_ints("axes", dims));
-  return {b.add("ReduceSum", inputs, {int_attr("keepdims", n.attrs.get<bool>("keepdim") ? 1 : 0)})};
-}
-
-// A dim attribute as a non-negative axis of the node's first input.
-int64_t axis_of(const JobNode& n) {
-  const int64_t dim = n.attrs.get<int64_t>("dim"), rank = n.input_metas.at(0).shape.ndim();
-  return dim < 0 ? dim + rank : dim;
-}
-
-// gather(input, dim, index): out[i][j] = input[i][index[i][j]] along dim, ONNX's GatherElements.
-std::vector<std::string> gather(GraphBuilder& b, const JobNode& n) { return {b.add("GatherElements", n.inputs, {int_attr("axis", axis_of(n))})}; }
-
-// index_select(input, dim, index): whole slices at a 1-d index, ONNX's Gather.
-std::vector<std::string> index_select(GraphBuilder& b, const JobNode& n) { return {b.add("Gather", n.inputs, {int_attr("axis", axis_of(n))})}; }
-
-std::vector<std::string> cat(GraphBuilder& b, const JobNode& n) { return {b.add("Concat", n.inputs, {int_attr("axis", axis_of(n))})}; }
-
-// slice: ONNX's Slice counts negative starts and ends from the end and clamps them as flow does.
-std::vector<std::string> slice(GraphBuilder& b, const JobNode& n) {
-  if (!n.batch_slots.empty()) unsupported(n, "slices by a batch-dependent bound; export with a fixed batch size");
-  return {b.add("Slice", {n.inputs.at(0), b.add_ints("starts", {n.attrs.get<int64_t>("start")}), b.add_ints("ends", {n.attrs.get<int64_t>("end")}),
-                          b.add_ints("axes", {axis_of(n)}), b.add_ints("steps", {n.attrs.get<int64_t>("step")})})};
-}
-
-// masked_fill(input, mask, value): Where(mask, value, input).
-std::vector<std::string> masked_fill(GraphBuilder& b, const JobNode& n) {
-  const std::string value = b.add_scalar(n.attrs.get<Scalar>("value").to_double(), n.input_metas.at(0).dtype);
-  return {b.add("Where", {n.inputs.at(1), value, n.inputs.at(0)})};
-}
-
 // flash_attention (inference): softmax(q k^T * scale + mask) v as MatMul, Softmax, MatMul. A
 // causal call adds a constant (L, S) mask, -inf where key j > query i (PyTorch's top-left
 // alignment). Its log-sum-exp and generator outputs are not exported (only backward reads them).
@@ -396,8 +364,9 @@ std::vector<std::string> flash_attention(GraphBuilder& b, const JobNode& n) {
   return {b.add("MatMul", {b.add("Softmax", {scores}, {int_attr("axis", -1)}), n.inputs.at(2)}), "", ""};
 }
 
-const std::map<std::string, Converter>& converters() {
-  static const std::map<std::string, Converter> table{
+const std::map<std::string, NodeConverter>& converters() {
+  static const std::map<std::string, NodeConverter> table = [] {
+    std::map<std::string, NodeConverter> all{
       {"linear", linear},
       {"matmul", [](GraphBuilder& b, const JobNode& n) { return std::vector<std::string>{b.add("MatMul", n.inputs)}; }},
       {"conv2d", conv2d},
@@ -410,18 +379,15 @@ const std::map<std::string, Converter>& converters() {
       {"permute", permute},
       {"expand", expand},
       {"copy", copy},
-      {"reduce_sum", reduce_sum},
       {"softmax", softmax},
       {"log_softmax", softmax},
       {"fused_elementwise", fused_elementwise},
       {"fused_linear", fused_linear},
-      {"gather", gather},
-      {"index_select", index_select},
-      {"cat", cat},
-      {"slice", slice},
-      {"masked_fill", masked_fill},
       {"flash_attention", flash_attention},
-  };
+    };
+    all.merge(std::map<std::string, NodeConverter>(indexing_and_reduction_converters()));
+    return all;
+  }();
   return table;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Internal to flow_onnx: the ONNX graph under construction, and the mapping of one Job node to
 // ONNX nodes.
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -58,6 +59,17 @@ struct JobNode {
   // With a dynamic batch: for each integer-list attribute, the elements that hold the batch size.
   std::map<std::string, std::set<int>> batch_slots;
 };
+
+using NodeConverter = std::function<std::vector<std::string>(GraphBuilder&, const JobNode&)>;
+
+[[noreturn]] void unsupported(const JobNode& job_node, const std::string& why);
+const std::vector<int64_t>& ints(const JobNode& n, const char* name);
+// The node's "dim" attribute as a non-negative axis of its first input.
+int64_t axis_of(const JobNode& n);
+
+// Converters for the indexing, sorting, cumulative and reduction ops, by op name
+// (index_converters.cpp).
+const std::map<std::string, NodeConverter>& indexing_and_reduction_converters();
 
 // Emits the ONNX nodes that compute the node's outputs; returns one ONNX value name per Job
 // output, or "" for an output ONNX does not compute (max_pool2d's indices), which no Job node may

@@ -102,6 +102,57 @@ def slice_(x, starts, ends, axes=None, steps=None):
     return x[tuple(index)]
 
 
+def cum_sum(x, axis, exclusive=0, reverse=0):
+    if exclusive:
+        raise NotImplementedError("CumSum with exclusive=1")
+    axis = int(axis)
+    if reverse:
+        return np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
+    return np.cumsum(x, axis=axis, dtype=x.dtype)
+
+
+def top_k(x, k, axis=-1, largest=1, sorted=1):
+    # A stable sort: of equal values the lower index comes first, as the specification says.
+    order = np.argsort(-x if largest else x, axis=axis, kind="stable")
+    indices = np.take(order, np.arange(int(k[0])), axis=axis)
+    return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)
+
+
+def scatter_elements(x, indices, updates, axis=0, reduction=b"none"):
+    grid = list(np.indices(indices.shape))
+    grid[axis] = np.where(indices < 0, indices + x.shape[axis], indices)
+    out = x.copy()
+    if reduction == b"add":
+        np.add.at(out, tuple(grid), updates)
+    elif reduction == b"none":
+        out[tuple(grid)] = updates
+    else:
+        raise NotImplementedError(f"ScatterElements with reduction {reduction}")
+    return out
+
+
+def one_hot(indices, depth, values, axis=-1):
+    if axis != -1:
+        raise NotImplementedError("OneHot along an axis other than the last")
+    hot = np.eye(int(np.asarray(depth).reshape(-1)[0]), dtype=bool)[indices]
+    return np.where(hot, values[1], values[0])
+
+
+def arg_extremum(fn):
+    def run(x, axis=0, keepdims=1, select_last_index=0):
+        if select_last_index:
+            raise NotImplementedError("select_last_index=1")
+        out = fn(x, axis=axis).astype(np.int64)
+        return np.expand_dims(out, axis) if keepdims else out
+    return run
+
+
+def reduce(fn):
+    def run(x, axes=None, keepdims=1):
+        return fn(x, axis=None if axes is None else tuple(int(a) for a in axes), keepdims=bool(keepdims)).astype(x.dtype)
+    return run
+
+
 OPS = {
     "Conv": conv, "MaxPool": max_pool, "AveragePool": average_pool, "Gemm": gemm, "BatchNormalization": batch_norm,
     "LayerNormalization": layer_norm,
@@ -115,8 +166,10 @@ OPS = {
     "GatherElements": lambda x, i, axis=0: np.take_along_axis(x, i, axis=axis), "Slice": slice_,
     "Concat": lambda *xs, axis: np.concatenate(xs, axis=axis), "Softmax": softmax, "LogSoftmax": lambda x, axis=-1: np.log(softmax(x, axis)),
     "Cast": lambda x, to: x.astype(onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[to]),
-    "ReduceSum": lambda x, axes=None, keepdims=1: np.sum(
-        x, axis=None if axes is None else tuple(int(a) for a in axes), keepdims=bool(keepdims)).astype(x.dtype),
+    "ReduceSum": reduce(np.sum), "ReduceMax": reduce(np.max), "ReduceMin": reduce(np.min), "ReduceProd": reduce(np.prod),
+    "ArgMax": arg_extremum(np.argmax), "ArgMin": arg_extremum(np.argmin), "TopK": top_k, "CumSum": cum_sum,
+    "Trilu": lambda x, k=None, upper=1: (np.triu if upper else np.tril)(x, 0 if k is None else int(k)),
+    "ScatterElements": scatter_elements, "OneHot": one_hot,
 }
 
 
@@ -128,8 +181,9 @@ def evaluate(model, feeds):
             raise NotImplementedError(f"the NumPy interpreter has no {node.op_type}")
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         args = [values[name] if name else None for name in node.input]
-        result = OPS[node.op_type](*args, **attrs)
-        values[node.output[0]] = np.asarray(result, dtype=np.asarray(result).dtype)
+        results = OPS[node.op_type](*args, **attrs)
+        for name, result in zip(node.output, results if isinstance(results, tuple) else (results,)):
+            values[name] = np.asarray(result)
     return [values[out.name] for out in model.graph.output]
 
 

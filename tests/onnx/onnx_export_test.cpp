@@ -236,6 +236,35 @@ TEST_F(OnnxExportTest, IndexingOpsExportAndEvaluate) {
   python_check(path("indexing.onnx"), x, expected);
 }
 
+// What sampling and cache code reads: triangles, cumulative sums, sorting and top-k (values and
+// indices), select, scatter (plain and adding), one_hot, arg/extremum reductions and products, all
+// evaluated like the Graph. Ties in sort keep input order in both.
+TEST_F(OnnxExportTest, SortingCumulativeAndReductionOpsExportAndEvaluate) {
+  FunctionGraph graph([](const Tensor& x) {
+    const auto as_float = [](const Tensor& t) { return t.to(flow::kFloat32).reshape({-1}); };
+    const Tensor tied = flow::cat({x, x.slice(1, 0, 2)}, 1);  // (4, 9): equal values in every row
+    const auto sorted = flow::sort(tied, 1, /*descending=*/true);
+    const auto smallest = flow::topk(x, 2, 0, /*largest=*/false);
+    const auto row_max = flow::max(x, 1, /*keepdim=*/true);
+    const Tensor index = flow::tensor<int64_t>({0, 2, 2, 1, 0, 3}, flow::Shape{2, 3});
+    const Tensor src = x.slice(0, 0, 3) * 10.0;  // (3, 7): larger than index, its leading part read
+    return flow::cat({as_float(flow::tril(x, 1) + flow::triu(x, -2)), as_float(flow::cumsum(x, 1)), as_float(sorted.values),
+                      as_float(sorted.indices), as_float(smallest.values), as_float(smallest.indices), as_float(x.select(0, -1)),
+                      as_float(flow::scatter(flow::zeros({4, 7}), 0, index, src)), as_float(flow::scatter_add(x, 0, index, src)),
+                      as_float(flow::one_hot(flow::argmax(x, 1), 7)), as_float(flow::argmin(x, 0, true)), as_float(row_max.values),
+                      as_float(row_max.indices), as_float(flow::prod(x, {1})), as_float(flow::max(x)), as_float(flow::min(x))},
+                     0);
+  });
+  const Tensor x = flow::randn({4, 7});
+  const Tensor expected = graph(x).at(0);
+  flow::onnx::export_model(graph, path("sorting.onnx"));
+  const ::onnx::ModelProto model = read_model(path("sorting.onnx"));
+  for (const char* op : {"Trilu", "CumSum", "TopK", "ScatterElements", "OneHot", "ArgMax", "ArgMin", "ReduceMax", "ReduceMin", "ReduceProd"}) {
+    EXPECT_GE(count_nodes(model, op), 1) << op;
+  }
+  python_check(path("sorting.onnx"), x, expected);
+}
+
 // flash_attention (scaled_dot_product_attention's fused kernel) exports as MatMul, Softmax and
 // MatMul with its causal or additive mask; a small GPT-2 language model then exports whole
 // (token and position embeddings, causal attention, GELU, the tied LM head), its logits for int64
@@ -276,18 +305,19 @@ TEST_F(OnnxExportTest, BatchBakedIntoTheGraphGivesStaticDims) {
   python_check(path("static.onnx"), x, expected);
 }
 
+// softplus's beta and threshold have no ONNX counterpart (ONNX's Softplus has neither).
 TEST_F(OnnxExportTest, OpWithoutOnnxMappingIsAClearError) {
-  FunctionGraph graph([](const Tensor& x) { return flow::prod(x, {1}); });
+  FunctionGraph graph([](const Tensor& x) { return nn::functional::softplus(x); });
   graph(flow::randn({2, 3}));
   try {
-    flow::onnx::export_model(graph, path("prod.onnx"));
+    flow::onnx::export_model(graph, path("softplus.onnx"));
     FAIL() << "expected flow::Error";
   } catch (const flow::Error& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find("[onnx_export] op 'reduce_prod' (node '"), std::string::npos) << message;
+    EXPECT_NE(message.find("[onnx_export] op 'softplus' (node '"), std::string::npos) << message;
     EXPECT_NE(message.find("has no ONNX mapping"), std::string::npos) << message;
   }
-  EXPECT_FALSE(fs::exists(path("prod.onnx")));
+  EXPECT_FALSE(fs::exists(path("softplus.onnx")));
 }
 
 // The fusion pass may absorb a linear into its element-wise epilogue (fused_linear). Where it
