@@ -8,6 +8,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -81,12 +82,43 @@ bool closes_connection(const HttpResponse& response) {
 
 }  // namespace
 
-// What stop() needs of a session, whatever its stream.
+// What stop() and a streamed answer need of a session, whatever its stream.
 class SessionBase {
  public:
   virtual ~SessionBase() = default;
   virtual void stop() = 0;
+  // A streamed answer's next chunk and its end, queued from any thread.
+  virtual void queue_chunk(std::shared_ptr<std::string> chunk) = 0;
+  virtual void end_stream() = 0;
 };
+
+namespace {
+
+// The HttpStream a handler gets: writes go to the session's I/O thread in order.
+class ChunkStream final : public HttpStream {
+ public:
+  ChunkStream(std::shared_ptr<SessionBase> session, std::shared_ptr<std::atomic<bool>> gone, const std::atomic<bool>& stopping)
+      : session_(std::move(session)), gone_(std::move(gone)), stopping_(stopping) {}
+  ~ChunkStream() override { finish(); }
+
+  bool write(std::string data) override {
+    if (client_gone() || finished_) return false;
+    if (!data.empty()) session_->queue_chunk(std::make_shared<std::string>(std::move(data)));
+    return true;
+  }
+  void finish() override {
+    if (!finished_.exchange(true)) session_->end_stream();
+  }
+  bool client_gone() const override { return gone_->load() || stopping_.load(); }
+
+ private:
+  std::shared_ptr<SessionBase> session_;
+  std::shared_ptr<std::atomic<bool>> gone_;  // set by the session when a write fails
+  const std::atomic<bool>& stopping_;        // the endpoint's; it outlives its sessions
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace
 
 class HttpEndpoint::Impl {
  public:
@@ -271,8 +303,23 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     return response;
   }
 
+  void queue_chunk(std::shared_ptr<std::string> chunk) override {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this(), chunk = std::move(chunk)]() mutable {
+      self->chunks_.push_back(std::move(chunk));
+      if (!self->writing_chunk_) self->write_next_chunk();
+    });
+  }
+
+  void end_stream() override {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
+      self->stream_ending_ = true;
+      if (!self->writing_chunk_) self->write_next_chunk();
+    });
+  }
+
   // Writes `response`; then reads the next request, or closes the connection.
   void answer(HttpResponse response) {
+    if (response.stream) return answer_streamed(std::move(response));
     handling_ = false;
     const bool keep_alive = keep_alive_ && !closes_connection(response) && !endpoint_->stopping;
     auto message = std::make_shared<http::response<http::string_body>>();
@@ -291,6 +338,64 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     http::async_write(stream_, *message, [self = this->shared_from_this(), message, keep_alive](beast::error_code error, size_t) {
       if (error || !keep_alive) return self->close();
       self->read_head();
+    });
+  }
+
+  // Writes the head with chunked framing, then gives the handler's producer its stream; the
+  // request stays in hand (the connection is not closed by stop()) until the stream ends.
+  void answer_streamed(HttpResponse response) {
+    streaming_keep_alive_ = keep_alive_ && !closes_connection(response) && !endpoint_->stopping;
+    auto head = std::make_shared<http::response<http::empty_body>>();
+    head->result(static_cast<unsigned>(response.status));
+    head->version(11);
+    head->set(http::field::server, "flow_serve");
+    for (auto& [field, value] : response.headers) head->set(field, value);
+    head->keep_alive(streaming_keep_alive_);
+    head->chunked(true);
+    auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*head);
+    socket_layer().expires_after(options().write_timeout);
+    http::async_write_header(stream_, *serializer,
+                             [self = this->shared_from_this(), head, serializer, start = std::move(response.stream)](beast::error_code error, size_t) {
+                               if (error) {
+                                 self->handling_ = false;
+                                 return self->close();
+                               }
+                               self->chunks_gone_ = std::make_shared<std::atomic<bool>>(false);
+                               self->stream_ending_ = false;
+                               start(std::make_shared<ChunkStream>(self, self->chunks_gone_, self->endpoint_->stopping));
+                             });
+  }
+
+  // Writes the queued chunks one at a time; after the stream's end, its last chunk, then the
+  // next request is read (or the connection closed).
+  void write_next_chunk() {
+    if (chunks_.empty()) {
+      writing_chunk_ = false;
+      if (!stream_ending_) return;
+      stream_ending_ = false;
+      if (chunks_gone_->load()) return;  // closed when the write failed
+      writing_chunk_ = true;
+      socket_layer().expires_after(options().write_timeout);
+      asio::async_write(stream_, http::make_chunk_last(), [self = this->shared_from_this()](beast::error_code error, size_t) {
+        self->writing_chunk_ = false;
+        self->handling_ = false;
+        if (error || !self->streaming_keep_alive_ || self->endpoint_->stopping) return self->close();
+        self->read_head();
+      });
+      return;
+    }
+    writing_chunk_ = true;
+    std::shared_ptr<std::string> chunk = std::move(chunks_.front());
+    chunks_.pop_front();
+    if (chunks_gone_->load()) return write_next_chunk();  // dropped: the client is gone
+    socket_layer().expires_after(options().write_timeout);
+    asio::async_write(stream_, http::make_chunk(asio::buffer(*chunk)), [self = this->shared_from_this(), chunk](beast::error_code error, size_t) {
+      if (error) {
+        self->chunks_gone_->store(true);
+        self->handling_ = false;
+        self->close();
+      }
+      self->write_next_chunk();
     });
   }
 
@@ -322,6 +427,13 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   bool keep_alive_ = false;
   bool handling_ = false;
   Clock::time_point body_deadline_;
+  // A streamed answer's state, used on the I/O thread only (chunks_gone_ is shared with its
+  // stream).
+  std::deque<std::shared_ptr<std::string>> chunks_;
+  bool writing_chunk_ = false;
+  bool stream_ending_ = false;
+  bool streaming_keep_alive_ = false;
+  std::shared_ptr<std::atomic<bool>> chunks_gone_;
 };
 
 const Route* HttpEndpoint::Impl::find_route(const std::string& path, std::vector<std::string>& matches) const {

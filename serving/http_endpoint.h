@@ -52,10 +52,29 @@ struct HttpRequest {
   std::optional<std::string> header(std::string_view name) const;
 };
 
+// The body of an answer written while it is produced, in chunks (chunked transfer encoding):
+// server-sent events. Any thread may write; chunks go out in the order written.
+class HttpStream {
+ public:
+  virtual ~HttpStream() = default;
+  // Queues `data` as the next chunk. False once the client is gone (a write failed or timed out)
+  // or the endpoint is stopping: the producer should stop, and what it writes is dropped.
+  virtual bool write(std::string data) = 0;
+  // Ends the body; the connection then serves its next request. The destructor ends it if this
+  // was not called.
+  virtual void finish() = 0;
+  virtual bool client_gone() const = 0;
+};
+
 struct HttpResponse {
   int status = 200;
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // Set by a handler to stream the body instead of sending `body`: the head (status, headers) is
+  // written, then `stream` is called once with the open stream, on the I/O thread, so it must not
+  // block: it hands the stream to whatever produces the chunks. Not called when the head cannot
+  // be written (the client is gone).
+  std::function<void(std::shared_ptr<HttpStream>)> stream;
 
   void set_header(std::string name, std::string value);
   void set_content(std::string content, std::string content_type);
