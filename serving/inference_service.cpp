@@ -4,6 +4,7 @@
 #include "serving/infer_call.h"
 #include "serving/metadata.h"
 #include "serving/status.h"
+#include "serving/stream_infer.h"
 
 namespace flow::serving {
 namespace {
@@ -27,6 +28,26 @@ class TrackedReactor final : public grpc::ServerUnaryReactor {
  private:
   RequestTracker& tracker_;
 };
+
+// A stream refused before it starts (no token): finished at once, nothing read.
+class RefusedStream final : public grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+ public:
+  void OnDone() override { delete this; }
+};
+
+void fill_infer_response(const inference::ModelInferRequest& request, const ServedModel& served, const std::vector<ResponseOutput>& outputs,
+                         inference::ModelInferResponse& response) {
+  response.set_model_name(served.name());
+  response.set_model_version(served.version_string());
+  response.set_id(request.id());
+  for (const ResponseOutput& output : outputs) {
+    auto* tensor = response.add_outputs();
+    tensor->set_name(output.name);
+    tensor->set_datatype(output.datatype);
+    for (int64_t dim : output.tensor.shape()) tensor->add_shape(dim);
+    response.add_raw_output_contents()->assign(output.bytes());
+  }
+}
 
 }  // namespace
 
@@ -130,20 +151,47 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   };
   call.cancelled = [context] { return context->IsCancelled(); };
   call.respond = [request, response](const ServedModel& served, std::vector<ResponseOutput> outputs) {
-    response->set_model_name(served.name());
-    response->set_model_version(served.version_string());
-    response->set_id(request->id());
-    for (const ResponseOutput& output : outputs) {
-      auto* tensor = response->add_outputs();
-      tensor->set_name(output.name);
-      tensor->set_datatype(output.datatype);
-      for (int64_t dim : output.tensor.shape()) tensor->add_shape(dim);
-      response->add_raw_output_contents()->assign(output.bytes());
-    }
+    fill_infer_response(*request, served, outputs, *response);
   };
   call.finish = [reactor](const grpc::Status& status) { reactor->Finish(status); };
   start_infer(repository_, std::move(call));
   return reactor;
+}
+
+// Each request runs as ModelInfer's would and gets one response: its outputs, or its error.
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* InferenceService::ModelStreamInfer(
+    grpc::CallbackServerContext* context) {
+  if (const auto refused = refusal(context, false)) {
+    auto* reactor = new RefusedStream();
+    reactor->Finish(*refused);
+    return reactor;
+  }
+  return start_stream_infer(tracker_, [this](std::shared_ptr<const inference::ModelInferRequest> request, std::shared_ptr<StreamResponder> responder) {
+    auto response = std::make_shared<inference::ModelStreamInferResponse>();
+    InferCall call;
+    call.model_name = request->model_name();
+    call.model_version = request->model_version();
+    call.decode = [request](const ServedModel& served) {
+      std::vector<std::string> outputs;
+      for (const auto& output : request->outputs()) outputs.push_back(output.name());
+      return decode_infer_request(request_inputs(*request, served.label()), outputs, served.model(), served.label(),
+                                  served.config().max_batch_size());
+    };
+    call.cancelled = [responder] { return responder->cancelled(); };
+    call.respond = [request, response](const ServedModel& served, std::vector<ResponseOutput> outputs) {
+      fill_infer_response(*request, served, outputs, *response->mutable_infer_response());
+    };
+    call.finish = [request, response, responder](const grpc::Status& status) {
+      if (!status.ok()) {
+        response->Clear();
+        response->set_error_message(status.error_message());
+        response->mutable_infer_response()->set_model_name(request->model_name());
+        response->mutable_infer_response()->set_id(request->id());
+      }
+      responder->send(std::move(*response), /*last=*/true);
+    };
+    start_infer(repository_, std::move(call));
+  });
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(grpc::CallbackServerContext* context,

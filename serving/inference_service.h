@@ -1,7 +1,8 @@
 #pragma once
 // inference.GRPCInferenceService (KServe v2) on the callback API: metadata and health answer on
 // gRPC's threads; ModelInfer validates there and hands the request to the model's scheduler,
-// whose thread finishes the call.
+// whose thread finishes the call. ModelStreamInfer (serving/stream_infer.h) answers each request
+// of its stream the same way, one response per request.
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                           inference::ModelMetadataResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context, const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) override;

@@ -84,6 +84,35 @@ TEST_F(RpcTest, InferWithRawContents) {
   EXPECT_EQ(st::fp32_values(response.raw_output_contents(1)), (std::vector<float>{8, 14, 18, 20, 20, 18, 14, 8}));
 }
 
+// ModelStreamInfer: each request on the stream gets one response, an error as a response with
+// error_message (the stream goes on); the call ends OK once the client half-closes.
+TEST_F(RpcTest, StreamInferAnswersEachRequest) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = client_->stub().ModelStreamInfer(&context);
+  const std::vector<float> a{1, 2, 3, 4}, b{4, 3, 2, 1};
+  for (const char* id : {"first", "second"}) {
+    ASSERT_TRUE(stream->Write(flow::serving::make_infer_request("sum_product", {st::fp32_tensor("a", {1, 4}, a), st::fp32_tensor("b", {1, 4}, b)},
+                                                                {}, "", id)));
+  }
+  ASSERT_TRUE(stream->Write(flow::serving::make_infer_request("no_such_model", {st::fp32_tensor("a", {1, 4}, a)}, {}, "", "third")));
+  ASSERT_TRUE(stream->WritesDone());
+  std::map<std::string, inference::ModelStreamInferResponse> by_id;
+  inference::ModelStreamInferResponse response;
+  while (stream->Read(&response)) by_id[response.infer_response().id()] = response;
+  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_EQ(by_id.size(), 3u);
+  for (const char* id : {"first", "second"}) {
+    const auto& answer = by_id.at(id);
+    EXPECT_EQ(answer.error_message(), "") << id;
+    EXPECT_EQ(answer.infer_response().model_name(), "sum_product");
+    ASSERT_EQ(answer.infer_response().raw_output_contents_size(), 2);
+    EXPECT_EQ(st::fp32_values(answer.infer_response().raw_output_contents(0)), std::vector<float>(4, 5.0f));
+  }
+  EXPECT_NE(by_id.at("third").error_message().find("no_such_model"), std::string::npos) << by_id.at("third").error_message();
+  EXPECT_EQ(server_->in_flight(), 0);
+}
+
 TEST_F(RpcTest, InferWithTypedContentsAnswersRaw) {
   inference::ModelInferRequest request;
   request.set_model_name("sum_product");
