@@ -78,6 +78,37 @@ Tensor GPT2Attention::forward(const Tensor& hidden_states) {
   return (*resid_dropout)((*c_proj)(context));
 }
 
+Tensor GPT2Attention::forward_cached(const Tensor& hidden_states, const CacheStep& step, Tensor& key_cache, Tensor& value_cache) {
+  if (hidden_states.dim() != 3 || hidden_states.size(2) != n_embd_) {
+    fail("gpt2", "attention expects hidden states of shape (B, T, ", n_embd_, "), got ", hidden_states.shape());
+  }
+  const int64_t batch = hidden_states.size(0), length = hidden_states.size(1), head_dim = n_embd_ / n_head_;
+  const Shape cache_shape{batch, n_head_, key_cache.size(2), head_dim};
+  if (!(key_cache.shape() == cache_shape) || !(value_cache.shape() == cache_shape)) {
+    fail("gpt2", "the KV cache of a layer must be ", cache_shape, " (batch, n_head, max_length, head_dim), got keys ", key_cache.shape(),
+         " and values ", value_cache.shape());
+  }
+  const TensorList qkv = split((*c_attn)(hidden_states), n_embd_, 2);
+  auto heads = [&](const Tensor& x) { return x.reshape({batch, length, n_head_, head_dim}).permute({0, 2, 1, 3}); };
+  const Tensor query = heads(qkv[0]), key = heads(qkv[1]), value = heads(qkv[2]);
+  // Each new token's key and value go to its position along the cache's length dim.
+  const Tensor index = step.write_index.expand({batch, n_head_, length, head_dim});
+  if (step.update == CacheUpdate::kInPlace) {
+    scatter_(key_cache, 2, index, key);
+    scatter_(value_cache, 2, index, value);
+  } else {
+    key_cache = scatter(key_cache, 2, index, key);
+    value_cache = scatter(value_cache, 2, index, value);
+  }
+  const bool whole = step.attend_length == key_cache.size(2);
+  const Tensor keys = whole ? key_cache : key_cache.slice(2, 0, step.attend_length);
+  const Tensor values = whole ? value_cache : value_cache.slice(2, 0, step.attend_length);
+  const double dropout_p = attn_dropout->is_training() ? attn_dropout->p() : 0.0;
+  const Tensor attended = nn::functional::scaled_dot_product_attention(query, keys, values, step.mask, dropout_p);
+  const Tensor context = attended.permute({0, 2, 1, 3}).reshape({batch, length, n_embd_});
+  return (*resid_dropout)((*c_proj)(context));
+}
+
 GPT2MLP::GPT2MLP(const GPT2Config& config) {
   check_config(config);
   const int64_t inner = 4 * config.n_embd_;
@@ -98,6 +129,11 @@ GPT2Block::GPT2Block(const GPT2Config& config) {
 
 Tensor GPT2Block::forward(const Tensor& hidden_states) {
   const Tensor attended = add(hidden_states, (*attn)((*ln_1)(hidden_states)));
+  return add(attended, (*mlp)((*ln_2)(attended)));
+}
+
+Tensor GPT2Block::forward_cached(const Tensor& hidden_states, const CacheStep& step, Tensor& key_cache, Tensor& value_cache) {
+  const Tensor attended = add(hidden_states, attn->forward_cached((*ln_1)(hidden_states), step, key_cache, value_cache));
   return add(attended, (*mlp)((*ln_2)(attended)));
 }
 
@@ -131,6 +167,40 @@ Tensor GPT2Model::forward(const Tensor& input_ids) {
   return (*ln_f)(hidden);
 }
 
+Tensor GPT2Model::forward_cached(const Tensor& input_ids, const Tensor& past_lengths, PastKeyValues& cache, int64_t attend_length,
+                                 CacheUpdate update) {
+  if (input_ids.dim() != 2 || input_ids.dtype() != kInt64) {
+    fail("gpt2", "input_ids must be int64 (batch, sequence), got ", dtype_name(input_ids.dtype()), " ", input_ids.shape());
+  }
+  const int64_t batch = input_ids.size(0), length = input_ids.size(1);
+  if (past_lengths.dim() != 1 || past_lengths.size(0) != batch || past_lengths.dtype() != kInt64) {
+    fail("gpt2", "past_lengths must be int64 of shape (", batch, "), one per row of input_ids, got ", dtype_name(past_lengths.dtype()), " ",
+         past_lengths.shape());
+  }
+  if (cache.num_layers() != config_.n_layer_ || static_cast<int64_t>(cache.values.size()) != config_.n_layer_) {
+    fail("gpt2", "the KV cache must hold ", config_.n_layer_, " layers of keys and values, got ", cache.keys.size(), " and ",
+         cache.values.size());
+  }
+  const int64_t max_length = cache.max_length();
+  if (max_length > config_.n_positions_) fail("gpt2", "the KV cache's max_length ", max_length, " exceeds n_positions ", config_.n_positions_);
+  if (length < 1 || length > max_length) fail("gpt2", "a cached step takes 1 to ", max_length, " tokens per row, got ", length);
+  if (attend_length < 0 || attend_length > max_length) {
+    fail("gpt2", "attend_length must be in [0, ", max_length, "] (0: the whole cache), got ", attend_length);
+  }
+  CacheStep step;
+  step.attend_length = attend_length == 0 ? max_length : attend_length;
+  step.update = update;
+  const TensorOptions ints = options_beside(input_ids).dtype(kInt64);
+  // (B, T): token t of row b sits at past_lengths[b] + t.
+  const Tensor positions = add(past_lengths.unsqueeze(1), arange(length, ints).unsqueeze(0));
+  const Tensor stored = clamp(positions, 0, max_length - 1);
+  step.write_index = stored.reshape({batch, 1, length, 1});
+  step.mask = le(arange(step.attend_length, ints).reshape({1, 1, 1, step.attend_length}), positions.reshape({batch, 1, length, 1}));
+  Tensor hidden = (*drop)(add((*wte)(input_ids), (*wpe)(stored)));
+  for (size_t i = 0; i < blocks.size(); ++i) hidden = blocks[i]->forward_cached(hidden, step, cache.keys[i], cache.values[i]);
+  return (*ln_f)(hidden);
+}
+
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config) {
   transformer = register_module("transformer", std::make_shared<GPT2Model>(config));
 }
@@ -141,6 +211,33 @@ Tensor GPT2LMHeadModel::forward(const Tensor& input_ids) {
   // One 2-d GEMM (see Conv1D::forward); the transposed view reads wte without a copy.
   const Tensor logits = matmul(hidden.reshape({-1, hidden.size(2)}), embedding.t());
   return logits.reshape({hidden.size(0), hidden.size(1), embedding.size(0)});
+}
+
+CausalLMOutputWithPast GPT2LMHeadModel::forward_cached(const Tensor& input_ids, const Tensor& past_lengths, PastKeyValues past_key_values,
+                                                       const CachedForwardOptions& options) {
+  Tensor hidden = transformer->forward_cached(input_ids, past_lengths, past_key_values, options.attend_length_, options.update_);
+  const Tensor& lengths = options.input_lengths_;
+  if (lengths.defined()) {
+    const int64_t batch = hidden.size(0), length = hidden.size(1), width = hidden.size(2);
+    if (lengths.dim() != 1 || lengths.size(0) != batch || lengths.dtype() != kInt64) {
+      fail("gpt2", "input_lengths must be int64 of shape (", batch, "), got ", dtype_name(lengths.dtype()), " ", lengths.shape());
+    }
+    // Each row's last token (a row of no tokens reads its first position, a result nobody uses).
+    const Tensor last = clamp(sub(lengths, 1), 0, length - 1).reshape({batch, 1, 1}).expand({batch, 1, width});
+    hidden = gather(hidden, 1, last);
+  }
+  const Tensor& embedding = transformer->wte->weight;
+  const Tensor logits = matmul(hidden.reshape({-1, hidden.size(2)}), embedding.t());
+  Shape shape = hidden.shape();
+  shape[shape.ndim() - 1] = embedding.size(0);
+  return {lengths.defined() ? logits : logits.reshape(shape), std::move(past_key_values)};
+}
+
+std::shared_ptr<KVCache> GPT2LMHeadModel::make_cache(int64_t batch_size, int64_t max_length) const {
+  const GPT2Config& c = transformer->config();
+  if (max_length > c.n_positions_) fail("gpt2", "a KV cache of max_length ", max_length, " exceeds n_positions ", c.n_positions_);
+  return std::make_shared<KVCache>(c.n_layer_, batch_size, c.n_head_, max_length, c.n_embd_ / c.n_head_,
+                                   options_beside(transformer->wte->weight));
 }
 
 Tensor GPT2LMHeadModel::loss(const Tensor& input_ids, const Tensor& labels) { return causal_lm_loss(forward(input_ids), labels); }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/kv_cache.h"
 #include "nn/conv_norm.h"
 #include "nn/modules.h"
 
@@ -38,6 +39,15 @@ struct GPT2Config {
   double initializer_range_ = 0.02;  // std of the normal initialisation
 };
 
+// Where one cached step's new tokens go and what they see, computed once per step from the rows'
+// past lengths and shared by every layer (GPT2Model::forward_cached makes it).
+struct CacheStep {
+  Tensor write_index;  // (B, 1, T, 1) int64: the cache position of each new token (clamped to max_length - 1)
+  Tensor mask;         // (B, 1, T, attend_length) bool: cache position j is visible to new token t of row b
+  int64_t attend_length = 0;  // the cache positions attention reads, from 0
+  CacheUpdate update = CacheUpdate::kInPlace;
+};
+
 // OpenAI's "Conv1D": a linear layer whose weight is stored (in_features, out_features), so that
 // y = x @ weight + bias; kept in this layout so that GPT-2 checkpoints load without transposing.
 class Conv1D : public nn::Module {
@@ -57,6 +67,11 @@ class GPT2Attention : public nn::Module {
   explicit GPT2Attention(const GPT2Config& config);
   std::string name() const override { return "GPT2Attention"; }
   Tensor forward(const Tensor& hidden_states) override;  // (B, T, n_embd) -> (B, T, n_embd)
+  // The new tokens' attention over a KV cache: stores their keys and values in key_cache and
+  // value_cache (B, n_head, max_length, head_dim) at step.write_index (kFunctional replaces the
+  // handles by the new tensors), then attends over the first step.attend_length positions under
+  // step.mask.
+  Tensor forward_cached(const Tensor& hidden_states, const CacheStep& step, Tensor& key_cache, Tensor& value_cache);
   std::shared_ptr<Conv1D> c_attn, c_proj;
   std::shared_ptr<nn::Dropout> attn_dropout, resid_dropout;
 
@@ -82,6 +97,7 @@ class GPT2Block : public nn::Module {
   explicit GPT2Block(const GPT2Config& config);
   std::string name() const override { return "GPT2Block"; }
   Tensor forward(const Tensor& hidden_states) override;
+  Tensor forward_cached(const Tensor& hidden_states, const CacheStep& step, Tensor& key_cache, Tensor& value_cache);
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<GPT2Attention> attn;
   std::shared_ptr<GPT2MLP> mlp;
@@ -94,6 +110,10 @@ class GPT2Model : public nn::Module {
   std::string name() const override { return "GPT2Model"; }
   // input_ids: int64 (B, T) with T <= n_positions -> hidden states (B, T, n_embd).
   Tensor forward(const Tensor& input_ids) override;
+  // forward over new tokens after each row's cached prefix (GPT2LMHeadModel::forward_cached):
+  // hidden states (B, T, n_embd); cache's tensors are written (or replaced, kFunctional).
+  Tensor forward_cached(const Tensor& input_ids, const Tensor& past_lengths, PastKeyValues& cache, int64_t attend_length,
+                        CacheUpdate update);
   const GPT2Config& config() const { return config_; }
   // Hugging Face's gradient_checkpointing_enable(): in eager mode each block runs under
   // utils::checkpoint (nn/utils/checkpoint.h), so backward reruns it instead of keeping its
@@ -113,6 +133,27 @@ class GPT2Model : public nn::Module {
   bool gradient_checkpointing_ = false;
 };
 
+// Options of GPT2LMHeadModel::forward_cached, with chained setters.
+struct CachedForwardOptions {
+  // (B) int64: the tokens of each row of input_ids (any padding after them). When given, the
+  // logits are only those of each row's last token, (B, vocab); otherwise of every position.
+  Tensor input_lengths_;
+  // The cache positions attention reads, [0, attend_length): at least every row's past length
+  // plus T for the rows whose results are used. 0: all of max_length (the static shape a Graph
+  // or an export keeps); eager decoding passes the longest row's so as not to read free space.
+  int64_t attend_length_ = 0;
+  CacheUpdate update_ = CacheUpdate::kInPlace;
+  CachedForwardOptions& input_lengths(Tensor v) { input_lengths_ = std::move(v); return *this; }
+  CachedForwardOptions& attend_length(int64_t v) { attend_length_ = v; return *this; }
+  CachedForwardOptions& update(CacheUpdate v) { update_ = v; return *this; }
+};
+
+// What forward_cached returns (Hugging Face's CausalLMOutputWithPast).
+struct CausalLMOutputWithPast {
+  Tensor logits;                   // (B, T, vocab), or (B, vocab) with input_lengths
+  PastKeyValues past_key_values;  // the cache after the step (the given tensors when kInPlace)
+};
+
 // GPT-2 with its language-modelling head. The head is wte itself (tied weights, as in Hugging
 // Face), so it adds no parameter: logits = hidden @ wte.weight^T.
 class GPT2LMHeadModel : public nn::Module {
@@ -121,6 +162,20 @@ class GPT2LMHeadModel : public nn::Module {
   std::string name() const override { return "GPT2LMHeadModel"; }
   // input_ids: int64 (B, T) -> logits (B, T, vocab_size).
   Tensor forward(const Tensor& input_ids) override;
+  // One step of incremental decoding over a KV cache, a function of tensors only (so a Graph
+  // traces it and an export keeps the cache as inputs and outputs): input_ids (B, T) int64 are new
+  // tokens that follow each row's past_lengths[b] (B, int64) cached tokens. Token t of row b gets
+  // position past_lengths[b] + t (for wpe and the cache; positions past max_length - 1 are
+  // clamped there, so a row whose past plus T exceeds the cache must not be one whose results are
+  // used); its key and value are written there, and it attends to cache positions
+  // 0 ..= past_lengths[b] + t: the cached prefix and the new tokens up to itself, never positions
+  // beyond the row's own. No host reads: lengths are data, so one traced step serves rows of any
+  // lengths. The caller keeps the lengths (past_lengths + tokens used after the step).
+  CausalLMOutputWithPast forward_cached(const Tensor& input_ids, const Tensor& past_lengths, PastKeyValues past_key_values,
+                                        const CachedForwardOptions& options = {});
+  // A KVCache shaped for this model, on its weights' device and dtype: batch_size rows of
+  // max_length (<= n_positions) positions.
+  std::shared_ptr<KVCache> make_cache(int64_t batch_size, int64_t max_length) const;
   // Mean next-token cross entropy of forward(input_ids) against labels (see causal_lm_loss).
   Tensor loss(const Tensor& input_ids, const Tensor& labels);
   // The transformer's switch (GPT2Model::gradient_checkpointing_enable).

@@ -1,5 +1,5 @@
-// Joining, splitting and indexing ops. Primitives: cat, index_select, gather, scatter,
-// masked_fill, one_hot; stack, split and chunk are composites over cat and slice views.
+// Joining, splitting and indexing ops. Primitives: cat, index_select, gather, scatter (and its
+// in-place form), masked_fill, one_hot; stack, split and chunk are composites over cat and slice views.
 #include "core/ops/index.h"
 
 #include <algorithm>
@@ -175,52 +175,70 @@ const OpDef& kGather =
         })
         .def();
 
+std::vector<TensorMeta> scatter_infer(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  const std::string& reduce = attrs.get<std::string>("reduce");
+  if (reduce != "none" && reduce != "add") fail("scatter", "reduce must be 'none' or 'add', got '", reduce, "'");
+  const char* op = reduce == "add" ? "scatter_add" : "scatter";
+  check_index_dtype(in[1].dtype, op);
+  const int64_t dim = index_dim(attrs, in[0].shape, op);
+  check_gather_shapes(in[0].shape, in[1].shape, dim, op);
+  if (in[2].shape.ndim() != in[1].shape.ndim()) fail(op, "src ", in[2].shape, " must have the rank of index ", in[1].shape);
+  for (int64_t d = 0; d < in[1].shape.ndim(); ++d) {
+    if (in[1].shape[d] > in[2].shape[d]) fail(op, "index ", in[1].shape, " is larger than src ", in[2].shape, " in dimension ", d);
+  }
+  if (in[2].dtype != in[0].dtype) fail(op, "src dtype ", dtype_name(in[2].dtype), " must match input dtype ", dtype_name(in[0].dtype));
+  return std::vector<TensorMeta>{in[0]};
+}
+
+std::vector<SbpSignature> scatter_sbp(const std::vector<TensorMeta>& in, const Attrs& attrs) {
+  std::vector<SbpSignature> signatures = split_except(in, attrs.get<int64_t>("dim"), 3);
+  // Adding: each rank adds its part of index and src into its piece of a partial sum (an
+  // embedding's gradient over a split batch).
+  if (attrs.get<std::string>("reduce") == "add") {
+    for (int64_t d = 0; d < in[1].shape.ndim(); ++d) {
+      signatures.push_back({{Sbp::partial_sum(), Sbp::split(d), Sbp::split(d)}, {Sbp::partial_sum()}});
+    }
+  }
+  return signatures;
+}
+
+TensorList scatter_vjp(const VjpContext& ctx) {
+  const int64_t dim = ctx.attrs.get<int64_t>("dim");
+  const Tensor index = ctx.input(1);
+  const Tensor& grad = ctx.grad();
+  Tensor grad_src;
+  if (ctx.needs_input_grad[2]) {
+    if (!(ctx.input_meta(2).shape == index.shape())) {
+      fail("scatter", "the gradient w.r.t. src needs src ", ctx.input_meta(2).shape, " and index ", index.shape(), " of the same shape");
+    }
+    grad_src = gather(grad, dim, index);
+  }
+  if (ctx.attrs.get<std::string>("reduce") == "add") return TensorList{grad, Tensor(), grad_src};
+  // Overwritten positions pass no gradient to the input.
+  return TensorList{scatter(grad, dim, index, 0), Tensor(), grad_src};
+}
+
 const OpDef& kScatter =
     OpBuilder("scatter")
         .inputs({"input", "index", "src"})
         .outputs({"out"})
         .attrs({{"dim", AttrType::kInt}, {"reduce", AttrType::kString}})
-        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-          const std::string& reduce = attrs.get<std::string>("reduce");
-          if (reduce != "none" && reduce != "add") fail("scatter", "reduce must be 'none' or 'add', got '", reduce, "'");
-          const char* op = reduce == "add" ? "scatter_add" : "scatter";
-          check_index_dtype(in[1].dtype, op);
-          const int64_t dim = index_dim(attrs, in[0].shape, op);
-          check_gather_shapes(in[0].shape, in[1].shape, dim, op);
-          if (in[2].shape.ndim() != in[1].shape.ndim()) fail(op, "src ", in[2].shape, " must have the rank of index ", in[1].shape);
-          for (int64_t d = 0; d < in[1].shape.ndim(); ++d) {
-            if (in[1].shape[d] > in[2].shape[d]) fail(op, "index ", in[1].shape, " is larger than src ", in[2].shape, " in dimension ", d);
-          }
-          if (in[2].dtype != in[0].dtype) fail(op, "src dtype ", dtype_name(in[2].dtype), " must match input dtype ", dtype_name(in[0].dtype));
-          return std::vector<TensorMeta>{in[0]};
-        })
-        .sbp([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-          std::vector<SbpSignature> signatures = split_except(in, attrs.get<int64_t>("dim"), 3);
-          // Adding: each rank adds its part of index and src into its piece of a partial sum (an
-          // embedding's gradient over a split batch).
-          if (attrs.get<std::string>("reduce") == "add") {
-            for (int64_t d = 0; d < in[1].shape.ndim(); ++d) {
-              signatures.push_back({{Sbp::partial_sum(), Sbp::split(d), Sbp::split(d)}, {Sbp::partial_sum()}});
-            }
-          }
-          return signatures;
-        })
-        .vjp([](const VjpContext& ctx) {
-          const int64_t dim = ctx.attrs.get<int64_t>("dim");
-          const Tensor index = ctx.input(1);
-          const Tensor& grad = ctx.grad();
-          Tensor grad_src;
-          if (ctx.needs_input_grad[2]) {
-            if (!(ctx.input_meta(2).shape == index.shape())) {
-              fail("scatter", "the gradient w.r.t. src needs src ", ctx.input_meta(2).shape, " and index ",
-                   index.shape(), " of the same shape");
-            }
-            grad_src = gather(grad, dim, index);
-          }
-          if (ctx.attrs.get<std::string>("reduce") == "add") return TensorList{grad, Tensor(), grad_src};
-          // Overwritten positions pass no gradient to the input.
-          return TensorList{scatter(grad, dim, index, 0), Tensor(), grad_src};
-        })
+        .infer(scatter_infer)
+        .sbp(scatter_sbp)
+        .vjp(scatter_vjp)
+        .def();
+
+// scatter_(input, dim, index, src): scatter written into input itself (torch.Tensor.scatter_);
+// the output is input. A KV cache takes each step's keys and values this way.
+const OpDef& kScatterInplace =
+    OpBuilder("scatter_inplace")
+        .inputs({"input", "index", "src"})
+        .outputs({"out"})
+        .attrs({{"dim", AttrType::kInt}, {"reduce", AttrType::kString}})
+        .inplace()
+        .infer(scatter_infer)
+        .sbp(scatter_sbp)
+        .vjp(scatter_vjp)
         .def();
 
 const OpDef& kMaskedFill =
@@ -340,6 +358,11 @@ Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Tens
 Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Scalar& value) {
   const Tensor src = full(index.shape(), value, options_beside(input));
   return scatter(input, dim, index, src);
+}
+
+Tensor& scatter_(Tensor& input, int64_t dim, const Tensor& index, const Tensor& src) {
+  apply(kScatterInplace, {input, index, to(src, input.dtype())}, Attrs().set("dim", dim_of(input, dim, "scatter_")).set("reduce", "none"));
+  return input;
 }
 
 Tensor scatter_add(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& src) {

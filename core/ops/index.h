@@ -21,6 +21,9 @@ Tensor gather(const Tensor& input, int64_t dim, const Tensor& index);
 // Out-of-place scatter: a copy of input with out[index[i][j]][j] = src[i][j] (dim 0), etc.
 Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor scatter(const Tensor& input, int64_t dim, const Tensor& index, const Scalar& value);
+// In-place scatter (torch.Tensor.scatter_): writes src into input (contiguous) at index along dim
+// and returns input. In a Graph the write lands in the variable or input it names, as copy_ does.
+Tensor& scatter_(Tensor& input, int64_t dim, const Tensor& index, const Tensor& src);
 // Same as scatter but sums into out (scatter_add).
 Tensor scatter_add(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& src);
 // The gradient of reading an input of input_shape at index along dim (index of grad's shape), as

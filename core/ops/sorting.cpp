@@ -130,10 +130,10 @@ ValuesIndices topk(const Tensor& input, int64_t k, int64_t dim, bool largest, bo
   return {out[0], out[1]};
 }
 
-Tensor multinomial(const Tensor& input, int64_t num_samples, bool replacement) {
+Tensor multinomial(const Tensor& input, int64_t num_samples, bool replacement, Generator* generator) {
   check_multinomial({input.shape(), input.dtype(), input.device()}, num_samples, replacement);
   const auto [seed, offset] =
-      default_generator().reserve(static_cast<uint64_t>(multinomial_counters(input.shape(), num_samples, replacement)));
+      (generator != nullptr ? *generator : default_generator()).reserve(static_cast<uint64_t>(multinomial_counters(input.shape(), num_samples, replacement)));
   return apply_one(kMultinomial, {input},
                    Attrs()
                        .set("num_samples", num_samples)

@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "core/ops/reduce.h"  // ValuesIndices
+#include "core/random.h"
 #include "core/tensor.h"
 
 namespace flow {
@@ -17,9 +18,9 @@ Tensor argsort(const Tensor& input, int64_t dim = -1, bool descending = false, b
 // elements the first in the input is chosen. 0 <= k <= size of dim (1 for a 0-d input).
 ValuesIndices topk(const Tensor& input, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
 // num_samples int64 category indices per row of non-negative weights (1-D: one row; 2-D: one per
-// row), as torch.multinomial, drawn from the default generator. Without replacement the draws are
+// row), as torch.multinomial, drawn from `generator` (the default generator when null). Without replacement the draws are
 // distinct, in the order of successive draws each proportional to the remaining weights
 // (num_samples <= categories). Weights need not sum to 1, but each row must have a positive sum.
-Tensor multinomial(const Tensor& input, int64_t num_samples, bool replacement = false);
+Tensor multinomial(const Tensor& input, int64_t num_samples, bool replacement = false, Generator* generator = nullptr);
 
 }  // namespace flow

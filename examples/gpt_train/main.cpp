@@ -3,7 +3,7 @@
 // models/gpt2's GPT2LMHeadModel learns next-byte prediction with AdamW, eagerly or as an
 // nn::Graph (--graph), optionally in bfloat16 (--amp), with gradient clipping (--clip-grad), data
 // parallel under flow_run (--parallel), and checkpoints that resume bit for bit (--checkpoint,
-// --resume). At the end it prints a sample of generated text.
+// --resume). At the end it prints a sample of generated text (models/generation.h's generate()).
 // Usage: gpt_train [--steps N] [--graph] [--amp] [--checkpoint DIR [--resume]] ...   (--help says more)
 //        flow_run --nproc-per-node 2 -- gpt_train --parallel [--graph]
 #include <chrono>
@@ -22,6 +22,7 @@
 #include "examples/gpt_train/options.h"
 #include "examples/gpt_train/text_data.h"
 #include "graph/graph.h"
+#include "models/generation.h"
 #include "models/gpt2.h"
 #include "nn/parallel/ddp.h"
 #include "nn/utils/clip_grad.h"
@@ -130,34 +131,26 @@ class Trainer {
     return total / static_cast<double>(count);
   }
 
-  // Continues `prompt` by `tokens` bytes: the model reruns over the last --block-size bytes for
-  // each new one, which is the likeliest (top_k 0) or drawn among the top_k likeliest.
+  // Continues `prompt` by `tokens` bytes with models::generate over a KV cache (eagerly, or as a
+  // Graph with --graph), in float32: greedy for --top-k 0, else top-k sampling seeded by --seed.
+  // One generate() call fills the --block-size context; past it, generation restarts from the
+  // last half of the context (the prefix is prefilled again, then decoding continues).
   std::string sample(const std::string& prompt, int64_t tokens) {
-    const flow::autograd::NoGradGuard no_grad;
-    const flow::autocast autocast(flow::kBFloat16, o_.amp);
-    model_->eval();
-    flow::manual_seed(o_.seed);  // the same sample whatever trained before, resumed or not
-    std::vector<int64_t> context(prompt.begin(), prompt.end());
-    for (int64_t& id : context) id = static_cast<uint8_t>(id);
+    const std::shared_ptr<models::GPT2LMHeadModel> model = local_model();
+    model->eval();
+    std::vector<int64_t> context;
+    for (char c : prompt) context.push_back(static_cast<uint8_t>(c));
+    models::CachedDecoder decoder(model, models::CachedDecoderOptions().max_length(o_.block_size).use_graph(o_.graph));
+    auto config = models::GenerationConfig().do_sample(o_.top_k > 0).top_k(o_.top_k);
     std::string generated;
-    for (int64_t i = 0; i < tokens; ++i) {
-      const auto begin = context.size() > static_cast<size_t>(o_.block_size) ? context.end() - o_.block_size : context.begin();
-      const std::vector<int64_t> window(begin, context.end());
-      const auto length = static_cast<int64_t>(window.size());
-      const Tensor ids = placed(flow::tensor<int64_t>(window, flow::Shape{1, length}), flow::sbp::broadcast());
-      Tensor logits = model_->forward(ids).select(1, length - 1).reshape({ex::kByteVocabulary});
-      if (logits.is_global()) logits = logits.whole_local();
-      logits = logits.to(flow::kFloat32);
-      int64_t next = 0;
-      if (o_.top_k == 0) {
-        next = flow::argmax(logits, 0).item<int64_t>();
-      } else {
-        const auto top = flow::topk(logits, o_.top_k);
-        const int64_t pick = flow::multinomial(flow::softmax(top.values, 0), 1).item<int64_t>();
-        next = top.indices.select(0, pick).item<int64_t>();
+    for (uint64_t round = 0; static_cast<int64_t>(generated.size()) < tokens; ++round) {
+      const auto keep = std::min<size_t>(context.size(), static_cast<size_t>(o_.block_size / 2));
+      const std::vector<int64_t> window(context.end() - static_cast<std::ptrdiff_t>(keep), context.end());
+      const int64_t room = std::min(tokens - static_cast<int64_t>(generated.size()), o_.block_size - static_cast<int64_t>(keep));
+      for (int64_t next : models::generate(decoder, {window}, config.max_new_tokens(room).seed(o_.seed + round)).at(0)) {
+        context.push_back(next);
+        generated.push_back(static_cast<char>(next));
       }
-      context.push_back(next);
-      generated.push_back(static_cast<char>(next));
     }
     model_->train();
     return generated;
@@ -178,6 +171,17 @@ class Trainer {
   }
 
  private:
+  // The model with local parameters: itself, or for a data-parallel Graph (global parameters) a
+  // copy holding their whole values.
+  std::shared_ptr<models::GPT2LMHeadModel> local_model() const {
+    if (!placement_) return model_;
+    auto copy = std::make_shared<models::GPT2LMHeadModel>(model_->transformer->config());
+    flow::StateDict whole;
+    for (const auto& [name, tensor] : model_->state_dict()) whole.insert(name, tensor.is_global() ? tensor.whole_local() : tensor);
+    copy->load_state_dict(whole);
+    return copy;
+  }
+
   // The whole tensor as this run feeds it: laid out over the ranks for a data-parallel Graph.
   Tensor placed(const Tensor& whole, const flow::Sbp& sbp) const {
     return placement_ ? flow::distributed::from_whole(whole, *placement_, {sbp}) : whole;

@@ -51,6 +51,16 @@ TEST(Index, ScatterMaskedFillOneHot) {
   EXPECT_EQ(flow::scatter_add(base, 1, idx, src).tolist<float>(), (std::vector<float>{1, 0, 2, 0, 7, 0, 0, 0, 0}));
   EXPECT_EQ(flow::scatter(base, 0, idx, 5.0).tolist<float>(), (std::vector<float>{5, 0, 0, 5, 5, 0, 0, 5, 0}));
   EXPECT_EQ(base.tolist<float>(), std::vector<float>(9, 0.f)) << "scatter is out of place";
+  Tensor& written = flow::scatter_(base, 1, idx, src);
+  EXPECT_EQ(&written, &base);
+  EXPECT_EQ(base.tolist<float>(), (std::vector<float>{1, 0, 2, 0, 4, 0, 0, 0, 0})) << "scatter_ writes in place";
+  Tensor rows = flow::zeros({3, 2});
+  Tensor second_row = rows.slice(0, 1, 2);
+  flow::scatter_(second_row, 1, flow::tensor<int64_t>({1}, Shape{1, 1}), flow::full({1, 1}, 7.0));
+  EXPECT_EQ(rows.tolist<float>(), (std::vector<float>{0, 0, 0, 7, 0, 0})) << "through a contiguous view";
+  Tensor columns = rows.t();
+  EXPECT_THROW_MSG(flow::scatter_(columns, 0, flow::tensor<int64_t>({0}, Shape{1, 1}), flow::ones({1, 1})),
+                   "[scatter_inplace] writes in place and needs contiguous tensors");
   Tensor x = flow::arange(6, flow::kFloat32).reshape({2, 3});
   Tensor mask = flow::tensor<bool>({true, false, true});
   EXPECT_EQ(flow::masked_fill(x, mask, -1).tolist<float>(), (std::vector<float>{-1, 1, -1, -1, 4, -1}));

@@ -224,6 +224,16 @@ TEST(Multinomial, ReproducibleFromTheSeed) {
   }
 }
 
+TEST(Multinomial, OwnGeneratorLeavesTheDefaultAlone) {
+  const Tensor weights = flow::rand({2, 30}, flow::kFloat64) + 0.01;
+  flow::Generator a(11), b(11);
+  const uint64_t default_offset = flow::default_generator().offset();
+  const Tensor first = flow::multinomial(weights, 5, false, &a);
+  EXPECT_EQ(flow::multinomial(weights, 5, false, &b).tolist<int64_t>(), first.tolist<int64_t>());
+  EXPECT_NE(flow::multinomial(weights, 5, false, &a).tolist<int64_t>(), first.tolist<int64_t>());
+  EXPECT_EQ(flow::default_generator().offset(), default_offset);
+}
+
 TEST(Multinomial, Errors) {
   const Tensor w = flow::ones({2, 3});
   EXPECT_THROW_MSG(flow::multinomial(flow::ones({2, 2, 2}), 1), "[multinomial] prob_dist must be 1 or 2 dim, got 3");

@@ -157,6 +157,12 @@ void scatter_kernel(KernelContext& ctx) {
   scatter_into(ctx.outputs[0], ctx.inputs[1], ctx.inputs[2], ctx.attrs.get<int64_t>("dim"), add, add ? "scatter_add" : "scatter");
 }
 
+// scatter_inplace: the output is the input itself.
+void scatter_inplace_kernel(KernelContext& ctx) {
+  scatter_into(ctx.outputs[0], ctx.inputs[1], ctx.inputs[2], ctx.attrs.get<int64_t>("dim"), ctx.attrs.get<std::string>("reduce") == "add",
+               "scatter_");
+}
+
 // inputs: grad, index; out = zeros with grad added at index.
 void gather_grad_kernel(KernelContext& ctx) {
   Tensor& out = ctx.outputs[0];
@@ -194,6 +200,7 @@ FLOW_REGISTER_KERNEL("cat", DeviceType::kCPU, all_dtypes(), cat_kernel);
 FLOW_REGISTER_KERNEL("index_select", DeviceType::kCPU, all_dtypes(), index_select_kernel);
 FLOW_REGISTER_KERNEL("gather", DeviceType::kCPU, all_dtypes(), gather_kernel);
 FLOW_REGISTER_KERNEL("scatter", DeviceType::kCPU, all_dtypes(), scatter_kernel);
+FLOW_REGISTER_KERNEL("scatter_inplace", DeviceType::kCPU, all_dtypes(), scatter_inplace_kernel);
 FLOW_REGISTER_KERNEL("gather_grad", DeviceType::kCPU, all_dtypes(), gather_grad_kernel);
 FLOW_REGISTER_KERNEL("masked_fill", DeviceType::kCPU, all_dtypes(), masked_fill_kernel);
 FLOW_REGISTER_KERNEL("one_hot", DeviceType::kCPU, {kInt64}, one_hot_kernel);

@@ -133,7 +133,7 @@ void scatter_kernel(KernelContext& ctx) {
   const bool add = ctx.attrs.get<std::string>("reduce") == "add";
   const char* op = add ? "scatter_add" : "scatter";
   set_device(out, op);
-  detail::copy_into(out, input);
+  if (out.data_ptr() != input.data_ptr()) detail::copy_into(out, input);  // scatter_inplace writes input itself
   const int64_t dim = ctx.attrs.get<int64_t>("dim");
   const IndexGeometry g = index_geometry(index, out, src, dim, op);
   const Tensor error = error_cell(out, op);
@@ -165,6 +165,7 @@ FLOW_REGISTER_KERNEL("softmax", DeviceType::kCUDA, kFloating, softmax_kernel<fal
 FLOW_REGISTER_KERNEL("log_softmax", DeviceType::kCUDA, kFloating, softmax_kernel<true>);
 FLOW_REGISTER_KERNEL("gather", DeviceType::kCUDA, kCudaDtypes, gather_kernel);
 FLOW_REGISTER_KERNEL("scatter", DeviceType::kCUDA, kCudaDtypes, scatter_kernel);
+FLOW_REGISTER_KERNEL("scatter_inplace", DeviceType::kCUDA, kCudaDtypes, scatter_kernel);
 FLOW_REGISTER_KERNEL("sgd_update", DeviceType::kCUDA, kFloating, sgd_update_kernel);
 
 }  // namespace
