@@ -11,14 +11,6 @@
 namespace flow::models {
 namespace {
 
-constexpr double kFiltered = -std::numeric_limits<double>::infinity();
-
-void check_logits(const Tensor& logits, const char* op) {
-  if (logits.dim() != 2 || !is_floating(logits.dtype())) {
-    fail(op, "expects floating-point logits of shape (batch, vocab), got ", dtype_name(logits.dtype()), " ", logits.shape());
-  }
-}
-
 void check_config(const GenerationConfig& c, int64_t vocab) {
   if (c.max_new_tokens_ < 0) fail("generate", "max_new_tokens must be >= 0, got ", c.max_new_tokens_);
   if (!(c.temperature_ > 0) || !std::isfinite(c.temperature_)) fail("generate", "temperature must be a positive number, got ", c.temperature_);
@@ -51,22 +43,17 @@ void check_prompts(const std::vector<std::vector<int64_t>>& prompts, const Gener
   }
 }
 
-// The next token of each row from its logits (rows, vocab): the processors in Hugging Face's
-// order, then argmax or a draw.
-std::vector<int64_t> choose(Tensor logits, const std::vector<std::vector<int64_t>>& sequences, const GenerationConfig& c,
+// The next token of each row from its logits (rows, vocab): Hugging Face's processors, then
+// argmax or a draw (core/sampling.h).
+std::vector<int64_t> choose(const Tensor& logits, const std::vector<std::vector<int64_t>>& sequences, const GenerationConfig& c,
                             Generator* generator) {
-  logits = to(logits, kFloat32);
-  if (c.repetition_penalty_ != 1.0) logits = repetition_penalty_logits(logits, sequences, c.repetition_penalty_);
-  Tensor chosen;
-  if (!c.do_sample_) {
-    chosen = argmax(logits, -1);
-  } else {
-    if (c.temperature_ != 1.0) logits = temperature_logits(logits, c.temperature_);
-    if (c.top_k_ > 0) logits = top_k_logits(logits, c.top_k_);
-    if (c.top_p_ < 1.0) logits = top_p_logits(logits, c.top_p_);
-    chosen = multinomial(softmax(logits, -1), 1, /*replacement=*/false, generator).reshape({-1});
-  }
-  return chosen.to(kCPU).tolist<int64_t>();
+  SamplingOptions options;
+  options.do_sample = c.do_sample_;
+  options.temperature = c.temperature_;
+  options.top_k = c.top_k_;
+  options.top_p = c.top_p_;
+  options.repetition_penalty = c.repetition_penalty_;
+  return next_tokens(logits, options, sequences, generator).to(kCPU).tolist<int64_t>();
 }
 
 bool stops(int64_t token, const GenerationConfig& c) {
@@ -107,65 +94,6 @@ std::vector<std::vector<int64_t>> generation_loop(const std::vector<std::vector<
 }
 
 }  // namespace
-
-Tensor temperature_logits(const Tensor& logits, double temperature) {
-  check_logits(logits, "temperature_logits");
-  if (!(temperature > 0) || !std::isfinite(temperature)) fail("temperature_logits", "temperature must be a positive number, got ", temperature);
-  return div(logits, temperature);
-}
-
-Tensor top_k_logits(const Tensor& logits, int64_t top_k) {
-  check_logits(logits, "top_k_logits");
-  if (top_k < 1) fail("top_k_logits", "top_k must be >= 1, got ", top_k);
-  if (top_k >= logits.size(1)) return logits;
-  const Tensor kth = topk(logits, top_k, -1).values.slice(1, top_k - 1, top_k);
-  return masked_fill(logits, lt(logits, kth), kFiltered);
-}
-
-Tensor top_p_logits(const Tensor& logits, double top_p, int64_t min_tokens_to_keep) {
-  check_logits(logits, "top_p_logits");
-  if (!(top_p > 0 && top_p <= 1)) fail("top_p_logits", "top_p must be in (0, 1], got ", top_p);
-  if (min_tokens_to_keep < 1) fail("top_p_logits", "min_tokens_to_keep must be >= 1, got ", min_tokens_to_keep);
-  const ValuesIndices sorted = sort(logits, -1, /*descending=*/true);
-  const Tensor probs = softmax(to(sorted.values, kFloat64), -1);
-  // The mass of the likelier tokens before each one; those reached after top_p go.
-  const Tensor before = sub(cumsum(probs, -1), probs);
-  const int64_t keep = std::min(min_tokens_to_keep, logits.size(1));
-  const Tensor first = lt(arange(logits.size(1), TensorOptions(kInt64).device(logits.device())), keep).unsqueeze(0);
-  const Tensor drop_sorted = logical_and(ge(before, top_p), logical_not(first));
-  const Tensor drop = scatter(zeros_like(drop_sorted), 1, sorted.indices, drop_sorted);
-  return masked_fill(logits, drop, kFiltered);
-}
-
-Tensor repetition_penalty_logits(const Tensor& logits, const std::vector<std::vector<int64_t>>& sequences, double penalty) {
-  check_logits(logits, "repetition_penalty_logits");
-  if (!(penalty > 0) || !std::isfinite(penalty)) fail("repetition_penalty_logits", "penalty must be a positive number, got ", penalty);
-  const int64_t batch = logits.size(0), vocab = logits.size(1);
-  if (static_cast<int64_t>(sequences.size()) != batch) {
-    fail("repetition_penalty_logits", "needs one token sequence per row: ", batch, " rows, ", sequences.size(), " sequences");
-  }
-  size_t longest = 0;
-  for (const auto& row : sequences) longest = std::max(longest, row.size());
-  if (longest == 0) return logits;
-  // (B, longest) indices, short rows repeating a token of theirs (the same value written twice);
-  // a row with no tokens reads and rewrites its token 0 unchanged.
-  std::vector<int64_t> ids;
-  std::vector<uint8_t> penalised;
-  for (const auto& row : sequences) {
-    for (size_t j = 0; j < longest; ++j) {
-      const int64_t id = row.empty() ? 0 : row[std::min(j, row.size() - 1)];
-      if (id < 0 || id >= vocab) fail("repetition_penalty_logits", "token id ", id, " is outside the vocabulary [0, ", vocab, ")");
-      ids.push_back(id);
-      penalised.push_back(row.empty() ? 0 : 1);
-    }
-  }
-  const auto width = static_cast<int64_t>(longest);
-  const Tensor index = tensor<int64_t>(ids, Shape{batch, width}, TensorOptions(kInt64).device(logits.device()));
-  const Tensor mask = ne(tensor<uint8_t>(penalised, Shape{batch, width}, TensorOptions(kUInt8).device(logits.device())), 0);
-  const Tensor score = gather(logits, 1, index);
-  const Tensor penalised_score = where(lt(score, 0), mul(score, penalty), div(score, penalty));
-  return scatter(logits, 1, index, where(mask, penalised_score, score));
-}
 
 std::vector<std::vector<int64_t>> generate(CachedDecoder& decoder, const std::vector<std::vector<int64_t>>& input_ids,
                                            const GenerationConfig& config) {

@@ -1,6 +1,7 @@
 #pragma once
 // Text generation for causal language models, after Hugging Face's generate(): greedy or sampled
-// (temperature, top-k, top-p), repetition penalty, stop tokens, max_new_tokens, seeded; batches
+// (temperature, top-k, top-p: the logits processors of core/sampling.h), repetition penalty, stop
+// tokens, max_new_tokens, seeded; batches
 // of prompts of different lengths; over a KV cache (models/decoder.h), eagerly or through a
 // compiled nn::Graph, or recomputing every sequence at each step (use_cache(false)).
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/random.h"
+#include "core/sampling.h"
 #include "models/decoder.h"
 #include "models/gpt2.h"
 
@@ -41,19 +43,6 @@ struct GenerationConfig {
   GenerationConfig& use_cache(bool v) { use_cache_ = v; return *this; }
   GenerationConfig& use_graph(bool v) { use_graph_ = v; return *this; }
 };
-
-// Logits processors over (B, vocab) float logits, each a pure function (Hugging Face's warpers
-// and processors); filtered tokens get -inf.
-// logits / temperature (temperature > 0).
-Tensor temperature_logits(const Tensor& logits, double temperature);
-// Keeps each row's k largest logits and any equal to the k-th (k >= 1; k >= vocab keeps all).
-Tensor top_k_logits(const Tensor& logits, int64_t top_k);
-// Keeps each row's likeliest tokens, in order, until their softmax mass reaches top_p (a token
-// is kept when the mass of the tokens before it is below top_p); at least min_tokens_to_keep.
-Tensor top_p_logits(const Tensor& logits, double top_p, int64_t min_tokens_to_keep = 1);
-// Each token that occurs in sequences[b] (any number of times): row b's logit divided by penalty
-// when positive, multiplied when negative (CTRL's penalty, as Hugging Face applies it).
-Tensor repetition_penalty_logits(const Tensor& logits, const std::vector<std::vector<int64_t>>& sequences, double penalty);
 
 // Continues each prompt (token ids in [0, vocab), at least one) and returns the generated tokens
 // of each row (without its prompt): max_new_tokens of them, or fewer when a stop token came (it

@@ -1,6 +1,7 @@
 #include "serving/inference_service.h"
 
 #include "serving/datatype.h"
+#include "serving/generate_service.h"
 #include "serving/infer_call.h"
 #include "serving/metadata.h"
 #include "serving/status.h"
@@ -158,7 +159,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   return reactor;
 }
 
-// Each request runs as ModelInfer's would and gets one response: its outputs, or its error.
+// A decoder model streams each request's tokens (serving/generate_service.h); other models run
+// each request as ModelInfer would, one response with its outputs or its error.
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* InferenceService::ModelStreamInfer(
     grpc::CallbackServerContext* context) {
   if (const auto refused = refusal(context, false)) {
@@ -167,6 +169,11 @@ grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInfe
     return reactor;
   }
   return start_stream_infer(tracker_, [this](std::shared_ptr<const inference::ModelInferRequest> request, std::shared_ptr<StreamResponder> responder) {
+    try {
+      if (start_stream_generation(*repository_.get(request->model_name(), request->model_version()), request, responder)) return;
+    } catch (const ServingError&) {
+      // An unknown model: the plain inference below answers with its error.
+    }
     auto response = std::make_shared<inference::ModelStreamInferResponse>();
     InferCall call;
     call.model_name = request->model_name();

@@ -31,7 +31,11 @@ Metrics::Metrics()
       pending_request_count_(prometheus::BuildGauge()
                                  .Name("nv_inference_pending_request_count")
                                  .Help("Instantaneous number of pending requests awaiting execution per-model")
-                                 .Register(*registry_)) {}
+                                 .Register(*registry_)),
+      first_response_ms_(prometheus::BuildHistogram()
+                             .Name("nv_inference_first_response_histogram_ms")
+                             .Help("Duration from request to first response in milliseconds (decoder models: the first token)")
+                             .Register(*registry_)) {}
 
 ModelMetrics Metrics::model(const std::string& name, const std::string& version) {
   const prometheus::Labels labels{{"model", name}, {"version", version}};
@@ -50,6 +54,8 @@ ModelMetrics Metrics::model(const std::string& name, const std::string& version)
   metrics.compute_infer_duration_us = &compute_infer_duration_us_.Add(labels);
   metrics.compute_output_duration_us = &compute_output_duration_us_.Add(labels);
   metrics.pending_request_count = &pending_request_count_.Add(labels);
+  metrics.first_response_ms =
+      &first_response_ms_.Add(labels, prometheus::Histogram::BucketBoundaries{1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000});
   return metrics;
 }
 

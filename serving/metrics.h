@@ -4,6 +4,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <array>
@@ -33,6 +34,9 @@ struct ModelMetrics {
   // Splitting the batch's outputs and writing the request's into its response.
   prometheus::Counter* compute_output_duration_us = nullptr;
   prometheus::Gauge* pending_request_count = nullptr;  // requests queued, not yet running
+  // Decoder models (streamed, Triton's "decoupled"): milliseconds from a request's arrival to its
+  // first generated token. Their nv_inference_count counts generated tokens.
+  prometheus::Histogram* first_response_ms = nullptr;
 
   void count_failure(FailureReason reason) const { request_failure[static_cast<size_t>(reason)]->Increment(); }
 };
@@ -56,6 +60,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& compute_infer_duration_us_;
   prometheus::Family<prometheus::Counter>& compute_output_duration_us_;
   prometheus::Family<prometheus::Gauge>& pending_request_count_;
+  prometheus::Family<prometheus::Histogram>& first_response_ms_;
 };
 
 }  // namespace flow::serving

@@ -1,5 +1,7 @@
 #include "serving/rest_service.h"
 
+#include "serving/generate_service.h"
+
 #include <prometheus/text_serializer.h>
 
 #include <future>
@@ -144,7 +146,7 @@ void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, Requ
     }
   });
   add("GET", "/v2", Runs::kOnIoThread, [](const HttpRequest&, HttpResponse& response) {
-    send_json(response, {{"name", kServerName}, {"version", kServerVersion}, {"extensions", json::array({"binary_tensor_data", "model_repository"})}});
+    send_json(response, {{"name", kServerName}, {"version", kServerVersion}, {"extensions", json::array({"binary_tensor_data", "model_repository", "generate"})}});
   });
   add("GET", kModelPath, Runs::kOnWorker, [&repository](const HttpRequest& request, HttpResponse& response) {
     try {
@@ -194,6 +196,12 @@ void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, Requ
           }
         });
   }
+  add("POST", kModelPath + "/generate", Runs::kOnWorker, [&repository, &tracker](const HttpRequest& request, HttpResponse& response) {
+    generate_over_http(request, response, repository, tracker, /*stream=*/false);
+  });
+  add("POST", kModelPath + "/generate_stream", Runs::kOnWorker, [&repository, &tracker](const HttpRequest& request, HttpResponse& response) {
+    generate_over_http(request, response, repository, tracker, /*stream=*/true);
+  });
   add("POST", kModelPath + "/infer", Runs::kOnWorker, [&repository, &tracker](const HttpRequest& request, HttpResponse& response) {
     infer(request, response, repository, tracker);
   });

@@ -21,7 +21,8 @@ namespace flow::serving {
 int http_status(grpc::StatusCode code);
 
 // GET /v2/health/live, /v2/health/ready, /v2, /v2/models/{name}[/versions/{version}] and its
-// /ready; POST /v2/models/{name}[/versions/{version}]/infer.
+// /ready; POST /v2/models/{name}[/versions/{version}]/infer, and for decoder models /generate and
+// /generate_stream (serving/generate_service.h).
 // Every route checks `access` (which must outlive the endpoint): without the bearer token, 401.
 void add_kserve_routes(HttpEndpoint& endpoint, ModelRepository& repository, RequestTracker& tracker,
                        const AccessPolicy& access);

@@ -1,6 +1,7 @@
 #pragma once
 // One loaded version of a model: the oneflow_lite model, its config, its metrics and the
-// scheduler that runs its requests.
+// scheduler that runs its requests. A decoder language model (a directory with generation.json,
+// serving/decoder_model.h) also has a generation engine; its lite model is the decode step.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -8,6 +9,7 @@
 #include "oneflow_lite/model.h"
 #include "serving/metrics.h"
 #include "serving/model_config.h"
+#include "serving/generation_engine.h"
 #include "serving/scheduler.h"
 
 namespace flow::serving {
@@ -30,10 +32,12 @@ class ServedModel {
   const config::ModelConfig& config() const { return config_; }
   const ModelMetrics& metrics() const { return metrics_; }
   Scheduler& scheduler() { return *scheduler_; }
+  // The generation engine of a decoder model; null for other models.
+  GenerationEngine* generation() { return generation_.get(); }
 
  private:
   ServedModel(const std::string& name, int64_t version, std::shared_ptr<const lite::Model> model,
-              const config::ModelConfig& config, Metrics& metrics);
+              const config::ModelConfig& config, Metrics& metrics, std::shared_ptr<const DecoderModel> decoder);
 
   std::string name_;
   int64_t version_;
@@ -42,8 +46,10 @@ class ServedModel {
   std::shared_ptr<const lite::Model> model_;
   config::ModelConfig config_;
   ModelMetrics metrics_;
-  // Declared last: destroyed first, so queued requests finish while the rest is alive.
+  // Declared last: destroyed first, so queued requests finish (sequences are cancelled) while the
+  // rest is alive.
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<GenerationEngine> generation_;
 };
 
 }  // namespace flow::serving

@@ -195,19 +195,19 @@ TEST(Generation, SamplingIsReproducibleFromTheSeedAndDiffersAcrossSeeds) {
 
 TEST(Generation, TemperatureScalesTheLogits) {
   const Tensor logits = flow::tensor<float>({1, 2, 4, -2}, Shape{1, 4});
-  EXPECT_EQ(models::temperature_logits(logits, 2).tolist<float>(), (std::vector<float>{0.5f, 1, 2, -1}));
+  EXPECT_EQ(flow::temperature_logits(logits, 2).tolist<float>(), (std::vector<float>{0.5f, 1, 2, -1}));
   // softmax at temperature 0.5 == softmax of the doubled logits
-  expect_close(flow::softmax(models::temperature_logits(logits, 0.5), -1), flow::softmax(flow::mul(logits, 2.0), -1), 1e-7);
+  expect_close(flow::softmax(flow::temperature_logits(logits, 0.5), -1), flow::softmax(flow::mul(logits, 2.0), -1), 1e-7);
 }
 
 TEST(Generation, TopKKeepsTheKLargestAndTiesAtTheKth) {
   const float inf = std::numeric_limits<float>::infinity();
   const Tensor logits = flow::tensor<float>({0.5f, 3, -1, 2, 2, 1, /**/ 4, 3, 2, 1, 0, -1}, Shape{2, 6});
-  EXPECT_EQ(models::top_k_logits(logits, 2).tolist<float>(),
+  EXPECT_EQ(flow::top_k_logits(logits, 2).tolist<float>(),
             (std::vector<float>{-inf, 3, -inf, 2, 2, -inf, /**/ 4, 3, -inf, -inf, -inf, -inf}));
-  EXPECT_EQ(models::top_k_logits(logits, 1).tolist<float>()[1], 3.f);
-  EXPECT_EQ(models::top_k_logits(logits, 6).tolist<float>(), logits.tolist<float>());
-  EXPECT_EQ(models::top_k_logits(logits, 60).tolist<float>(), logits.tolist<float>());
+  EXPECT_EQ(flow::top_k_logits(logits, 1).tolist<float>()[1], 3.f);
+  EXPECT_EQ(flow::top_k_logits(logits, 6).tolist<float>(), logits.tolist<float>());
+  EXPECT_EQ(flow::top_k_logits(logits, 60).tolist<float>(), logits.tolist<float>());
 }
 
 TEST(Generation, TopPKeepsTheSmallestSetReachingP) {
@@ -216,7 +216,7 @@ TEST(Generation, TopPKeepsTheSmallestSetReachingP) {
   const Tensor logits = flow::log(flow::tensor<float>({0.125f, 0.5f, 0.0625f, 0.25f, 0.0625f}, Shape{1, 5}));
   auto kept = [&](double p, int64_t min_keep = 1) {
     std::vector<int> out;
-    for (float v : models::top_p_logits(logits, p, min_keep).tolist<float>()) out.push_back(v == -inf ? 0 : 1);
+    for (float v : flow::top_p_logits(logits, p, min_keep).tolist<float>()) out.push_back(v == -inf ? 0 : 1);
     return out;
   };
   EXPECT_EQ(kept(0.4), (std::vector<int>{0, 1, 0, 0, 0}));   // 0.5 reaches 0.4
@@ -225,7 +225,7 @@ TEST(Generation, TopPKeepsTheSmallestSetReachingP) {
   EXPECT_EQ(kept(0.1, 3), (std::vector<int>{1, 1, 0, 1, 0})); // min_tokens_to_keep
   EXPECT_EQ(kept(1.0), (std::vector<int>{1, 1, 1, 1, 1}));
   // The kept logits are unchanged: their softmax renormalises 0.5 and 0.25 to 2/3 and 1/3.
-  const std::vector<float> probs = flow::softmax(models::top_p_logits(logits, 0.6), -1).tolist<float>();
+  const std::vector<float> probs = flow::softmax(flow::top_p_logits(logits, 0.6), -1).tolist<float>();
   EXPECT_NEAR(probs[1], 2.0 / 3.0, 1e-6);
   EXPECT_NEAR(probs[3], 1.0 / 3.0, 1e-6);
   EXPECT_EQ(probs[0] + probs[2] + probs[4], 0.f);
@@ -233,7 +233,7 @@ TEST(Generation, TopPKeepsTheSmallestSetReachingP) {
 
 TEST(Generation, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogitsOfSeenTokens) {
   const Tensor logits = flow::tensor<float>({2, -2, 1, 4, /**/ 2, -2, 1, 4}, Shape{2, 4});
-  const Tensor out = models::repetition_penalty_logits(logits, {{0, 1, 0}, {}}, 2.0);
+  const Tensor out = flow::repetition_penalty_logits(logits, {{0, 1, 0}, {}}, 2.0);
   EXPECT_EQ(out.tolist<float>(), (std::vector<float>{1, -4, 1, 4, /**/ 2, -2, 1, 4}));
   // Greedy generation never repeats a token under a huge penalty (the tiny model's logits have
   // both signs, so a seen token always falls below an unseen positive one).
@@ -290,9 +290,9 @@ TEST(Generation, ErrorsNameGenerate) {
                                     models::GenerationConfig().max_new_tokens(5).eos_token_id(models::generate(model, {{1}}, config)[0][0])),
                    "pad_token_id must be set");
   EXPECT_EQ(models::generate(model, {{1}}, models::GenerationConfig().max_new_tokens(0)), Tokens{{}});
-  EXPECT_THROW_MSG(models::top_k_logits(flow::zeros({3}), 1), "[top_k_logits] expects floating-point logits of shape (batch, vocab)");
-  EXPECT_THROW_MSG(models::top_p_logits(flow::zeros({1, 3}), 0), "[top_p_logits] top_p must be in (0, 1]");
-  EXPECT_THROW_MSG(models::repetition_penalty_logits(flow::zeros({2, 3}), {{1}}, 1.5), "[repetition_penalty_logits] needs one token sequence per row");
+  EXPECT_THROW_MSG(flow::top_k_logits(flow::zeros({3}), 1), "[top_k_logits] expects floating-point logits of shape (batch, vocab)");
+  EXPECT_THROW_MSG(flow::top_p_logits(flow::zeros({1, 3}), 0), "[top_p_logits] top_p must be in (0, 1]");
+  EXPECT_THROW_MSG(flow::repetition_penalty_logits(flow::zeros({2, 3}), {{1}}, 1.5), "[repetition_penalty_logits] needs one token sequence per row");
 }
 
 TEST(Generation, DecoderErrors) {
