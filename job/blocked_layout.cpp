@@ -25,6 +25,11 @@ using Pair = std::vector<int64_t>;
 // convolution's and ReLU's steps become kComputedLater (no memory, nothing to run).
 enum class Kind { kConv, kDirectConv, kPackedLinear, kMatmul, kPool, kMaxPool, kShallowConvPool, kRelu, kAdd, kAlias, kComputedLater };
 
+// A clamp's bounds (-inf or inf where it has none).
+struct ClampBounds {
+  float lo, hi;
+};
+
 // Where a primitive reads one input: a blocked value's memory or a plain tensor, reordered into
 // the primitive's layout when the two differ.
 struct Operand {
@@ -74,6 +79,9 @@ struct Kernel {
   // oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT code) turns NaN into 0, where flow's
   // relu, like PyTorch's, keeps it.
   bool relu_after = false;
+  // Convolution: the clamp (ReLU6) that alone reads the result, applied in place by flow's loop
+  // right after it, for the same reason (oneDNN's clip post-op turns NaN into the lower bound).
+  std::optional<ClampBounds> clamp_after;
   // Convolution: the value whose buffer the result is added onto and written to (a residual add
   // folded into the convolution as oneDNN's sum post-op); -1 for none.
   int sum_into = -1;
@@ -119,6 +127,17 @@ std::optional<bool> residual_add(const std::string& name, const Attrs& attrs, co
   if (relu && (steps[1].op != "relu" || steps[1].args != std::vector<int>{fused::step_arg(0)} || !steps[1].attrs.values().empty())) return std::nullopt;
   if (program.outputs != std::vector<int>{static_cast<int>(steps.size()) - 1}) return std::nullopt;
   return relu;
+}
+
+// The bounds of a float32 clamp step that keeps 0 at 0 (ReLU6: [0, 6]), so that it may also run
+// over the zero padding channels of a blocked layout; nullopt for any other step.
+std::optional<ClampBounds> zero_keeping_clamp(const std::string& name, const Attrs& attrs, const TensorMeta& out) {
+  if (name != "clamp" || out.dtype != kFloat32) return std::nullopt;
+  ClampBounds bounds{-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity()};
+  if (attrs.get<bool>("has_min")) bounds.lo = attrs.get<Scalar>("min").to<float>();
+  if (attrs.get<bool>("has_max")) bounds.hi = attrs.get<Scalar>("max").to<float>();
+  if (!(bounds.lo <= 0 && bounds.hi >= 0)) return std::nullopt;
+  return bounds;
 }
 
 // Linears of 2 to this many rows run flow's product on weights packed once (cpu/linear_packed.h):
@@ -264,6 +283,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
 
   std::vector<memory::desc> layouts(num_values);  // zero: plain
   std::vector<bool> blocked(num_values, false);
+  // ReLU and clamp steps applied in place by the convolution before them (relu_after, clamp_after).
   std::vector<bool> fused_relu_step(steps.size(), false);
   auto operand = [&](int value, const memory::desc& wanted) {
     return make_operand(value, blocked[value] ? layouts[value] : plain_of(metas[value]), blocked[value], wanted, impl->scratch_bytes);
@@ -297,7 +317,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     const int relu_step = fused_relu_step[producer[pooled]] ? producer[pooled] : -1;
     const int conv_step = relu_step >= 0 ? producer[steps[relu_step].inputs->front()] : producer[pooled];
     Kernel* conv = conv_step < 0 ? nullptr : impl->kernels[conv_step].get();
-    if (!conv || conv->kind != Kind::kConv || conv->sum_into >= 0) return false;
+    if (!conv || conv->kind != Kind::kConv || conv->sum_into >= 0 || conv->clamp_after) return false;
     const std::vector<int>& conv_in = *steps[conv_step].inputs;
     const Attrs& attrs = *steps[conv_step].attrs;
     if (blocked[conv_in[0]] || producer[conv_in[0]] >= 0 || attrs.get<Pair>("stride") != Pair{1, 1} || attrs.get<Pair>("padding") != Pair{0, 0} ||
@@ -337,7 +357,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
       const int result = in[k], other = in[1 - k];
       const int conv_step = producer[result];
       Kernel* conv = conv_step < 0 ? nullptr : impl->kernels[conv_step].get();
-      if (!conv || (conv->kind != Kind::kConv && conv->kind != Kind::kDirectConv) || conv->relu_after || readers[result].size() != 1 ||
+      if (!conv || (conv->kind != Kind::kConv && conv->kind != Kind::kDirectConv) || conv->relu_after || conv->clamp_after || readers[result].size() != 1 ||
           is_model_output[result]) {
         continue;
       }
@@ -404,9 +424,13 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         const int64_t groups = attrs.get<int64_t>("groups");
         const Shape& w = in_metas[1].shape;
         const Dims weight_dims = groups == 1 ? Dims{w[0], w[1], w[2], w[3]} : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
-        // A ReLU that alone reads the result is applied right after the convolution (relu_after).
+        // A ReLU or a clamp keeping 0 that alone reads the result is applied right after the
+        // convolution (relu_after, clamp_after).
         const std::vector<size_t>& next = readers[out];
-        const bool relu = next.size() == 1 && !is_model_output[out] && steps[next[0]].op->name == "relu";
+        const bool alone = next.size() == 1 && !is_model_output[out];
+        const bool relu = alone && steps[next[0]].op->name == "relu";
+        const std::optional<ClampBounds> clamp =
+            alone ? zero_keeping_clamp(steps[next[0]].op->name, *steps[next[0]].attrs, metas[steps[next[0]].outputs->front()]) : std::nullopt;
         const bool has_bias = in.size() == 3;
         dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(dims_of(in_metas[0].shape)),
                                              any(weight_dims), has_bias ? any({out_meta.shape[1]}) : memory::desc(), any(dims_of(out_meta.shape)),
@@ -434,7 +458,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->out_layout = pd.dst_desc();
         }
         kernel->relu_after = relu;
-        if (relu) fused_relu_step[next[0]] = true;
+        kernel->clamp_after = clamp;
+        if (relu || clamp) fused_relu_step[next[0]] = true;
       } else if (const std::optional<bool> relu = as_packed_linear(name, *step.attrs, in_metas, in, constant_of)) {
         const int64_t rows = in_metas[0].shape[0], in_features = in_metas[0].shape[1], out_features = in_metas[1].shape[0];
         const memory::data_type type = *data_type_of(in_metas[0].dtype);
@@ -684,6 +709,14 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       } else {
         relu_all.operator()<float>();
       }
+    }
+    if (kernel.clamp_after) {
+      stream.wait();
+      float* data = static_cast<float*>(out.get_data_handle());
+      const ClampBounds bounds = *kernel.clamp_after;
+      parallel_for(0, static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(float)), kElementwiseGrain, [data, bounds](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) data[i] = cpu::math::clamp(data[i], bounds.lo, bounds.hi);
+      });
     }
   }
   if (kernel.plain_needed) {
