@@ -2,7 +2,8 @@
 // bench/ort/ort_bench.js, which takes the same arguments and prints the same line). Loads an
 // export directory (or, with --graph-model NAME, builds that model of bench/ort_models.h with the
 // weights of its export and times the inference nn::Graph instead, frozen as Graph inference runs
-// by default: graph/frozen_inference.h), reads the input from a raw float32 file of shape (batch, 1, 28, 28), runs
+// by default: graph/frozen_inference.h), reads the input from a raw float32 file of shape
+// (batch, C, H, W) (`--image C,H,W`, 1,28,28 by default), runs
 // `--warmup` inferences, then times single inferences (steady clock around Model::run) until
 // both `--min-time` seconds and `--min-iters` samples are reached, and prints one line:
 //   median_ms=<median> min_ms=<min> max_ms=<max> iters=<n>
@@ -30,7 +31,9 @@ int main(int argc, char** argv) {
   int64_t batch = 1, threads = 1, warmup = 10, min_iters = 20;
   double min_time = 1.0;
   app.add_option("export_dir", dir, "the export directory (flow::save); ignored with --graph-model")->required();
-  app.add_option("input", input, "raw float32 input of shape (batch, 1, 28, 28)")->required();
+  app.add_option("input", input, "raw float32 input of shape (batch, C, H, W)")->required();
+  std::vector<int64_t> image{1, 28, 28};
+  app.add_option("--image", image, "one input row's shape C,H,W")->delimiter(',')->expected(3)->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   app.add_option("--batch", batch, "the batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--threads", threads, "kernel threads (flow::set_num_threads)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
   app.add_option("--warmup", warmup, "untimed inferences first")->check(CLI::NonNegativeNumber);
@@ -43,7 +46,7 @@ int main(int argc, char** argv) {
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
 
   flow::set_num_threads(static_cast<int>(threads));
-  const flow::Tensor x = flow::empty({batch, 1, 28, 28});
+  const flow::Tensor x = flow::empty({batch, image[0], image[1], image[2]});
   {
     std::ifstream file(input, std::ios::binary);
     file.read(reinterpret_cast<char*>(x.data_ptr<float>()), static_cast<std::streamsize>(x.numel() * sizeof(float)));
@@ -57,13 +60,13 @@ int main(int argc, char** argv) {
     const auto model = flow::lite::Model::load(dir, flow::lite::LoadOptions().blocked_layouts(!plain_layouts));
     infer = [model, x] { return model->run({x}); };
   } else {
-    const bench::MakeModel make = bench::find_ort_model(graph_model.c_str());
-    if (!make) {
+    const bench::OrtModel* model = bench::find_ort_model(graph_model.c_str());
+    if (!model) {
       std::fprintf(stderr, "lite_latency: no model '%s' in bench/ort_models.h\n", graph_model.c_str());
       return 1;
     }
     flow::manual_seed(0);
-    auto graph = std::make_shared<test_graphs::PredictGraph>(make());
+    auto graph = std::make_shared<test_graphs::PredictGraph>(model->make());
     graph->config().enable_inference_freezing(!plain_layouts);
     infer = [graph, x] { return (*graph)(x); };
   }

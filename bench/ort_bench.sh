@@ -18,10 +18,16 @@
 # the inference nn::Graph the exports come from (unless ORT_BENCH_GRAPH=0; lite_latency
 # --graph-model builds the model in-process with the same weights), between lite and ORT.
 #
+# With ORT_BENCH_VISION=1 the vision models of flow::vision::models (resnet18, resnet50,
+# mobilenet_v2: random weights, 1000 classes, inputs (B, 3, 224, 224)) add their rows at the
+# batches ORT_BENCH_VISION_BATCHES; they are off by default because they take several minutes
+# (ORT_BENCH_MODELS= with ORT_BENCH_VISION=1 runs them alone).
+#
 # Usage: bash bench/ort_bench.sh
 # env: ORT_BENCH_ROUNDS (5), ORT_BENCH_MIN_TIME (seconds timed per run, 0.5), ORT_BENCH_MODELS
 #      ("relu mlp cnn resnet"), ORT_BENCH_BATCHES ("1 64"), ORT_BENCH_THREADS ("1 2"),
-#      ORT_BENCH_BF16 (1), ORT_BENCH_GRAPH (1), FLOW_BUILD_DIR (build).
+#      ORT_BENCH_VISION (0), ORT_BENCH_VISION_MODELS ("resnet18 resnet50 mobilenet_v2"),
+#      ORT_BENCH_VISION_BATCHES ("1 8"), ORT_BENCH_BF16 (1), ORT_BENCH_GRAPH (1), FLOW_BUILD_DIR (build).
 #
 # onnxruntime-node is installed with --ignore-scripts: its postinstall (script/install.js) only
 # fetches the CUDA/TensorRT execution-provider binaries from NuGet; the CPU library and the N-API
@@ -63,39 +69,51 @@ work="$build/ort_bench"
 rm -rf "$work"
 mkdir -p "$work/out"
 batches=(${ORT_BENCH_BATCHES:-1 64})
-models=(${ORT_BENCH_MODELS:-relu mlp cnn resnet})
+models=(${ORT_BENCH_MODELS-relu mlp cnn resnet})
+vision_batches=(${ORT_BENCH_VISION_BATCHES:-1 8})
+vision_models=()
+[ "${ORT_BENCH_VISION:-0}" != 0 ] && vision_models=(${ORT_BENCH_VISION_MODELS:-resnet18 resnet50 mobilenet_v2})
 threads_list=(${ORT_BENCH_THREADS:-1 2})
 rounds="${ORT_BENCH_ROUNDS:-5}"
 min_time="${ORT_BENCH_MIN_TIME:-0.5}"
-"$build/bench/ort_export_models" "$work" --batches "$(IFS=,; echo "${batches[*]}")" >/dev/null
+bf16_flag=(); [ "${ORT_BENCH_BF16:-1}" = 0 ] && bf16_flag=(--no-bf16)
+# Each case: model, batch, image shape C,H,W.
+cases=()
+if ((${#models[@]})); then
+  "$build/bench/ort_export_models" "$work" --models "$(IFS=,; echo "${models[*]}")" --batches "$(IFS=,; echo "${batches[*]}")" \
+    "${bf16_flag[@]}" >/dev/null
+  for model in "${models[@]}"; do for batch in "${batches[@]}"; do cases+=("$model $batch 1,28,28"); done; done
+fi
+if ((${#vision_models[@]})); then
+  "$build/bench/ort_export_models" "$work" --models "$(IFS=,; echo "${vision_models[*]}")" \
+    --batches "$(IFS=,; echo "${vision_batches[*]}")" "${bf16_flag[@]}" >/dev/null
+  for model in "${vision_models[@]}"; do for batch in "${vision_batches[@]}"; do cases+=("$model $batch 3,224,224"); done; done
+fi
 
 results="$work/results.tsv"
 : > "$results"
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 for round in $(seq 1 "$rounds"); do
   echo "round $round/$rounds" >&2
-  for model in "${models[@]}"; do
-    for batch in "${batches[@]}"; do
-      for threads in "${threads_list[@]}"; do
-        case="$model $batch $threads"
-        common=(--batch "$batch" --threads "$threads" --min-time "$min_time")
-        tag="${model}_b${batch}_t${threads}"
-        lite=$("$build/bench/lite_latency" "$work/$model" "$work/input_b$batch.bin" "${common[@]}" \
-               --output "$work/out/lite_$tag.bin" | field median_ms)
-        graph=-
-        if [ "${ORT_BENCH_GRAPH:-1}" != 0 ]; then
-          graph=$("$build/bench/lite_latency" "$work/$model" "$work/input_b$batch.bin" "${common[@]}" --graph-model "$model" \
-                  --output "$work/out/graph_$tag.bin" | field median_ms)
-        fi
-        ort=$(node bench/ort/ort_bench.js "$work/$model.onnx" "$work/input_b$batch.bin" "${common[@]}" \
-              --output "$work/out/ort_$tag.bin" | field median_ms)
-        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$batch" "$threads" "$round" "$lite" "$ort" "$graph" >> "$results"
-        if [ "${ORT_BENCH_BF16:-1}" != 0 ] && [ -d "$work/${model}_bf16" ]; then
-          lite_bf16=$("$build/bench/lite_latency" "$work/${model}_bf16" "$work/input_b$batch.bin" "${common[@]}" \
-                      --output "$work/out/lite_${model}_bf16_b${batch}_t${threads}.bin" | field median_ms)
-          printf '%s\t%s\t%s\t%s\t%s\t%s\t-\n' "${model}_bf16" "$batch" "$threads" "$round" "$lite_bf16" "$ort" >> "$results"
-        fi
-      done
+  for case in "${cases[@]}"; do
+    read -r model batch image <<<"$case"
+    input="$work/input_${image//,/x}_b$batch.bin"
+    for threads in "${threads_list[@]}"; do
+      common=(--batch "$batch" --image "$image" --threads "$threads" --min-time "$min_time")
+      tag="${model}_b${batch}_t${threads}"
+      lite=$("$build/bench/lite_latency" "$work/$model" "$input" "${common[@]}" --output "$work/out/lite_$tag.bin" | field median_ms)
+      graph=-
+      if [ "${ORT_BENCH_GRAPH:-1}" != 0 ]; then
+        graph=$("$build/bench/lite_latency" "$work/$model" "$input" "${common[@]}" --graph-model "$model" \
+                --output "$work/out/graph_$tag.bin" | field median_ms)
+      fi
+      ort=$(node bench/ort/ort_bench.js "$work/$model.onnx" "$input" "${common[@]}" --output "$work/out/ort_$tag.bin" | field median_ms)
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$batch" "$threads" "$round" "$lite" "$ort" "$graph" >> "$results"
+      if [ "${ORT_BENCH_BF16:-1}" != 0 ] && [ -d "$work/${model}_bf16" ]; then
+        lite_bf16=$("$build/bench/lite_latency" "$work/${model}_bf16" "$input" "${common[@]}" \
+                    --output "$work/out/lite_${model}_bf16_b${batch}_t${threads}.bin" | field median_ms)
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t-\n' "${model}_bf16" "$batch" "$threads" "$round" "$lite_bf16" "$ort" >> "$results"
+      fi
     done
   done
 done

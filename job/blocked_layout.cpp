@@ -13,10 +13,12 @@
 #include "core/kernels/cpu/elementwise_math.h"
 #include "core/kernels/cpu/linear_packed.h"
 #include "core/kernels/cpu/pool_loop.h"
-#include "core/ops/fused.h"
+#include "job/blocked_layout_steps.h"
 
 namespace flow::graph {
 namespace {
+
+using namespace blocked_steps;
 
 using namespace cpu::dnnl_util;
 using Pair = std::vector<int64_t>;
@@ -74,99 +76,15 @@ struct Kernel {
   // oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT code) turns NaN into 0, where flow's
   // relu, like PyTorch's, keeps it.
   bool relu_after = false;
+  // Convolution: the clamp (ReLU6) that alone reads the result, applied in place by flow's loop
+  // right after it, for the same reason (oneDNN's clip post-op turns NaN into the lower bound).
+  std::optional<ClampBounds> clamp_after;
   // Convolution: the value whose buffer the result is added onto and written to (a residual add
   // folded into the convolution as oneDNN's sum post-op); -1 for none.
   int sum_into = -1;
 };
 
-// Below these, splitting a step over threads costs more than it saves (and under machine load a
-// descheduled team member stalls the barrier): multiply-adds of a convolution or linear, elements
-// otherwise. 2^18 measured best of 2^16-2^20 at 2 threads (ResNet-style batch 8: 0.25 -> 0.18 ms
-// from 2^20; batches 1-2 of the CNN and ResNet unchanged).
-constexpr int64_t kParallelConvMacs = int64_t{1} << 18;
-constexpr int64_t kParallelElements = kElementwiseGrain;
-
-bool is_small(const std::string& op, const std::vector<TensorMeta>& in, const TensorMeta& out) {
-  if (op == "conv2d") {
-    const Shape& w = in[1].shape;
-    return out.shape.numel() * w[1] * w[2] * w[3] < kParallelConvMacs;
-  }
-  if (op == "linear" || op == "fused_linear") return out.shape.numel() * in[1].shape[1] < kParallelConvMacs;
-  return std::max(in.empty() ? 0 : in[0].shape.numel(), out.shape.numel()) < kParallelElements;
-}
-
 Dims dims_of(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
-
-bool is_cpu_float_4d(const TensorMeta& meta) {
-  return meta.dtype == kFloat32 && meta.device.type == DeviceType::kCPU && meta.shape.size() == 4 && meta.shape.numel() > 0;
-}
-
-// Whether a step is a residual add: an add, or a fused_elementwise program a + b or relu(a + b),
-// of two operands of the result's shape. Returns whether a ReLU follows the sum.
-std::optional<bool> residual_add(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in, const TensorMeta& out) {
-  if ((name != "add" && name != "fused_elementwise") || in.size() != 2) return std::nullopt;
-  for (const TensorMeta& meta : in) {
-    if (!is_cpu_float_4d(meta) || !(meta.shape == out.shape)) return std::nullopt;
-  }
-  if (name == "add") return false;
-  if (attrs.has("destinations")) return std::nullopt;
-  const fused::Program program = fused::decode(attrs.get<std::string>("program"));
-  const auto& steps = program.steps;
-  if (steps.empty() || steps.size() > 2 || steps[0].op != "add" || steps[0].args != std::vector<int>{0, 1} || !steps[0].attrs.values().empty()) {
-    return std::nullopt;
-  }
-  const bool relu = steps.size() == 2;
-  if (relu && (steps[1].op != "relu" || steps[1].args != std::vector<int>{fused::step_arg(0)} || !steps[1].attrs.values().empty())) return std::nullopt;
-  if (program.outputs != std::vector<int>{static_cast<int>(steps.size()) - 1}) return std::nullopt;
-  return relu;
-}
-
-// Linears of 2 to this many rows run flow's product on weights packed once (cpu/linear_packed.h):
-// OpenBLAS packs the weight matrix again on every call. Measured, 1 thread, x @ W^T with W
-// 512x784: 2 rows 0.26 of OpenBLAS's time, 8 rows 0.6, 32 rows 0.8-0.9, 64 rows 0.9-1.25 (no
-// better); on 2 threads, where flow splits the panels and OpenBLAS its own way, 64 rows too (the
-// MLP at batch 64: 0.93 of the time; docs/performance.md). With AVX-512 every linear of 2 rows or
-// more is a oneDNN matmul (brgemm) on weights packed once instead: on a Xeon (AVX-512, 2 vCPUs),
-// 8x784x512 took 38 us there against ~90 for flow's AVX2 product, and 64 rows 0.8-0.85 of oneDNN
-// on the unpacked weights. One row stays on flow's GEMV (OpenBLAS), whose threads keep their
-// share of the weights in their own caches.
-int64_t max_packed_linear_rows() {
-  if (has_avx512_core()) return std::numeric_limits<int64_t>::max();
-  return current_num_threads() > 1 ? 64 : 32;
-}
-
-// Whether a linear step (or a fused_linear whose program is relu of the product alone, the fusion
-// pass's Linear + ReLU) runs on packed weights: on the CPU, a 2-d float32 input of a few rows (an
-// AVX2 build: flow's product) or more (AVX-512: oneDNN's), or with AVX-512 a bfloat16 input of any
-// rows (an AMP export; one row too: brgemm would pack the weights on each call), and constant
-// contiguous weights and bias of the input's dtype. Returns whether a ReLU follows the product.
-std::optional<bool> as_packed_linear(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in,
-                                     const std::vector<int>& ids, const std::vector<const Tensor*>& constant_of) {
-  bool relu = false;
-  size_t linear_inputs = in.size();
-  if (name == "fused_linear") {
-    linear_inputs = static_cast<size_t>(attrs.get<int64_t>("linear_inputs"));
-    const fused::Program program = fused::decode(attrs.get<std::string>("program"));
-    if (linear_inputs != in.size() || program.steps.size() != 1 || program.steps[0].op != "relu" ||
-        program.steps[0].args != std::vector<int>{0} || !program.steps[0].attrs.values().empty() || program.outputs != std::vector<int>{0}) {
-      return std::nullopt;
-    }
-    relu = true;
-  } else if (name != "linear") {
-    return std::nullopt;
-  }
-  const TensorMeta& x = in[0];
-  const bool float32 = x.dtype == kFloat32 && (cpu::PackedLinear::available() || has_avx512_core());
-  const bool bfloat16 = x.dtype == kBFloat16 && has_avx512_core();
-  if (!(float32 || bfloat16) || x.device.type != DeviceType::kCPU || x.shape.size() != 2 || x.shape[0] < (bfloat16 ? 1 : 2) ||
-      x.shape[0] > max_packed_linear_rows() || x.shape[1] == 0 || in[1].shape[0] == 0) {
-    return std::nullopt;
-  }
-  for (size_t i = 1; i < linear_inputs; ++i) {
-    if (!constant_of[ids[i]] || !constant_of[ids[i]]->is_contiguous() || in[i].dtype != x.dtype) return std::nullopt;
-  }
-  return relu;
-}
 
 // The 4-d layout nChw<block>c (block 1: plain NCHW).
 memory::desc channel_blocked(const Dims& dims, int block) {
@@ -264,6 +182,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
 
   std::vector<memory::desc> layouts(num_values);  // zero: plain
   std::vector<bool> blocked(num_values, false);
+  // ReLU and clamp steps applied in place by the convolution before them (relu_after, clamp_after).
   std::vector<bool> fused_relu_step(steps.size(), false);
   auto operand = [&](int value, const memory::desc& wanted) {
     return make_operand(value, blocked[value] ? layouts[value] : plain_of(metas[value]), blocked[value], wanted, impl->scratch_bytes);
@@ -297,7 +216,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     const int relu_step = fused_relu_step[producer[pooled]] ? producer[pooled] : -1;
     const int conv_step = relu_step >= 0 ? producer[steps[relu_step].inputs->front()] : producer[pooled];
     Kernel* conv = conv_step < 0 ? nullptr : impl->kernels[conv_step].get();
-    if (!conv || conv->kind != Kind::kConv || conv->sum_into >= 0) return false;
+    if (!conv || conv->kind != Kind::kConv || conv->sum_into >= 0 || conv->clamp_after) return false;
     const std::vector<int>& conv_in = *steps[conv_step].inputs;
     const Attrs& attrs = *steps[conv_step].attrs;
     if (blocked[conv_in[0]] || producer[conv_in[0]] >= 0 || attrs.get<Pair>("stride") != Pair{1, 1} || attrs.get<Pair>("padding") != Pair{0, 0} ||
@@ -337,7 +256,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
       const int result = in[k], other = in[1 - k];
       const int conv_step = producer[result];
       Kernel* conv = conv_step < 0 ? nullptr : impl->kernels[conv_step].get();
-      if (!conv || (conv->kind != Kind::kConv && conv->kind != Kind::kDirectConv) || conv->relu_after || readers[result].size() != 1 ||
+      if (!conv || (conv->kind != Kind::kConv && conv->kind != Kind::kDirectConv) || conv->relu_after || conv->clamp_after || readers[result].size() != 1 ||
           is_model_output[result]) {
         continue;
       }
@@ -404,9 +323,13 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         const int64_t groups = attrs.get<int64_t>("groups");
         const Shape& w = in_metas[1].shape;
         const Dims weight_dims = groups == 1 ? Dims{w[0], w[1], w[2], w[3]} : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
-        // A ReLU that alone reads the result is applied right after the convolution (relu_after).
+        // A ReLU or a clamp keeping 0 that alone reads the result is applied right after the
+        // convolution (relu_after, clamp_after).
         const std::vector<size_t>& next = readers[out];
-        const bool relu = next.size() == 1 && !is_model_output[out] && steps[next[0]].op->name == "relu";
+        const bool alone = next.size() == 1 && !is_model_output[out];
+        const bool relu = alone && steps[next[0]].op->name == "relu";
+        const std::optional<ClampBounds> clamp =
+            alone ? zero_keeping_clamp(steps[next[0]].op->name, *steps[next[0]].attrs, metas[steps[next[0]].outputs->front()]) : std::nullopt;
         const bool has_bias = in.size() == 3;
         dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(dims_of(in_metas[0].shape)),
                                              any(weight_dims), has_bias ? any({out_meta.shape[1]}) : memory::desc(), any(dims_of(out_meta.shape)),
@@ -434,7 +357,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->out_layout = pd.dst_desc();
         }
         kernel->relu_after = relu;
-        if (relu) fused_relu_step[next[0]] = true;
+        kernel->clamp_after = clamp;
+        if (relu || clamp) fused_relu_step[next[0]] = true;
       } else if (const std::optional<bool> relu = as_packed_linear(name, *step.attrs, in_metas, in, constant_of)) {
         const int64_t rows = in_metas[0].shape[0], in_features = in_metas[0].shape[1], out_features = in_metas[1].shape[0];
         const memory::data_type type = *data_type_of(in_metas[0].dtype);
@@ -684,6 +608,14 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       } else {
         relu_all.operator()<float>();
       }
+    }
+    if (kernel.clamp_after) {
+      stream.wait();
+      float* data = static_cast<float*>(out.get_data_handle());
+      const ClampBounds bounds = *kernel.clamp_after;
+      parallel_for(0, static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(float)), kElementwiseGrain, [data, bounds](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) data[i] = cpu::math::clamp(data[i], bounds.lo, bounds.hi);
+      });
     }
   }
   if (kernel.plain_needed) {

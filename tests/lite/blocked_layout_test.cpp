@@ -359,6 +359,44 @@ TEST_F(BlockedLayoutTest, NanThroughConvolutionAndReluAsOnThePlainKernels) {
   }
 }
 
+// MobileNetV2's inverted residual (1x1 expansion, ReLU6, depthwise 3x3, ReLU6, 1x1 projection
+// added to the input) and two clamps the convolutions must not apply themselves: one that moves 0
+// (it would write the padding channels of a blocked layout) and one whose input is also read by
+// another step. ReLU6 is a clamp to [0, 6] that keeps NaN, on the blocked layouts as on the plain
+// kernels.
+struct InvertedResidual : nn::Module {
+  InvertedResidual() {
+    expand = register_parameter("expand", flow::randn({36, 6, 1, 1}) * 0.8, false);
+    depthwise = register_parameter("depthwise", flow::randn({36, 1, 3, 3}) * 0.5, false);
+    bias = register_parameter("bias", flow::randn({36}), false);
+    project = register_parameter("project", flow::randn({6, 36, 1, 1}) * 0.3, false);
+    last = register_parameter("last", flow::randn({10, 6, 3, 3}) * 0.3, false);
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor hidden = flow::clamp(flow::conv2d(x, expand), 0, 6);
+    const Tensor spatial = flow::clamp(flow::conv2d(hidden, depthwise, bias, {1, 1}, {1, 1}, {1, 1}, 36), 0, 6);
+    const Tensor y = x + flow::conv2d(spatial, project);
+    const Tensor shifted = flow::clamp(flow::conv2d(y, last, Tensor(), {2, 2}), 0.5, 2);
+    const Tensor z = flow::conv2d(y, last);
+    return shifted.flatten(1).sum({1}, true) + (flow::clamp(z, 0, 6) + z).flatten(1).mean({1}, true);
+  }
+  Tensor expand, depthwise, bias, project, last;
+};
+
+TEST_F(BlockedLayoutTest, ReluSixAndOtherClampsAfterConvolutions) {
+  flow::manual_seed(9);
+  auto net = std::make_shared<InvertedResidual>();
+  export_net(net, {2, 6, 9, 9});
+  EXPECT_GE(blocked_->blocked_steps(2), 6);
+  for (int64_t batch : {1, 2, 5}) expect_same(net, flow::randn({batch, 6, 9, 9}));
+  Tensor x = flow::randn({2, 6, 9, 9}).contiguous();
+  x.data_ptr<float>()[6 * 81 + 40] = std::numeric_limits<float>::quiet_NaN();  // sample 1, channel 0, centre
+  expect_same(net, x);
+  const auto out = blocked_->run({x}).at(0).tolist<double>();
+  EXPECT_TRUE(std::isnan(out[1])) << "sample 1";
+  EXPECT_FALSE(std::isnan(out[0])) << "sample 0";
+}
+
 // A LeNet's first layer (1 -> 32 channels, 3x3, no padding), its ReLU (or none) and 2x2 max
 // pooling, then a second convolution: on AVX-512 the first three run as one pass
 // (cpu::ShallowConvPool) that never writes the convolution's output, elsewhere as three steps.
