@@ -72,7 +72,7 @@ TEST_F(RestTest, ServerAndModelMetadata) {
   ASSERT_EQ(result->status, 200);
   const json server = json::parse(result->body);
   EXPECT_EQ(server["name"], "flow");
-  EXPECT_EQ(server["extensions"], json::array({"binary_tensor_data", "model_repository"}));
+  EXPECT_EQ(server["extensions"], json::array({"binary_tensor_data", "model_repository", "generate"}));
 
   for (const char* path : {"/v2/models/sum_product", "/v2/models/sum_product/versions/1"}) {
     result = get(path);
