@@ -54,11 +54,13 @@ std::optional<int64_t> common_batch(const std::vector<TensorMeta>& metas) {
 }
 
 // Compares the Jobs traced at batch sizes a and b. They must match node for node except for
-// integers that are a in the first and b in the second: those are recorded as batch slots (for
-// attributes) or must be a dim of a value's shape. Returns false when anything else differs.
+// integers that are m * a in the first and m * b in the second (the batch, or the batch times
+// other dims, as when rows are flattened with tokens): those are recorded as batch slots with
+// their multiple m (for attributes) or must be a dim of a value's shape. Returns false when
+// anything else differs.
 bool batch_slots(const proto::Job& first, const proto::Job& second, int64_t a, int64_t b, std::vector<proto::BatchSlot>& slots) {
   if (first.nodes_size() != second.nodes_size()) return false;
-  auto differs_by_batch = [&](int64_t x, int64_t y) { return x == y || (x == a && y == b); };
+  auto differs_by_batch = [&](int64_t x, int64_t y) { return x == y || (x > 0 && x % a == 0 && y == x / a * b); };
   for (int i = 0; i < first.nodes_size(); ++i) {
     const proto::Node& n1 = first.nodes(i);
     const proto::Node& n2 = second.nodes(i);
@@ -91,6 +93,7 @@ bool batch_slots(const proto::Job& first, const proto::Job& second, int64_t a, i
           slot.set_node(n1.name());
           slot.set_attr(key);
           slot.set_index(k);
+          if (x != a) slot.set_multiple(x / a);
         }
       } else if (v1.SerializeAsString() != v2.SerializeAsString()) {
         return false;
@@ -162,7 +165,7 @@ InferenceExport export_inference(nn::Graph& graph, const ExportOptions& options)
   Traced traced = trace_for_inference(graph, metas);
   InferenceExport out;
   proto::ExportedModel& model = out.model;
-  model.set_format_version(kExportFormatVersion);
+  model.set_format_version(1);  // 2 when a batch slot holds a multiple of the batch (below)
   model.set_name(graph.name());
 
   // A second trace at another batch size tells which integers are the batch size.
@@ -183,7 +186,10 @@ InferenceExport export_inference(nn::Graph& graph, const ExportOptions& options)
   add_io_specs(traced.job, options, dynamic, model);
   if (dynamic) {
     model.set_dynamic_batch(true);
-    for (auto& slot : slots) *model.add_batch_slots() = std::move(slot);
+    for (auto& slot : slots) {
+      if (slot.multiple() > 1) model.set_format_version(kExportFormatVersion);
+      *model.add_batch_slots() = std::move(slot);
+    }
   }
   for (const auto& node : traced.job.nodes()) {
     if (node.op() == kConstantOp) out.constants[node.name()] = traced.fixed.at(node.name());

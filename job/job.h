@@ -15,8 +15,10 @@ namespace flow::graph {
 // Version of the Job schema written into every Job (and checked by loaders).
 inline constexpr int kJobVersion = 1;
 // Version of the deploy export format (job/export.proto) written by flow::save(graph, dir) and
-// read by oneflow_lite.
-inline constexpr int kExportFormatVersion = 1;
+// read by oneflow_lite: the newest this build reads (it reads every version from 1). Version 2
+// adds batch slots that hold a multiple of the batch (BatchSlot.multiple); an export without one
+// is written as version 1, which older builds read too.
+inline constexpr int kExportFormatVersion = 2;
 
 // Node kinds that are not registered ops (see job.proto).
 inline constexpr const char* kInputOp = "input";

@@ -48,8 +48,8 @@ proto::ExportedModel read_exported(const std::string& dir) {
   if (!file) fail("oneflow_lite", dir, ": missing ", path.filename().string(), " (not an export directory?)");
   proto::ExportedModel exported;
   if (!exported.ParseFromIstream(&file)) fail("oneflow_lite", dir, ": ", path.filename().string(), " is corrupt (cannot parse)");
-  if (exported.format_version() != graph::kExportFormatVersion) {
-    fail("oneflow_lite", dir, ": export format version ", exported.format_version(), ", this build reads version ", graph::kExportFormatVersion);
+  if (exported.format_version() < 1 || exported.format_version() > graph::kExportFormatVersion) {
+    fail("oneflow_lite", dir, ": export format version ", exported.format_version(), ", this build reads versions 1 to ", graph::kExportFormatVersion);
   }
   if (exported.job().version() != graph::kJobVersion) {
     fail("oneflow_lite", dir, ": Job schema version ", exported.job().version(), ", this build reads version ", graph::kJobVersion);
@@ -196,7 +196,7 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
       if (node == by_name.end() || !node->second->attrs().count(slot.attr())) invalid("batch slot names an unknown node or attribute");
       auto& ints = *(*node->second->mutable_attrs())[slot.attr()].mutable_ints();
       if (slot.index() < 0 || slot.index() >= ints.values_size()) invalid("batch slot index out of range");
-      ints.set_values(slot.index(), batch);
+      ints.set_values(slot.index(), batch * std::max<int64_t>(1, slot.multiple()));
     }
   }
   auto program = std::make_shared<Program>();

@@ -205,6 +205,7 @@ void generate_over_http(const HttpRequest& request, HttpResponse& response, Mode
     served = repository.get(request.matches[1], request.matches[2]);
     if (!served->generation()) fail_status(kInvalid, served->label(), " is not a decoder model: use /infer");
     parsed = parse_rest(request.body, served->generation()->model());
+    served->generation()->check(parsed.prompt, parsed.params);
   } catch (const ServingError& error) {
     return send_error(response, http_status(error.code()), error.what());
   } catch (const Error& error) {
@@ -217,10 +218,12 @@ void generate_over_http(const HttpRequest& request, HttpResponse& response, Mode
   // In flight until the last holder (the handler, the stream's start, the sequence's callbacks)
   // lets go: also when the event stream never starts because the client is gone.
   struct Admission {
-    RequestTracker& tracker;
+    explicit Admission(RequestTracker& tracker) : tracker(tracker) {}
+    Admission(const Admission&) = delete;
     ~Admission() { tracker.end(); }
+    RequestTracker& tracker;
   };
-  auto admission = std::make_shared<Admission>(Admission{tracker});
+  auto admission = std::make_shared<Admission>(tracker);
 
   if (!stream) {
     struct Outcome {

@@ -23,7 +23,6 @@ const char* finish_reason_name(FinishReason reason) {
 
 struct GenerationEngine::Sequence {
   std::vector<int64_t> tokens;  // the prompt, then what was generated
-  int64_t prompt_length = 0;
   GenerationParams params;
   TokenSink sink;
   std::unique_ptr<Generator> generator;
@@ -46,7 +45,7 @@ GenerationEngine::~GenerationEngine() {
   thread_.join();
 }
 
-void GenerationEngine::submit(std::vector<int64_t> prompt, GenerationParams params, TokenSink sink) {
+void GenerationEngine::check(const std::vector<int64_t>& prompt, const GenerationParams& params) const {
   const DecoderSpec& spec = model_->spec();
   const auto invalid = grpc::StatusCode::INVALID_ARGUMENT;
   if (prompt.empty()) fail_status(invalid, "the prompt is empty");
@@ -63,11 +62,19 @@ void GenerationEngine::submit(std::vector<int64_t> prompt, GenerationParams para
   if (params.top_k < 0) fail_status(invalid, "top_k must be >= 0, got ", params.top_k);
   if (!(params.top_p > 0 && params.top_p <= 1)) fail_status(invalid, "top_p must be in (0, 1], got ", params.top_p);
   if (!(params.repetition_penalty > 0)) fail_status(invalid, "repetition_penalty must be > 0, got ", params.repetition_penalty);
+  if (params.stop_token_ids) {
+    for (int64_t token : *params.stop_token_ids) {
+      if (token < 0 || token >= spec.vocab_size) fail_status(invalid, "stop token id ", token, " is outside the vocabulary [0, ", spec.vocab_size, ")");
+    }
+  }
+}
+
+void GenerationEngine::submit(std::vector<int64_t> prompt, GenerationParams params, TokenSink sink) {
+  check(prompt, params);
   auto sequence = std::make_unique<Sequence>();
   sequence->tokens = std::move(prompt);
-  sequence->prompt_length = length;
   sequence->params = std::move(params);
-  if (!sequence->params.stop_token_ids) sequence->params.stop_token_ids = spec.eos_token_ids;
+  if (!sequence->params.stop_token_ids) sequence->params.stop_token_ids = model_->spec().eos_token_ids;
   sequence->sink = std::move(sink);
   sequence->submitted = Clock::now();
   {

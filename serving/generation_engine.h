@@ -59,9 +59,11 @@ class GenerationEngine {
   GenerationEngine(const GenerationEngine&) = delete;
   GenerationEngine& operator=(const GenerationEngine&) = delete;
 
-  // Checks the request (ServingError with 400 / INVALID_ARGUMENT: an empty prompt, a token id
-  // outside the vocabulary, a prompt without room for one more token, bad parameters; 429 /
-  // RESOURCE_EXHAUSTED when the queue is full) and queues it.
+  // Throws ServingError(INVALID_ARGUMENT) for a request that cannot run: an empty prompt, a token
+  // id outside the vocabulary, a prompt without room for one more token, bad parameters.
+  void check(const std::vector<int64_t>& prompt, const GenerationParams& params) const;
+  // check()s the request and queues it; ServingError(RESOURCE_EXHAUSTED) when max_waiting
+  // sequences already wait, UNAVAILABLE while the engine stops.
   void submit(std::vector<int64_t> prompt, GenerationParams params, TokenSink sink);
 
   const DecoderModel& model() const { return *model_; }

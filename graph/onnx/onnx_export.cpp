@@ -155,8 +155,8 @@ void export_directory(const std::string& export_dir, const std::string& path) {
   if (!file) fail("onnx_export", export_dir, ": missing model.pb (not an export directory?)");
   graph::proto::ExportedModel model;
   if (!model.ParseFromIstream(&file)) fail("onnx_export", export_dir, ": model.pb is corrupt (cannot parse)");
-  if (model.format_version() != graph::kExportFormatVersion) {
-    fail("onnx_export", export_dir, ": export format version ", model.format_version(), ", this build reads version ", graph::kExportFormatVersion);
+  if (model.format_version() < 1 || model.format_version() > graph::kExportFormatVersion) {
+    fail("onnx_export", export_dir, ": export format version ", model.format_version(), ", this build reads versions 1 to ", graph::kExportFormatVersion);
   }
   std::map<std::string, Tensor> constants;
   for (const auto& [name, tensor] : flow::load((root / "weights.safetensors").string())) constants[name] = tensor;

@@ -266,7 +266,7 @@ TEST_F(LiteLoadErrors, VersionMismatch) {
   auto model = exported_;
   model.set_format_version(99);
   write_model(model);
-  EXPECT_THROW_MSG(flow::lite::Model::load(dir()), "export format version 99, this build reads version 1");
+  EXPECT_THROW_MSG(flow::lite::Model::load(dir()), "export format version 99, this build reads versions 1 to 2");
   model = exported_;
   model.mutable_job()->set_version(7);
   write_model(model);
