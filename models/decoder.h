@@ -25,7 +25,8 @@ struct CachedDecoderOptions {
   // cache under the mask, where eager steps compute only the slots asked for when they are
   // consecutive and read only the positions in use.
   bool use_graph_ = false;
-  // With use_graph: prompt lengths are padded up to a multiple of this (fewer plans to compile).
+  // With use_graph: prompt lengths are padded up to a multiple of this (fewer plans to compile;
+  // a step whose padded length would pass the end of a slot's cache keeps its exact length).
   int64_t prefill_bucket_ = 16;
   CachedDecoderOptions& slots(int64_t v) { slots_ = v; return *this; }
   CachedDecoderOptions& max_length(int64_t v) { max_length_ = v; return *this; }

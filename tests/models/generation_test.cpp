@@ -215,6 +215,7 @@ TEST(Generation, SlotsPrefilledAndFreedWhileOthersDecode) {
     decode({0, 2, 3}, {22, 17, 31});
     EXPECT_EQ(decoder.length(2), 8);
     prefill({1}, {std::vector<int64_t>(16, 9)});  // a whole slot, while others hold tokens
+    prefill({3}, {std::vector<int64_t>(13, 4)});  // 2 + 13 of 16: a Graph keeps the exact length
     decode({0, 2}, {23, 18});
     EXPECT_THROW_MSG(decoder.decode({1}, {1}), "[decoder] slot 1 holds 16 tokens; 1 more exceed its max_length 16");
   }
