@@ -49,7 +49,9 @@ class CachedDecoder {
   Tensor prefill(const std::vector<int64_t>& slots, const std::vector<std::vector<int64_t>>& tokens);
   // One token for each of slots: prefill with one token each, (slots.size(), vocab) logits.
   Tensor decode(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens);
-  // Frees a slot (or all): its length becomes 0, its cached positions free space.
+  // Frees a slot (or all): its length becomes 0, its cached positions free space. A full slot
+  // (length == max_length) takes no more tokens, and steps that run every row may overwrite its
+  // last position (their padding clamps there); only code reading cache() directly sees that.
   void reset(int64_t slot);
   void reset();
 
