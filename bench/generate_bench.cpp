@@ -4,6 +4,7 @@
 // every step reruns the model over each whole sequence). --model picks the shapes: gpt_train
 // (examples/gpt_train's defaults: 4 layers, width 256, 4 heads, 256 byte tokens, 128 positions)
 // or gpt2 (GPT-2 small: 12 layers, 768, 12 heads, vocabulary 50257, 1024 positions).
+// --profile N prints the N ops with the most self time in one more run.
 // Prints: "generate <model> <mode> batch <b> prompt <p> new <n> ttft_ms <median> decode_tokens_per_s <median>".
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include "cli/cli.h"
 #include "core/flow.h"
 #include "core/grad_mode.h"
+#include "core/profiler.h"
 #include "models/decoder.h"
 #include "models/gpt2.h"
 
@@ -28,6 +30,7 @@ struct Options {
   std::string model = "gpt_train", mode = "eager";
   int64_t batch = 1, prompt = 32, new_tokens = 32;
   int runs = 3;
+  int profile_rows = 0;
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -81,6 +84,9 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", o.prompt, "prompt tokens per sequence")->check(flow::cli::at_least<int64_t>(1))->capture_default_str();
   app.add_option("--new", o.new_tokens, "tokens generated per sequence")->check(flow::cli::at_least<int64_t>(2))->capture_default_str();
   app.add_option("--runs", o.runs, "timed generations (the median counts)")->check(flow::cli::at_least(1))->capture_default_str();
+  app.add_option("--profile", o.profile_rows, "after the timed runs, profile one more and print this many ops by self time")
+      ->check(flow::cli::at_least(0))
+      ->capture_default_str();
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   try {
     const bool small = o.model == "gpt_train";
@@ -115,6 +121,12 @@ int main(int argc, char** argv) {
     std::printf("generate %s %s batch %lld prompt %lld new %lld ttft_ms %.2f decode_tokens_per_s %.1f\n", o.model.c_str(), o.mode.c_str(),
                 static_cast<long long>(o.batch), static_cast<long long>(o.prompt), static_cast<long long>(o.new_tokens), median(first),
                 median(rate));
+    if (o.profile_rows > 0) {
+      flow::profiler::Profile profile;
+      run();
+      profile.stop();
+      std::printf("%s", profile.key_averages().table("self", o.profile_rows).c_str());
+    }
   } catch (const flow::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

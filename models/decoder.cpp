@@ -54,8 +54,9 @@ CachedDecoder::CachedDecoder(std::shared_ptr<GPT2LMHeadModel> model, const Cache
   cache_ = model_->make_cache(options.slots_, max_length);
   lengths_.assign(static_cast<size_t>(options.slots_), 0);
   if (options.use_graph_) {
-    // A decode plan and a plan per bucket of prompt lengths.
-    graph_ = std::make_unique<CachedStepGraph>(model_, cache_, max_length / prefill_bucket_ + 2);
+    // A decode plan and a plan per bucket of prompt lengths, and near the end of the cache, where
+    // a bucket would not fit, a plan per exact length: at most one per length.
+    graph_ = std::make_unique<CachedStepGraph>(model_, cache_, max_length + 1);
   }
 }
 

@@ -25,7 +25,8 @@ struct CachedDecoderOptions {
   // cache under the mask, where eager steps compute only the slots asked for when they are
   // consecutive and read only the positions in use.
   bool use_graph_ = false;
-  // With use_graph: prompt lengths are padded up to a multiple of this (fewer plans to compile).
+  // With use_graph: prompt lengths are padded up to a multiple of this (fewer plans to compile;
+  // a step whose padded length would pass the end of a slot's cache keeps its exact length).
   int64_t prefill_bucket_ = 16;
   CachedDecoderOptions& slots(int64_t v) { slots_ = v; return *this; }
   CachedDecoderOptions& max_length(int64_t v) { max_length_ = v; return *this; }
@@ -48,7 +49,9 @@ class CachedDecoder {
   Tensor prefill(const std::vector<int64_t>& slots, const std::vector<std::vector<int64_t>>& tokens);
   // One token for each of slots: prefill with one token each, (slots.size(), vocab) logits.
   Tensor decode(const std::vector<int64_t>& slots, const std::vector<int64_t>& tokens);
-  // Frees a slot (or all): its length becomes 0, its cached positions free space.
+  // Frees a slot (or all): its length becomes 0, its cached positions free space. A full slot
+  // (length == max_length) takes no more tokens, and steps that run every row may overwrite its
+  // last position (their padding clamps there); only code reading cache() directly sees that.
   void reset(int64_t slot);
   void reset();
 

@@ -44,7 +44,8 @@ struct GenerationConfig {
   GenerationConfig& use_graph(bool v) { use_graph_ = v; return *this; }
 };
 
-// Continues each prompt (token ids in [0, vocab), at least one) and returns the generated tokens
+// Continues each prompt (token ids in [0, vocab), at least one) with the model as it is (in
+// training mode its dropout applies: call eval() first) and returns the generated tokens
 // of each row (without its prompt): max_new_tokens of them, or fewer when a stop token came (it
 // ends the row). prompt + max_new_tokens must fit n_positions. Greedy, a batch generates what
 // each prompt generates alone; sampled, each step draws every active row's token from its own

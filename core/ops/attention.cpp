@@ -146,6 +146,7 @@ const OpDef& forward_op(const char* name, bool dropout) {
   return builder.inputs({"query", "key", "value", "attn_mask"}, /*variadic=*/true)
       .outputs({"out", "logsumexp", "rng_state"})
       .attrs(attention_attrs(dropout))
+      .strided_inputs()  // the kernel reads batch-strided query, key and value in place
       .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
         if (in.size() != 3 && in.size() != 4) fail(kOp, "expects query, key, value and an optional attn_mask");
         check_inputs(in, attrs);

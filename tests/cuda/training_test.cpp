@@ -1,4 +1,4 @@
-// CUDA reductions, softmax, gather/scatter, where, relu's gradient and the fused SGD update
+// CUDA reductions, softmax, gather/scatter (scatter_ too), where, relu's gradient and the fused SGD update
 // against the CPU, then whole training steps (eager and Graph) on CUDA against the CPU. Every test
 // skips when no CUDA device is present.
 #include <gtest/gtest.h>
@@ -86,6 +86,11 @@ TEST(CudaTraining, GatherScatterAndWhereMatchCpu) {
                 .cpu()
                 .tolist<float>(),
             flow::scatter(x, 0, flow::tensor(std::vector<int64_t>{3, 0, 1, 2, 0, 0}).reshape({1, 6}), src.reshape({1, 8}).slice(1, 0, 6)).tolist<float>());
+  // In place (a KV cache's write): the CUDA tensor itself changes, as the CPU one does.
+  Tensor in_place = x.clone(), on_device = d.clone();
+  flow::scatter_(in_place, 1, repeated, src);
+  flow::scatter_(on_device, 1, repeated.to(kCuda), src.to(kCuda));
+  EXPECT_EQ(on_device.cpu().tolist<float>(), in_place.tolist<float>());
   const Tensor bad = flow::tensor(std::vector<int64_t>{0, 6}).reshape({1, 2});
   EXPECT_THROW_MSG(flow::gather(d, 1, bad.to(kCuda)), "[gather] index 6 is out of bounds for dimension 1 with size 6");
   EXPECT_THROW_MSG(flow::scatter(d, 1, bad.to(kCuda), src.slice(0, 0, 1).to(kCuda)), "[scatter] index 6 is out of bounds for dimension 1 with size 6");

@@ -4,6 +4,7 @@
 // stop tokens and every error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -97,6 +98,45 @@ TEST(Generation, FunctionalStepLeavesTheCacheAndEqualsTheInPlaceOne) {
   }
 }
 
+// The step as an export sees it: a Graph whose inputs and outputs are the cache tensors.
+struct ExplicitCacheStep : flow::nn::Graph {
+  explicit ExplicitCacheStep(std::shared_ptr<models::GPT2LMHeadModel> net) { model = register_module("model", std::move(net)); }
+  flow::TensorList build(const flow::TensorList& in) override {
+    const models::PastKeyValues past{{in[3], in[5]}, {in[4], in[6]}};
+    const auto out = model->forward_cached(
+        in[0], in[1], past, models::CachedForwardOptions().input_lengths(in[2]).update(models::CacheUpdate::kFunctional));
+    const models::PastKeyValues& next = out.past_key_values;
+    return {out.logits, next.keys[0], next.values[0], next.keys[1], next.values[1]};
+  }
+  std::shared_ptr<models::GPT2LMHeadModel> model;
+};
+
+TEST(Generation, FunctionalStepAsAGraphWithTheCacheAsInputsAndOutputs) {
+  auto model = tiny_model(2);
+  ExplicitCacheStep graph(model);
+  graph.eval();
+  models::CachedDecoder eager(model, models::CachedDecoderOptions().slots(2).max_length(12));
+  flow::TensorList cache;
+  for (const Tensor& t : fresh_cache(*model, 2, 12).keys) cache.push_back(t);
+  cache = {cache[0], flow::zeros_like(cache[0]), cache[1], flow::zeros_like(cache[1])};
+  auto step = [&](const Tokens& tokens, const std::vector<int64_t>& past) {
+    const auto width = static_cast<int64_t>(std::max(tokens[0].size(), tokens[1].size()));
+    std::vector<int64_t> ids(static_cast<size_t>(2 * width), 0), lengths;
+    for (size_t r = 0; r < 2; ++r) {
+      std::copy(tokens[r].begin(), tokens[r].end(), ids.begin() + static_cast<std::ptrdiff_t>(r) * width);
+      lengths.push_back(static_cast<int64_t>(tokens[r].size()));
+    }
+    flow::TensorList out = graph(flow::TensorList{flow::tensor<int64_t>(ids, Shape{2, width}), flow::tensor<int64_t>(past),
+                                                  flow::tensor<int64_t>(lengths), cache[0], cache[1], cache[2], cache[3]});
+    cache = {out[1], out[2], out[3], out[4]};
+    return out[0];
+  };
+  expect_close(step({{5, 6, 7}, {8}}, {0, 0}), eager.prefill({0, 1}, {{5, 6, 7}, {8}}));
+  expect_close(step({{9}, {10}}, {3, 1}), eager.decode({0, 1}, {9, 10}));
+  expect_close(step({{11}, {12}}, {4, 2}), eager.decode({0, 1}, {11, 12}));
+  EXPECT_EQ(graph.num_compiled_plans(), 2);
+}
+
 TEST(Generation, RowsWithDifferentPastLengthsInOneStep) {
   auto model = tiny_model();
   const flow::autograd::NoGradGuard no_grad;
@@ -175,6 +215,7 @@ TEST(Generation, SlotsPrefilledAndFreedWhileOthersDecode) {
     decode({0, 2, 3}, {22, 17, 31});
     EXPECT_EQ(decoder.length(2), 8);
     prefill({1}, {std::vector<int64_t>(16, 9)});  // a whole slot, while others hold tokens
+    prefill({3}, {std::vector<int64_t>(13, 4)});  // 2 + 13 of 16: a Graph keeps the exact length
     decode({0, 2}, {23, 18});
     EXPECT_THROW_MSG(decoder.decode({1}, {1}), "[decoder] slot 1 holds 16 tokens; 1 more exceed its max_length 16");
   }

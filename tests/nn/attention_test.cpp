@@ -170,6 +170,21 @@ TEST(ScaledDotProductAttention, FusedDropoutPassesTheGradientChecker) {
   }
 }
 
+// The forward kernel reads batch-strided inputs in place (a KV cache narrowed to the positions in
+// use, a permuted one-row query) and copies the others (a permuted query of several rows).
+TEST(ScaledDotProductAttention, StridedInputsEqualContiguousOnes) {
+  flow::manual_seed(4);
+  const Tensor cache_k = flow::randn({2, 3, 10, 8}), cache_v = flow::randn({2, 3, 10, 8});
+  const Tensor k = cache_k.slice(2, 0, 6), v = cache_v.slice(2, 0, 6);
+  ASSERT_FALSE(k.is_contiguous());
+  const Tensor mask = flow::le(flow::arange(6).reshape({1, 1, 1, 6}), flow::tensor<int64_t>({4, 5}).reshape({2, 1, 1, 1}));
+  for (int64_t rows : {1, 4}) {
+    const Tensor q = flow::randn({2, rows, 3, 8}).permute({0, 2, 1, 3});
+    const Tensor expected = F::scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(), mask);
+    expect_close(F::scaled_dot_product_attention(q, k, v, mask), expected, 0, 0);
+  }
+}
+
 TEST(ScaledDotProductAttention, BadArgumentsFailAtTheCall) {
   const Tensor q = flow::randn({2, 4, 8}), k = flow::randn({2, 6, 8}), v = flow::randn({2, 6, 3});
   EXPECT_THROW_MSG(F::scaled_dot_product_attention(q, flow::randn({2, 6, 7}), v), "[scaled_dot_product_attention] key's last dim (7)");

@@ -17,6 +17,7 @@
 #include "core/half.h"
 #include "core/kernels/cpu/elementwise_math.h"
 #include "core/op.h"
+#include "core/ops/copy.h"
 #include "core/random.h"
 #include "core/thread_pool.h"
 
@@ -64,6 +65,33 @@ const C* as_compute(const T* data, int64_t n, std::vector<C>& buf) {
 template <typename T, typename C>
 void store(const C* values, int64_t n, T* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(values[i]);
+}
+
+// Element offsets of each batch element's matrix (the last two dims) of t, over the flattened
+// batch dims of any strides.
+std::vector<int64_t> batch_offsets(const Tensor& t) {
+  const int64_t n = t.dim();
+  int64_t batch = 1;
+  for (int64_t d = 0; d < n - 2; ++d) batch *= t.size(d);
+  std::vector<int64_t> offsets(static_cast<size_t>(batch), 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t rest = b, offset = 0;
+    for (int64_t d = n - 3; d >= 0; --d) {
+      offset += (rest % t.size(d)) * t.stride(d);
+      rest /= t.size(d);
+    }
+    offsets[static_cast<size_t>(b)] = offset;
+  }
+  return offsets;
+}
+
+// t itself when each batch element's matrix is contiguous (its batch dims may have any strides,
+// as a KV cache narrowed to the positions in use has), else a contiguous copy.
+Tensor with_contiguous_matrices(const Tensor& t) {
+  const int64_t n = t.dim();
+  const bool rows = t.size(n - 1) <= 1 || t.stride(n - 1) == 1;
+  const bool matrix = t.size(n - 2) <= 1 || t.stride(n - 2) == t.size(n - 1);
+  return rows && matrix ? t : detail::contiguous_copy(t);
 }
 
 // Shapes of one call: `batch` (L, E) x (S, E) x (S, Ev) problems, and where each one's additive
@@ -158,13 +186,20 @@ struct Dropout {
 // Keys [0, end) that query rows [i0, i0 + rows) may see.
 int64_t visible_keys(const Problem& p, int64_t i0, int64_t rows) { return p.causal ? std::min(p.s, i0 + rows) : p.s; }
 
+// The forward op takes strided inputs: query, key and value are read in place when each batch
+// element's matrix is contiguous (decoding reads a narrowed KV cache without copying it).
 template <typename T, typename C>
 void forward(KernelContext& ctx) {
-  const Tensor* mask = ctx.inputs.size() == 4 ? &ctx.inputs[3] : nullptr;
-  const Problem p(ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], mask, ctx.attrs);
-  const T* q = static_cast<const T*>(ctx.inputs[0].data_ptr());
-  const T* k = static_cast<const T*>(ctx.inputs[1].data_ptr());
-  const T* v = static_cast<const T*>(ctx.inputs[2].data_ptr());
+  const Tensor query = with_contiguous_matrices(ctx.inputs[0]), key = with_contiguous_matrices(ctx.inputs[1]),
+               value = with_contiguous_matrices(ctx.inputs[2]);
+  const Tensor mask_tensor = ctx.inputs.size() == 4 ? (ctx.inputs[3].is_contiguous() ? ctx.inputs[3] : detail::contiguous_copy(ctx.inputs[3]))
+                                                    : Tensor();
+  const Tensor* mask = mask_tensor.defined() ? &mask_tensor : nullptr;
+  const Problem p(query, key, value, mask, ctx.attrs);
+  const std::vector<int64_t> q_at = batch_offsets(query), k_at = batch_offsets(key), v_at = batch_offsets(value);
+  const T* q = static_cast<const T*>(query.data_ptr());
+  const T* k = static_cast<const T*>(key.data_ptr());
+  const T* v = static_cast<const T*>(value.data_ptr());
   T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
   auto* lse = static_cast<C*>(ctx.outputs[1].data_ptr());
   Dropout dropout;
@@ -184,10 +219,11 @@ void forward(KernelContext& ctx) {
       const int64_t b = task / query_tiles;
       const int64_t i0 = (task % query_tiles) * kQueryTile;
       const int64_t rows = std::min(kQueryTile, p.l - i0);
-      const C* q_tile = as_compute<C>(q + (b * p.l + i0) * p.e, rows * p.e, q_buf);
+      const auto at = static_cast<size_t>(b);
+      const C* q_tile = as_compute<C>(q + q_at[at] + i0 * p.e, rows * p.e, q_buf);
       const int64_t keys = visible_keys(p, i0, rows);
-      const C* k_all = as_compute<C>(k + b * p.s * p.e, keys * p.e, k_buf);
-      const C* v_all = as_compute<C>(v + b * p.s * p.ev, keys * p.ev, v_buf);
+      const C* k_all = as_compute<C>(k + k_at[at], keys * p.e, k_buf);
+      const C* v_all = as_compute<C>(v + v_at[at], keys * p.ev, v_buf);
       acc.assign(static_cast<size_t>(rows * p.ev), C(0));
       row_max.assign(static_cast<size_t>(rows), -std::numeric_limits<C>::infinity());
       row_sum.assign(static_cast<size_t>(rows), C(0));

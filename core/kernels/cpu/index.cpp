@@ -132,17 +132,23 @@ void scatter_into(Tensor& out, const Tensor& index, const Tensor& src, int64_t d
     dispatch_index(index.dtype(), [&]<typename I>() {
       const I* idx = static_cast<const I*>(index.data_ptr());
       const Shape& shape = index.shape();
-      std::vector<int64_t> position(shape.size(), 0);
+      const auto ndim = static_cast<size_t>(shape.ndim());
+      // An odometer over index's positions keeps src's offset and out's offset along the other
+      // dims; the index entry gives out's offset along dim.
+      const int64_t dim_stride = ndim == 0 ? 0 : out_strides[static_cast<size_t>(dim)];
+      std::vector<int64_t> position(ndim, 0), out_step(ndim, 0);
+      for (size_t d = 0; d < ndim; ++d) out_step[d] = static_cast<int64_t>(d) == dim ? 0 : out_strides[d];
+      int64_t out_base = 0, src_off = 0;
       for (int64_t k = 0; k < index.numel(); ++k) {
-        int64_t out_off = 0, src_off = 0;
-        for (size_t d = 0; d < shape.size(); ++d) {
-          src_off += position[d] * src_strides[d];
-          out_off += (static_cast<int64_t>(d) == dim ? checked_index(idx[k], size, dim, op) : position[d]) * out_strides[d];
-        }
+        const int64_t out_off = out_base + checked_index(idx[k], size, dim, op) * dim_stride;
         if (add) dst[out_off] = convert<T>(convert<double>(dst[out_off]) + convert<double>(values[src_off]));
         else dst[out_off] = values[src_off];
-        for (size_t d = shape.size(); d-- > 0;) {
+        for (size_t d = ndim; d-- > 0;) {
+          out_base += out_step[d];
+          src_off += src_strides[d];
           if (++position[d] < shape[d]) break;
+          out_base -= out_step[d] * shape[d];
+          src_off -= src_strides[d] * shape[d];
           position[d] = 0;
         }
       }
