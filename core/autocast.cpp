@@ -33,6 +33,13 @@ const std::set<std::string>& float32_ops() {
   return ops;
 }
 
+// float32 ops whose CPU kernels read a 16-bit input themselves and write float32 (their "dtype"
+// attribute): the same values as on a widened copy of the input, without making that copy.
+const std::set<std::string>& widening_ops() {
+  static const std::set<std::string> ops{"softmax", "log_softmax"};
+  return ops;
+}
+
 bool is_castable(const Tensor& t) { return t.defined() && is_floating(t.dtype()) && t.dtype() != kFloat64; }
 
 }  // namespace
@@ -68,11 +75,14 @@ bool is_autocast_enabled() {
 bool is_autocast_enabled(const Device& device_type) { return state_of(device_type.type).enabled; }
 DType autocast_dtype(const Device& device_type) { return state_of(device_type.type).dtype; }
 
-std::optional<TensorList> autocast_inputs(const OpDef& op, const TensorList& inputs) {
+std::optional<AutocastCall> autocast_call(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
   const auto first = std::find_if(inputs.begin(), inputs.end(), is_castable);
   if (first == inputs.end()) return std::nullopt;
   const AutocastState& state = state_of(first->device().type);
   if (!state.enabled) return std::nullopt;
+  if (widening_ops().count(op.name) != 0 && inputs.size() == 1 && is_reduced_floating(first->dtype()) && !first->device().is_cuda()) {
+    return AutocastCall{inputs, Attrs(attrs).set("dtype", kFloat32)};
+  }
   DType target;
   if (lower_precision_ops().count(op.name) != 0) {
     target = state.dtype;
@@ -89,7 +99,7 @@ std::optional<TensorList> autocast_inputs(const OpDef& op, const TensorList& inp
     changed = true;
   }
   if (!changed) return std::nullopt;
-  return cast;
+  return AutocastCall{std::move(cast), attrs};
 }
 
 }  // namespace flow

@@ -54,12 +54,13 @@ TensorList Interpreter::apply_global(const OpDef& op, const TensorList& inputs, 
 }
 
 TensorList apply(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {
-  std::optional<TensorList> cast;
-  if (is_autocast_enabled()) cast = autocast_inputs(op, inputs);
-  const TensorList& actual = cast ? *cast : inputs;
+  std::optional<AutocastCall> cast;
+  if (is_autocast_enabled()) cast = autocast_call(op, inputs, attrs);
+  const TensorList& actual = cast ? cast->inputs : inputs;
+  const Attrs& actual_attrs = cast ? cast->attrs : attrs;
   Interpreter& interpreter = current_interpreter();
-  if (op.global_conversion || distributed::any_global(actual)) return interpreter.apply_global(op, actual, attrs);
-  return interpreter.apply(op, actual, attrs);
+  if (op.global_conversion || distributed::any_global(actual)) return interpreter.apply_global(op, actual, actual_attrs);
+  return interpreter.apply(op, actual, actual_attrs);
 }
 
 Tensor apply_one(const OpDef& op, const TensorList& inputs, const Attrs& attrs) {

@@ -49,7 +49,11 @@ Tensor Conv1D::forward(const Tensor& input) {
   Shape out_shape = input.shape();
   out_shape[out_shape.ndim() - 1] = weight.size(1);
   const Tensor rows = input.reshape({-1, weight.size(0)});
-  return add(matmul(rows, weight), bias).reshape(out_shape);
+  // Under autocast the product is bfloat16 and the bias joins it in that dtype, as in PyTorch's
+  // addmm and nn.Linear: the float32 bias would otherwise promote every projection's output (and
+  // GELU, the attention's inputs and their gradients) to float32.
+  const Tensor product = matmul(rows, weight);
+  return add(product, bias.to(product.dtype())).reshape(out_shape);
 }
 
 GPT2Attention::GPT2Attention(const GPT2Config& config) : n_embd_(config.n_embd_), n_head_(config.n_head_) {

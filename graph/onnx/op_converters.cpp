@@ -327,8 +327,11 @@ std::vector<std::string> expand(GraphBuilder& b, const JobNode& n) {
   return {b.add("Expand", {n.inputs.at(0), b.add_ints("shape", n.output_metas.at(0).shape.vec())})};
 }
 
+// A float16/bfloat16 input with a float32 output (the "dtype" attribute autocast sets) is cast first.
 std::vector<std::string> softmax(GraphBuilder& b, const JobNode& n) {
-  return {b.add(n.node.op() == "softmax" ? "Softmax" : "LogSoftmax", n.inputs, {int_attr("axis", n.attrs.get<int64_t>("dim"))})};
+  const DType from = n.input_metas.at(0).dtype, to = n.output_metas.at(0).dtype;
+  const std::vector<std::string> input = from == to ? n.inputs : std::vector<std::string>{b.add("Cast", n.inputs, {int_attr("to", onnx_type(to))})};
+  return {b.add(n.node.op() == "softmax" ? "Softmax" : "LogSoftmax", input, {int_attr("axis", n.attrs.get<int64_t>("dim"))})};
 }
 
 std::vector<std::string> copy(GraphBuilder& b, const JobNode& n) {

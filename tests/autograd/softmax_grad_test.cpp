@@ -2,6 +2,9 @@
 // on the CPU: against the formulas in float64, and their argument checks.
 #include <gtest/gtest.h>
 
+#include <optional>
+
+#include "autograd/engine.h"
 #include "common/reference.h"
 #include "common/test_util.h"
 #include "core/flow.h"
@@ -44,4 +47,29 @@ TEST(Softmax, GradientOpsCheckTheirArguments) {
   EXPECT_THROW_MSG(flow::apply_one(flow::find_op("log_softmax_grad"), {flow::zeros({2, 3}, flow::kFloat64), out},
                                    flow::Attrs().set("dim", int64_t{1})),
                    "[log_softmax_grad] grad has dtype float64 but out has float32");
+}
+
+// Autograd through the widening form: the input gradient comes back in bfloat16, the float32
+// gradient of the widened input rounded once; a second derivative runs through the gradient op.
+TEST(Softmax, WideningFormDifferentiatesToTheInputDtype) {
+  flow::manual_seed(9);
+  for (bool log_output : {false, true}) {
+    SCOPED_TRACE(log_output ? "log_softmax" : "softmax");
+    const Tensor x = (flow::randn({5, 37}) * 3).to(flow::kBFloat16).requires_grad_(true);
+    const Tensor w = flow::randn({5, 37});
+    const Tensor x32 = x.detach().to(flow::kFloat32).requires_grad_(true);
+    const auto f = [&](const Tensor& input, std::optional<flow::DType> dtype) {
+      if (dtype) return log_output ? flow::log_softmax(input, 1, *dtype) : flow::softmax(input, 1, *dtype);
+      return log_output ? flow::log_softmax(input, 1) : flow::softmax(input, 1);
+    };
+    const Tensor y = f(x, flow::kFloat32);
+    EXPECT_EQ(y.dtype(), flow::kFloat32);
+    const Tensor grad = flow::autograd::grad({flow::sum(y * w)}, {x}, {}, false, true).at(0);
+    const Tensor grad32 = flow::autograd::grad({flow::sum(f(x32, std::nullopt) * w)}, {x32}, {}, false, true).at(0);
+    EXPECT_EQ(grad.dtype(), flow::kBFloat16);
+    flow::testing::expect_same_bytes(grad, grad32.to(flow::kBFloat16));
+    const Tensor second = flow::autograd::grad({flow::sum(grad.to(flow::kFloat32) * grad32.detach())}, {x}).at(0);
+    const Tensor second32 = flow::autograd::grad({flow::sum(grad32 * grad32.detach())}, {x32}).at(0);
+    flow::testing::expect_close(second.to(flow::kFloat32), second32, 2e-2, 2e-2);
+  }
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -55,6 +56,15 @@ inline void expect_close(const Tensor& actual, const Tensor& expected, double rt
       EXPECT_NEAR(a[i], e[i], atol + rtol * std::abs(e[i])) << "element " << i;
     }
   }
+}
+
+// Expects the same dtype, shape and bytes (NaN payloads and the signs of zeros included): for
+// kernels that must reproduce another computation bit for bit.
+inline void expect_same_bytes(const Tensor& actual, const Tensor& expected) {
+  ASSERT_EQ(actual.dtype(), expected.dtype());
+  ASSERT_EQ(actual.shape(), expected.shape());
+  const Tensor a = actual.contiguous(), e = expected.contiguous();
+  EXPECT_EQ(std::memcmp(a.data_ptr(), e.data_ptr(), static_cast<size_t>(a.numel()) * itemsize(a.dtype())), 0);
 }
 
 // A bfloat16 product (matmul, linear, convolution) against the float32 product of the same rounded

@@ -130,6 +130,30 @@ TEST(ReducedFloat, BFloat16SelectionsEqualFloat32Bitwise) {
   }
 }
 
+// bfloat16 GELU and its gradient compute each element in float32 and round once: the float32
+// kernels' results on the widened inputs, rounded, bit for bit, in both forms, for contiguous
+// tensors of any length (the vector loops' tails) and for strided and broadcast ones.
+TEST(ReducedFloat, BFloat16GeluAndItsGradientEqualTheWidenedFloat32KernelsBitwise) {
+  flow::manual_seed(11);
+  const auto bf16 = [](const Tensor& t) { return t.to(flow::kBFloat16); };
+  const auto wide = [](const Tensor& t) { return t.to(flow::kFloat32); };
+  const flow::OpDef& gelu_grad = flow::find_op("gelu_grad");
+  for (const std::string approximate : {"tanh", "none"}) {
+    const flow::Attrs attrs = flow::Attrs().set("approximate", approximate);
+    for (int64_t n : {1, 15, 16, 17, 1000, 40000, 70001}) {
+      SCOPED_TRACE(::testing::Message() << approximate << " " << n);
+      Tensor x = flow::randn({n}) * 4;
+      if (n > 16) static_cast<float*>(x.data_ptr())[16] = std::numeric_limits<float>::quiet_NaN();
+      const Tensor xb = bf16(x), g = bf16(flow::randn({n}));
+      flow::testing::expect_same_bytes(flow::gelu(xb, approximate), bf16(flow::gelu(wide(xb), approximate)));
+      flow::testing::expect_same_bytes(flow::apply_one(gelu_grad, {g, xb}, attrs), bf16(flow::apply_one(gelu_grad, {wide(g), wide(xb)}, attrs)));
+    }
+    const Tensor strided = bf16(flow::randn({6, 40})).t(), row = bf16(flow::randn({1, 6}));
+    flow::testing::expect_same_bytes(flow::gelu(strided, approximate), bf16(flow::gelu(wide(strided), approximate)));
+    flow::testing::expect_same_bytes(flow::apply_one(gelu_grad, {row, strided}, attrs), bf16(flow::apply_one(gelu_grad, {wide(row), wide(strided)}, attrs)));
+  }
+}
+
 TEST(ReducedFloat, InPlaceKernelsWriteTheirWidenedInput) {
   // An in-place float32 kernel doubling its input, run on a bfloat16 tensor through the adapter.
   const flow::KernelFn twice = flow::cpu::computed_in_float32([](flow::KernelContext& ctx) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "common/reference.h"
 #include "common/test_util.h"
@@ -14,6 +15,21 @@ Tensor reference_softmax(const Tensor& x, int64_t dim, bool log_output) {
   Tensor s = flow::sum(e, {dim}, true);
   return log_output ? shifted - flow::log(s) : e / s;
 }
+Tensor bf16(const Tensor& t) { return t.to(flow::kBFloat16); }
+Tensor wide(const Tensor& t) { return t.to(flow::kFloat32); }
+
+// Rows of every length class of the kernels: shorter than a vector of 16, whole vectors, a tail,
+// one and more blocks of 1024 with a tail, GPT-2's vocabulary; a row with NaN and one of -inf.
+std::vector<Tensor> bfloat16_inputs() {
+  std::vector<Tensor> inputs;
+  for (int64_t n : {1, 7, 16, 17, 1000, 1024, 1025, 3000, 50257}) inputs.push_back(bf16(flow::randn({3, n}) * 4));
+  Tensor special = flow::randn({3, 40}).contiguous();
+  static_cast<float*>(special.data_ptr())[5] = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t i = 40; i < 80; ++i) static_cast<float*>(special.data_ptr())[i] = -std::numeric_limits<float>::infinity();
+  inputs.push_back(bf16(special));
+  return inputs;
+}
+
 }  // namespace
 
 TEST(Softmax, MatchesReferenceAlongEveryDim) {
@@ -51,6 +67,48 @@ TEST(Softmax, Float32AccurateOverLongRows) {
     const double absolute = flow::max(flow::abs(flow::log_softmax(x, 1).to(flow::kFloat64) - reference_softmax(wide, 1, true))).item<double>();
     EXPECT_LT(absolute, 5e-6) << columns << " columns";
   }
+}
+
+// bfloat16 rows are read and written by the kernels directly, each element widened as read and
+// rounded once as written: the float32 kernel's result on the widened input, bit for bit, for a
+// bfloat16 output, a float32 one (dtype), and both gradient kernels, along the last dim and another.
+TEST(Softmax, BFloat16KernelsEqualTheFloat32KernelOnWidenedInputsBitwise) {
+  flow::manual_seed(8);
+  const flow::OpDef& softmax_grad = flow::find_op("softmax_grad");
+  const flow::OpDef& log_softmax_grad = flow::find_op("log_softmax_grad");
+  for (const Tensor& x : bfloat16_inputs()) {
+    SCOPED_TRACE(::testing::Message() << x.shape());
+    for (int64_t dim : {1, 0}) {
+      const Tensor s = flow::softmax(wide(x), dim), l = flow::log_softmax(wide(x), dim);
+      flow::testing::expect_same_bytes(flow::softmax(x, dim), bf16(s));
+      flow::testing::expect_same_bytes(flow::log_softmax(x, dim), bf16(l));
+      flow::testing::expect_same_bytes(flow::softmax(x, dim, flow::kFloat32), s);
+      flow::testing::expect_same_bytes(flow::log_softmax(x, dim, flow::kFloat32), l);
+      const Tensor g = flow::randn(x.shape());
+      const flow::Attrs attrs = flow::Attrs().set("dim", dim);
+      const flow::Attrs to_bf16 = flow::Attrs(attrs).set("dtype", flow::kBFloat16);
+      for (const auto& [op, y] : {std::pair{&softmax_grad, s}, std::pair{&log_softmax_grad, l}}) {
+        SCOPED_TRACE(op->name);
+        const Tensor float32_grad = flow::apply_one(*op, {g, y}, attrs);
+        flow::testing::expect_same_bytes(flow::apply_one(*op, {g, y}, to_bf16), bf16(float32_grad));
+        flow::testing::expect_same_bytes(flow::apply_one(*op, {bf16(g), bf16(y)}, attrs), bf16(flow::apply_one(*op, {wide(bf16(g)), wide(bf16(y))}, attrs)));
+      }
+    }
+  }
+}
+
+TEST(Softmax, DtypeArgument) {
+  flow::manual_seed(10);
+  const Tensor x = flow::randn({2, 6});
+  // Any other dtype casts first, as PyTorch's dtype argument.
+  flow::testing::expect_same_bytes(flow::softmax(x, 1, flow::kFloat64), flow::softmax(x.to(flow::kFloat64), 1));
+  flow::testing::expect_same_bytes(flow::log_softmax(x, 1, flow::kBFloat16), flow::log_softmax(bf16(x), 1));
+  flow::testing::expect_same_bytes(flow::log_softmax(x, 1, flow::kFloat32), flow::log_softmax(x, 1));
+  const flow::Attrs attrs = flow::Attrs().set("dim", int64_t{1}).set("dtype", flow::kFloat64);
+  EXPECT_THROW_MSG(flow::apply_one(flow::find_op("log_softmax"), {bf16(x)}, attrs),
+                   "[log_softmax] dtype float64 with bfloat16 tensors: a float16/bfloat16 input and a float32 output are the only mix");
+  EXPECT_THROW_MSG(flow::apply_one(flow::find_op("softmax_grad"), {x, x}, flow::Attrs(attrs).set("dtype", flow::kFloat64)),
+                   "[softmax_grad] dtype float64 with float32 tensors");
 }
 
 TEST(Softmax, Errors) {

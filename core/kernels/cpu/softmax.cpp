@@ -4,87 +4,100 @@
 // 50257-word vocabulary) loses about 1e-5 relative, 10x what PyTorch's cascade sum loses; the
 // blocks keep float's speed (the lanes vectorise, exp included: math::exp) with the error of
 // 64-term sums. The gradient kernels (softmax_grad, log_softmax_grad) sum the same way.
+// float16/bfloat16 rows are read and written in place of float32 ones (Compute below), also with
+// a float32 output from a 16-bit input (the ops' "dtype", autocast's choice) and, in the gradients,
+// the reverse.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/elementwise_math.h"
+#include "core/kernels/cpu/softmax_rows.h"
 #include "core/op.h"
 #include "core/thread_pool.h"
 
 namespace flow::cpu {
 namespace {
 
-constexpr int64_t kLanes = 16;
-constexpr int64_t kBlock = 1024;
+constexpr int64_t kLanes = kSoftmaxLanes;
 
 // The sum of term(0..n) in T's lanes over blocks, block totals in double (term inlines and the
-// lane loop vectorises).
+// lane loop vectorises); softmax_rows.h says which lane each term goes to.
 template <typename T, typename Term>
 double blocked_sum(int64_t n, Term term) {
   double total = 0;
   std::array<T, kLanes> lanes;
-  for (int64_t start = 0; start < n; start += kBlock) {
-    const int64_t stop = std::min(n, start + kBlock);
+  for (int64_t start = 0; start < n; start += kSoftmaxBlock) {
+    const int64_t stop = std::min(n, start + kSoftmaxBlock);
     lanes.fill(T(0));
     int64_t j = start;
     for (; j + kLanes <= stop; j += kLanes) {
       for (int64_t l = 0; l < kLanes; ++l) lanes[l] += term(j + l);
     }
-    for (; j < stop; ++j) lanes[0] += term(j);
+    for (int64_t l = 0; j + l < stop; ++l) lanes[l] += term(j + l);
     for (const T lane : lanes) total += static_cast<double>(lane);
   }
   return total;
 }
 
+// Elements compute in float (double for float64): a float16/bfloat16 element is widened as it is
+// read (exactly) and a 16-bit output rounded once as it is written, so each result equals the
+// float32 kernel's on the widened input, rounded, and no float32 copy of a row is made.
+template <typename T>
+using Compute = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <typename T>
+[[gnu::always_inline]] inline Compute<T> wide(T x) {
+  return static_cast<Compute<T>>(x);
+}
+
 // A contiguous row: x[0..n) in, y[0..n) out.
-template <bool log_output, typename T>
-void contiguous_row(const T* x, T* y, int64_t n) {
-  std::array<T, kLanes> lanes;
-  lanes.fill(-std::numeric_limits<T>::infinity());
+template <bool log_output, typename In, typename Out>
+void contiguous_row(const In* x, Out* y, int64_t n) {
+  using C = Compute<In>;
+  std::array<C, kLanes> lanes;
+  lanes.fill(-std::numeric_limits<C>::infinity());
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] = std::max(lanes[l], x[i + l]);
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] = std::max(lanes[l], wide(x[i + l]));
   }
-  T max_value = *std::max_element(lanes.begin(), lanes.end());
-  for (; i < n; ++i) max_value = std::max(max_value, x[i]);
+  C max_value = *std::max_element(lanes.begin(), lanes.end());
+  for (; i < n; ++i) max_value = std::max(max_value, wide(x[i]));
   if (std::isinf(max_value)) max_value = 0;  // all -inf: keep exp finite (gives nan like PyTorch)
-  double total;
   if constexpr (log_output) {
-    total = blocked_sum<T>(n, [&](int64_t j) { return math::exp(x[j] - max_value); });
-  } else {
-    for (int64_t j = 0; j < n; ++j) y[j] = math::exp(x[j] - max_value);
-    total = blocked_sum<T>(n, [&](int64_t j) { return y[j]; });
-  }
-  if constexpr (log_output) {
+    const double total = blocked_sum<C>(n, [&](int64_t j) { return math::exp(wide(x[j]) - max_value); });
     // (x - max) first: exact for the large entries, where folding max into the log would round.
-    const auto log_total = static_cast<T>(std::log(total));
-    for (int64_t k = 0; k < n; ++k) y[k] = (x[k] - max_value) - log_total;
-  } else {
-    const auto scale = static_cast<T>(1.0 / total);
+    const auto log_total = static_cast<C>(std::log(total));
+    for (int64_t k = 0; k < n; ++k) y[k] = static_cast<Out>((wide(x[k]) - max_value) - log_total);
+  } else if constexpr (std::is_same_v<Out, C>) {
+    for (int64_t j = 0; j < n; ++j) y[j] = math::exp(wide(x[j]) - max_value);
+    const auto scale = static_cast<C>(1.0 / blocked_sum<C>(n, [&](int64_t j) { return y[j]; }));
     for (int64_t k = 0; k < n; ++k) y[k] *= scale;
+  } else {
+    // A 16-bit output cannot hold the exps until the sum is known: they are computed again.
+    const auto scale = static_cast<C>(1.0 / blocked_sum<C>(n, [&](int64_t j) { return math::exp(wide(x[j]) - max_value); }));
+    for (int64_t k = 0; k < n; ++k) y[k] = static_cast<Out>(math::exp(wide(x[k]) - max_value) * scale);
   }
 }
 
 // A row with elements `inner` apart (softmax over a dim that is not the last).
-template <bool log_output, typename T>
-void strided_row(const T* x, T* y, int64_t n, int64_t inner) {
-  T max_value = -std::numeric_limits<T>::infinity();
-  for (int64_t i = 0; i < n; ++i) max_value = std::max(max_value, x[i * inner]);
+template <bool log_output, typename In, typename Out>
+void strided_row(const In* x, Out* y, int64_t n, int64_t inner) {
+  using C = Compute<In>;
+  C max_value = -std::numeric_limits<C>::infinity();
+  for (int64_t i = 0; i < n; ++i) max_value = std::max(max_value, wide(x[i * inner]));
   if (std::isinf(max_value)) max_value = 0;
   double total = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const T e = math::exp(x[i * inner] - max_value);
-    total += static_cast<double>(e);
-    if constexpr (!log_output) y[i * inner] = e;
-  }
+  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(math::exp(wide(x[i * inner]) - max_value));
   if constexpr (log_output) {
-    const auto log_total = static_cast<T>(std::log(total));
-    for (int64_t i = 0; i < n; ++i) y[i * inner] = (x[i * inner] - max_value) - log_total;
+    const auto log_total = static_cast<C>(std::log(total));
+    for (int64_t i = 0; i < n; ++i) y[i * inner] = static_cast<Out>((wide(x[i * inner]) - max_value) - log_total);
   } else {
-    const auto scale = static_cast<T>(1.0 / total);
-    for (int64_t i = 0; i < n; ++i) y[i * inner] *= scale;
+    const auto scale = static_cast<C>(1.0 / total);
+    for (int64_t i = 0; i < n; ++i) y[i * inner] = static_cast<Out>(math::exp(wide(x[i * inner]) - max_value) * scale);
   }
 }
 
@@ -101,56 +114,92 @@ void for_each_row(const Tensor& t, int64_t dim, Row row) {
   });
 }
 
+// Calls f.template operator()<In, Out>() for the dtypes of a kernel's input and output: the same
+// floating dtype, or a float16/bfloat16 input with a float32 output and the reverse.
+template <typename F>
+void dispatch_in_out(const char* op, DType in, DType out, F f) {
+  if (in == kFloat32 && out == kFloat32) return f.template operator()<float, float>();
+  if (in == kFloat64 && out == kFloat64) return f.template operator()<double, double>();
+  if (in == kBFloat16 && out == kBFloat16) return f.template operator()<BFloat16, BFloat16>();
+  if (in == kFloat16 && out == kFloat16) return f.template operator()<Half, Half>();
+  if (in == kBFloat16 && out == kFloat32) return f.template operator()<BFloat16, float>();
+  if (in == kFloat16 && out == kFloat32) return f.template operator()<Half, float>();
+  if (in == kFloat32 && out == kBFloat16) return f.template operator()<float, BFloat16>();
+  if (in == kFloat32 && out == kFloat16) return f.template operator()<float, Half>();
+  fail(op, "no CPU kernel from ", dtype_name(in), " to ", dtype_name(out));
+}
+
+// Whether softmax_rows.h has AVX-512 rows for these dtypes (float and bfloat16, no float16 output).
+template <typename A, typename B>
+inline constexpr bool kAvx512Rows = (std::is_same_v<A, float> || std::is_same_v<A, BFloat16>) && (std::is_same_v<B, float> || std::is_same_v<B, BFloat16>);
+
 template <bool log_output>
 void softmax_kernel(KernelContext& ctx) {
   const Tensor& input = ctx.inputs[0];
-  FLOW_DISPATCH_FLOATING(input.dtype(), log_output ? "log_softmax" : "softmax", [&]<typename T>() {
-    const T* in = static_cast<const T*>(input.data_ptr());
-    T* out = static_cast<T*>(ctx.outputs[0].data_ptr());
+  const char* name = log_output ? "log_softmax" : "softmax";
+  const bool avx512 = dnnl_util::has_avx512_core();
+  dispatch_in_out(name, input.dtype(), ctx.outputs[0].dtype(), [&]<typename In, typename Out>() {
+    const In* in = static_cast<const In*>(input.data_ptr());
+    Out* out = static_cast<Out*>(ctx.outputs[0].data_ptr());
     for_each_row(input, ctx.attrs.get<int64_t>("dim"), [&](int64_t base, int64_t n, int64_t inner) {
-      if (inner == 1) contiguous_row<log_output>(in + base, out + base, n);
-      else strided_row<log_output>(in + base, out + base, n, inner);
+      if (inner != 1) return strided_row<log_output>(in + base, out + base, n, inner);
+      if constexpr (kAvx512Rows<In, Out>) {
+        if (avx512) return avx512::softmax_row<log_output>(in + base, out + base, n);
+      }
+      contiguous_row<log_output>(in + base, out + base, n);
     });
   });
 }
 
 // Per row, with g the output's gradient and y the output: softmax's input gradient is
-// y (g - sum(g y)), log_softmax's g - exp(y) sum(g).
+// y (g - sum(g y)), log_softmax's g - exp(y) sum(g). Written in the output's dtype R (the
+// forward input's: 16-bit where the forward widened).
 template <bool log_output>
 void softmax_grad_kernel(KernelContext& ctx) {
   const Tensor& out = ctx.inputs[1];
-  FLOW_DISPATCH_FLOATING(out.dtype(), log_output ? "log_softmax_grad" : "softmax_grad", [&]<typename T>() {
+  const char* name = log_output ? "log_softmax_grad" : "softmax_grad";
+  const bool avx512 = dnnl_util::has_avx512_core();
+  dispatch_in_out(name, out.dtype(), ctx.outputs[0].dtype(), [&]<typename T, typename R>() {
+    using C = Compute<T>;
     const T* grad = static_cast<const T*>(ctx.inputs[0].data_ptr());
     const T* y_all = static_cast<const T*>(out.data_ptr());
-    T* result = static_cast<T*>(ctx.outputs[0].data_ptr());
+    R* result = static_cast<R*>(ctx.outputs[0].data_ptr());
     for_each_row(out, ctx.attrs.get<int64_t>("dim"), [&](int64_t base, int64_t n, int64_t inner) {
       const T *g = grad + base, *y = y_all + base;
-      T* r = result + base;
+      R* r = result + base;
+      if constexpr (kAvx512Rows<T, R>) {
+        if (avx512 && inner == 1) return avx512::softmax_grad_row<log_output>(g, y, r, n);
+      }
       if (inner == 1) {
         if constexpr (log_output) {
-          const auto total = static_cast<T>(blocked_sum<T>(n, [&](int64_t i) { return g[i]; }));
-          for (int64_t i = 0; i < n; ++i) r[i] = g[i] - math::exp(y[i]) * total;
+          const auto total = static_cast<C>(blocked_sum<C>(n, [&](int64_t i) { return wide(g[i]); }));
+          for (int64_t i = 0; i < n; ++i) r[i] = static_cast<R>(wide(g[i]) - math::exp(wide(y[i])) * total);
         } else {
-          const auto total = static_cast<T>(blocked_sum<T>(n, [&](int64_t i) { return g[i] * y[i]; }));
-          for (int64_t i = 0; i < n; ++i) r[i] = y[i] * (g[i] - total);
+          const auto total = static_cast<C>(blocked_sum<C>(n, [&](int64_t i) { return wide(g[i]) * wide(y[i]); }));
+          for (int64_t i = 0; i < n; ++i) r[i] = static_cast<R>(wide(y[i]) * (wide(g[i]) - total));
         }
         return;
       }
       double total = 0;
-      for (int64_t i = 0; i < n; ++i) total += static_cast<double>(log_output ? g[i * inner] : g[i * inner] * y[i * inner]);
-      const auto sum = static_cast<T>(total);
+      for (int64_t i = 0; i < n; ++i) {
+        total += static_cast<double>(log_output ? wide(g[i * inner]) : wide(g[i * inner]) * wide(y[i * inner]));
+      }
+      const auto sum = static_cast<C>(total);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t k = i * inner;
-        r[k] = log_output ? g[k] - math::exp(y[k]) * sum : y[k] * (g[k] - sum);
+        const C gk = wide(g[k]), yk = wide(y[k]);
+        r[k] = static_cast<R>(log_output ? gk - math::exp(yk) * sum : yk * (gk - sum));
       }
     });
   });
 }
 
-FLOW_REGISTER_KERNEL("softmax", DeviceType::kCPU, floating_dtypes(), softmax_kernel<false>);
-FLOW_REGISTER_KERNEL("softmax_grad", DeviceType::kCPU, floating_dtypes(), softmax_grad_kernel<false>);
-FLOW_REGISTER_KERNEL("log_softmax_grad", DeviceType::kCPU, floating_dtypes(), softmax_grad_kernel<true>);
-FLOW_REGISTER_KERNEL("log_softmax", DeviceType::kCPU, floating_dtypes(), softmax_kernel<true>);
+const std::vector<DType> kDtypes{kFloat32, kFloat64, kBFloat16, kFloat16};
+
+FLOW_REGISTER_KERNEL("softmax", DeviceType::kCPU, kDtypes, softmax_kernel<false>);
+FLOW_REGISTER_KERNEL("softmax_grad", DeviceType::kCPU, kDtypes, softmax_grad_kernel<false>);
+FLOW_REGISTER_KERNEL("log_softmax_grad", DeviceType::kCPU, kDtypes, softmax_grad_kernel<true>);
+FLOW_REGISTER_KERNEL("log_softmax", DeviceType::kCPU, kDtypes, softmax_kernel<true>);
 
 }  // namespace
 }  // namespace flow::cpu

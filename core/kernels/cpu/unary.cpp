@@ -1,6 +1,8 @@
 // CPU kernels of the element-wise unary ops, over the strided loop engine.
 #include <cmath>
+#include <initializer_list>
 
+#include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/elementwise_math.h"
 #include "core/kernels/cpu/loop.h"
 #include "core/op.h"
@@ -42,6 +44,69 @@ void gelu_grad_kernel(KernelContext& ctx) {
     if (tanh_form) binary_loop<T, T, T>(ctx.outputs[0], grad, x, [](T g, T v) { return g * math::gelu_derivative(v, true); });
     else binary_loop<T, T, T>(ctx.outputs[0], grad, x, [](T g, T v) { return g * math::gelu_derivative(v, false); });
   });
+}
+
+// bfloat16 GELU and its gradient widen each element as they read it and round once as they write:
+// the float32 kernels' results on the widened inputs, rounded, without float32 copies of them.
+// Contiguous tensors of one shape go through loops compiled for AVX-512 where the CPU has it
+// (FLOW_AVX512_CORE_TARGET: GCC vectorises them 16 floats wide; the same scalar operations, so
+// the same bits), any other layout through the strided loop engine.
+template <bool kTanh>
+[[gnu::always_inline]] inline BFloat16 gelu_bf16(BFloat16 x) {
+  return BFloat16(math::gelu(static_cast<float>(x), kTanh));
+}
+template <bool kTanh>
+[[gnu::always_inline]] inline BFloat16 gelu_grad_bf16(BFloat16 g, BFloat16 x) {
+  return BFloat16(static_cast<float>(g) * math::gelu_derivative(static_cast<float>(x), kTanh));
+}
+
+template <bool kTanh>
+FLOW_AVX512_CORE_TARGET void gelu_bf16_avx512(const BFloat16* x, BFloat16* y, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) y[i] = gelu_bf16<kTanh>(x[i]);
+}
+template <bool kTanh>
+FLOW_AVX512_CORE_TARGET void gelu_grad_bf16_avx512(const BFloat16* g, const BFloat16* x, BFloat16* dx, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) dx[i] = gelu_grad_bf16<kTanh>(g[i], x[i]);
+}
+
+// Whether the AVX-512 loops can take these tensors: contiguous, all of the output's shape.
+bool dense_avx512(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
+  if (!dnnl_util::has_avx512_core() || !out.is_contiguous()) return false;
+  for (const Tensor* t : inputs) {
+    if (!t->is_contiguous() || !(t->shape() == out.shape())) return false;
+  }
+  return true;
+}
+
+template <bool kTanh>
+void gelu_bf16_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.inputs[0];
+  Tensor& y = ctx.outputs[0];
+  if (!dense_avx512(y, {&x})) return unary_loop<BFloat16, BFloat16>(y, x, gelu_bf16<kTanh>);
+  const auto* in = static_cast<const BFloat16*>(x.data_ptr());
+  auto* out = static_cast<BFloat16*>(y.data_ptr());
+  parallel_for(0, y.numel(), kElementwiseGrain, [&](int64_t begin, int64_t end) { gelu_bf16_avx512<kTanh>(in, out, begin, end); });
+}
+
+template <bool kTanh>
+void gelu_grad_bf16_kernel(KernelContext& ctx) {
+  const Tensor &g = ctx.inputs[0], &x = ctx.inputs[1];
+  Tensor& dx = ctx.outputs[0];
+  if (!dense_avx512(dx, {&g, &x})) return binary_loop<BFloat16, BFloat16, BFloat16>(dx, g, x, gelu_grad_bf16<kTanh>);
+  const auto* grad = static_cast<const BFloat16*>(g.data_ptr());
+  const auto* in = static_cast<const BFloat16*>(x.data_ptr());
+  auto* out = static_cast<BFloat16*>(dx.data_ptr());
+  parallel_for(0, dx.numel(), kElementwiseGrain, [&](int64_t begin, int64_t end) { gelu_grad_bf16_avx512<kTanh>(grad, in, out, begin, end); });
+}
+
+void gelu_bf16_dispatch(KernelContext& ctx) {
+  if (ctx.attrs.get<std::string>("approximate") == "tanh") gelu_bf16_kernel<true>(ctx);
+  else gelu_bf16_kernel<false>(ctx);
+}
+
+void gelu_grad_bf16_dispatch(KernelContext& ctx) {
+  if (ctx.attrs.get<std::string>("approximate") == "tanh") gelu_grad_bf16_kernel<true>(ctx);
+  else gelu_grad_bf16_kernel<false>(ctx);
 }
 
 // PyTorch's formula and order of operations (log1p of exp), linear above the threshold.
@@ -108,6 +173,8 @@ FLOW_REGISTER_KERNEL("silu", DeviceType::kCPU, kFloating, floating_kernel("silu"
 FLOW_REGISTER_KERNEL("softplus", DeviceType::kCPU, kFloating, softplus_kernel);
 FLOW_REGISTER_KERNEL("gelu", DeviceType::kCPU, kFloating, gelu_kernel);
 FLOW_REGISTER_KERNEL("gelu_grad", DeviceType::kCPU, kFloating, gelu_grad_kernel);
+FLOW_REGISTER_KERNEL("gelu", DeviceType::kCPU, {kBFloat16}, gelu_bf16_dispatch);
+FLOW_REGISTER_KERNEL("gelu_grad", DeviceType::kCPU, {kBFloat16}, gelu_grad_bf16_dispatch);
 FLOW_REGISTER_KERNEL("clamp", DeviceType::kCPU, kNumeric, clamp_kernel);
 FLOW_REGISTER_KERNEL("logical_not", DeviceType::kCPU, all_dtypes(), logical_not_kernel);
 
