@@ -19,6 +19,7 @@
 #include "core/random.h"
 #include "distributed/distributed.h"
 #include "examples/gpt_train/checkpoint.h"
+#include "models/decoder_export.h"
 #include "examples/gpt_train/options.h"
 #include "examples/gpt_train/text_data.h"
 #include "graph/graph.h"
@@ -147,13 +148,22 @@ class Trainer {
       const auto keep = std::min<size_t>(context.size(), static_cast<size_t>(o_.block_size / 2));
       const std::vector<int64_t> window(context.end() - static_cast<std::ptrdiff_t>(keep), context.end());
       const int64_t room = std::min(tokens - static_cast<int64_t>(generated.size()), o_.block_size - static_cast<int64_t>(keep));
-      for (int64_t next : models::generate(decoder, {window}, config.max_new_tokens(room).seed(o_.seed + round)).at(0)) {
+      // Held in a variable: a range-for over .at(0) of the returned temporary would read freed memory.
+      const std::vector<std::vector<int64_t>> rows = models::generate(decoder, {window}, config.max_new_tokens(room).seed(o_.seed + round));
+      for (int64_t next : rows.at(0)) {
         context.push_back(next);
         generated.push_back(static_cast<char>(next));
       }
     }
     model_->train();
     return generated;
+  }
+
+  // The trained model as a served decoder (a local copy under --parallel; rank 0 writes it).
+  void export_decoder(const std::string& dir) {
+    const std::shared_ptr<models::GPT2LMHeadModel> model = local_model();
+    if (prints()) models::export_decoder(model, dir, models::DecoderExportOptions().tokenizer("bytes").prefill_length(16));
+    model_->train();
   }
 
   flow::StateDict state_dict() const {
@@ -289,6 +299,10 @@ int train(const ex::GptTrainOptions& o) {
       const std::string text = o.prompt + generated + "\n";
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
+  }
+  if (!o.export_dir.empty()) {
+    trainer.export_decoder(o.export_dir);
+    if (trainer.prints()) std::printf("exported to %s: serve it with flow_serve (serving/README.md)\n", o.export_dir.c_str());
   }
   if (o.parallel) dist::destroy_process_group();
   return 0;

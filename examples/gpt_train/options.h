@@ -32,6 +32,7 @@ struct GptTrainOptions {
   int64_t sample_tokens = 200;
   std::string prompt = "The ";
   int64_t top_k = 10;  // 0: greedy
+  std::string export_dir;  // the trained model, exported for flow_serve
 };
 
 inline void add_options(CLI::App& app, GptTrainOptions& o) {
@@ -76,6 +77,9 @@ inline void add_options(CLI::App& app, GptTrainOptions& o) {
   app.add_option("--top-k", o.top_k, "sample among the k likeliest next bytes (seeded by --seed); 0: greedy")
       ->check(CLI::Range(int64_t{0}, kByteVocabulary))
       ->capture_default_str();
+  app.add_option("--export", o.export_dir,
+                 "a directory: after training, the model is exported there as a decoder flow_serve serves (models/decoder_export.h, "
+                 "byte tokens)");
 }
 
 // Throws flow::Error("[gpt_train] ...") for options that are valid alone but not together.

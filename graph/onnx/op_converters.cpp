@@ -141,19 +141,24 @@ std::string elementwise(GraphBuilder& b, const std::string& op, const Attrs& att
       {"neg", "Neg"},     {"abs", "Abs"}, {"sign", "Sign"}, {"exp", "Exp"},         {"log", "Log"},         {"sqrt", "Sqrt"},
       {"sin", "Sin"},     {"cos", "Cos"}, {"tanh", "Tanh"}, {"sigmoid", "Sigmoid"}, {"relu", "Relu"},       {"add", "Add"},
       {"sub", "Sub"},     {"mul", "Mul"}, {"div", "Div"},   {"pow", "Pow"},         {"maximum", "Max"},     {"minimum", "Min"},
-      {"where", "Where"}};
+      {"where", "Where"}, {"eq", "Equal"},     {"lt", "Less"}, {"le", "LessOrEqual"}, {"gt", "Greater"}, {"ge", "GreaterOrEqual"},
+      {"logical_and", "And"}, {"logical_or", "Or"}, {"logical_xor", "Xor"}, {"logical_not", "Not"}};
   if (auto found = direct.find(op); found != direct.end()) return b.add(found->second, args);
   const std::string& x = args.at(0);
   auto scalar = [&](const char* name) { return b.add_scalar(attrs.get<Scalar>(name).to_double(), dtype); };
   // Tensor-scalar ops: (ONNX op, whether the scalar is the left operand).
   static const std::map<std::string, std::pair<std::string, bool>> with_scalar{
       {"add_scalar", {"Add", false}}, {"sub_scalar", {"Sub", false}}, {"rsub_scalar", {"Sub", true}}, {"mul_scalar", {"Mul", false}},
-      {"div_scalar", {"Div", false}}, {"rdiv_scalar", {"Div", true}}, {"pow_scalar", {"Pow", false}}, {"rpow_scalar", {"Pow", true}}};
+      {"div_scalar", {"Div", false}}, {"rdiv_scalar", {"Div", true}}, {"pow_scalar", {"Pow", false}}, {"rpow_scalar", {"Pow", true}},
+      {"eq_scalar", {"Equal", false}}, {"lt_scalar", {"Less", false}},  {"le_scalar", {"LessOrEqual", false}},
+      {"gt_scalar", {"Greater", false}}, {"ge_scalar", {"GreaterOrEqual", false}}};
   if (auto found = with_scalar.find(op); found != with_scalar.end()) {
     const std::string s = scalar("scalar");
     const auto& [onnx_op, scalar_first] = found->second;
     return b.add(onnx_op, scalar_first ? std::vector<std::string>{s, x} : std::vector<std::string>{x, s});
   }
+  if (op == "ne") return b.add("Not", {b.add("Equal", args)});
+  if (op == "ne_scalar") return b.add("Not", {b.add("Equal", {x, scalar("scalar")})});
   if (op == "copy") return b.add("Cast", {x}, {int_attr("to", onnx_type(dtype))});  // a fused program's conversion to its dtype
   if (op == "rsqrt") return b.add("Reciprocal", {b.add("Sqrt", {x})});
   if (op == "silu") return b.add("Mul", {x, b.add("Sigmoid", {x})});
@@ -322,9 +327,24 @@ std::vector<std::string> permute(GraphBuilder& b, const JobNode& n) {
   return {b.add("Transpose", n.inputs, {ints_attr("perm", perm)})};
 }
 
+// expand: ONNX's Expand broadcasts both ways, so a dim the input already has at full size can be
+// 1 in the target; that is how a batch-dependent dim the input carries (with a dynamic batch)
+// stays symbolic. A dim expanded to the batch from 1 has no static target.
 std::vector<std::string> expand(GraphBuilder& b, const JobNode& n) {
-  if (!n.batch_slots.empty()) unsupported(n, "expands to a batch-dependent shape; export with a fixed batch size");
-  return {b.add("Expand", {n.inputs.at(0), b.add_ints("shape", n.output_metas.at(0).shape.vec())})};
+  std::vector<int64_t> shape = n.output_metas.at(0).shape.vec();
+  if (auto slots = n.batch_slots.find("shape"); slots != n.batch_slots.end()) {
+    const Shape& input = n.input_metas.at(0).shape;
+    const auto offset = static_cast<int64_t>(shape.size()) - input.ndim();
+    for (int index : slots->second) {
+      if (index < offset || input[index - offset] != shape.at(static_cast<size_t>(index))) {
+        unsupported(n, "expands a dim to the batch size; export with a fixed batch size");
+      }
+      shape.at(static_cast<size_t>(index)) = 1;
+    }
+  } else if (!n.batch_slots.empty()) {
+    unsupported(n, "has a batch-dependent attribute; export with a fixed batch size");
+  }
+  return {b.add("Expand", {n.inputs.at(0), b.add_ints("shape", shape)})};
 }
 
 // A float16/bfloat16 input with a float32 output (the "dtype" attribute autocast sets) is cast first.
@@ -401,10 +421,8 @@ std::vector<std::string> convert_node(GraphBuilder& builder, const JobNode& node
   const std::string& op = node.node.op();
   if (auto found = converters().find(op); found != converters().end()) return found->second(builder, node);
   if (!node.batch_slots.empty()) unsupported(node, "has a batch-dependent attribute; export with a fixed batch size");
-  if (fused::can_fuse(op)) {
-    return {elementwise(builder, op, node.attrs, node.inputs, node.input_metas.at(0).dtype, node)};
-  }
-  unsupported(node, "has no ONNX mapping");
+  // Element-wise ops (fusable or not, such as comparisons); any other op has no mapping there.
+  return {elementwise(builder, op, node.attrs, node.inputs, node.input_metas.at(0).dtype, node)};
 }
 
 }  // namespace flow::onnx

@@ -1,10 +1,11 @@
 """Checks an ONNX file written by flow's ONNX export, for tests/onnx.
 
-Usage: check_onnx.py MODEL [--input X.bin DIMS --expected Y.bin DIMS] [--tolerance T]
-  DIMS: comma-separated, e.g. 3,1,28,28; the .bin files hold raw little-endian float32.
+Usage: check_onnx.py MODEL [--input X.bin DIMS ... --expected Y.bin DIMS] [--tolerance T]
+  DIMS: comma-separated, e.g. 3,1,28,28 ("" for a 0-d tensor); --input once per model input, in
+  order, each in the dtype the model declares; --expected holds the first output, float32.
 
 Always runs onnx.checker.check_model(full_check=True) and strict shape inference. With --input,
-also evaluates the model on that input and compares its single output with --expected. The
+also evaluates the model on those inputs and compares its first output with --expected. The
 installed onnx (Debian's 1.12) has no onnx.reference evaluator, so the evaluation is the small
 NumPy interpreter below: it follows the ONNX operator specifications for the ops the export
 emits and raises on any other op. Exits 1 (with the reason on stderr) when a check fails.
@@ -169,7 +170,9 @@ OPS = {
     "ReduceSum": reduce(np.sum), "ReduceMax": reduce(np.max), "ReduceMin": reduce(np.min), "ReduceProd": reduce(np.prod),
     "ArgMax": arg_extremum(np.argmax), "ArgMin": arg_extremum(np.argmin), "TopK": top_k, "CumSum": cum_sum,
     "Trilu": lambda x, k=None, upper=1: (np.triu if upper else np.tril)(x, 0 if k is None else int(k)),
-    "ScatterElements": scatter_elements, "OneHot": one_hot,
+    "ScatterElements": scatter_elements, "OneHot": one_hot, "Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal,
+    "Greater": np.greater, "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
+    "Not": np.logical_not,
 }
 
 
@@ -206,13 +209,13 @@ def check_output_shapes(model):
 
 
 def dims(text):
-    return tuple(int(d) for d in text.split(","))
+    return tuple(int(d) for d in text.split(",") if d)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
-    parser.add_argument("--input", nargs=2)
+    parser.add_argument("--input", nargs=2, action="append")
     parser.add_argument("--expected", nargs=2)
     parser.add_argument("--tolerance", type=float, default=1e-4)
     args = parser.parse_args()
@@ -223,11 +226,15 @@ def main():
     print(f"checker ok: opset {model.opset_import[0].version}, {len(model.graph.node)} nodes")
     if not args.input:
         return
-    # The input as the model declares it (float32, or int64 token ids), little-endian as flow wrote it.
-    input_type = np.dtype(onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[model.graph.input[0].type.tensor_type.elem_type]).newbyteorder("<")
-    x = np.fromfile(args.input[0], dtype=input_type).reshape(dims(args.input[1]))
+    # Each input as the model declares it (float32, or int64 token ids), little-endian as flow wrote it.
+    feeds = {}
+    for declared, (path, shape) in zip(model.graph.input, args.input):
+        input_type = np.dtype(onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[declared.type.tensor_type.elem_type]).newbyteorder("<")
+        feeds[declared.name] = np.fromfile(path, dtype=input_type).reshape(dims(shape))
+    if len(feeds) != len(model.graph.input):
+        sys.exit(f"{len(args.input)} inputs given, the model has {len(model.graph.input)}")
     expected = np.fromfile(args.expected[0], dtype="<f4").reshape(dims(args.expected[1]))
-    (actual,) = evaluate(model, {model.graph.input[0].name: x})
+    actual = evaluate(model, feeds)[0]
     if actual.shape != expected.shape:
         sys.exit(f"output shape {actual.shape}, expected {expected.shape}")
     error = float(np.max(np.abs(actual - expected) / np.maximum(1.0, np.abs(expected))))

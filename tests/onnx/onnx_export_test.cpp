@@ -13,6 +13,7 @@
 #include "common/graphs.h"
 #include "common/models.h"
 #include "common/scratch_dir.h"
+#include "models/decoder_export.h"
 #include "models/gpt2.h"
 #include "models/vision/mobilenet_v2.h"
 #include "models/vision/resnet.h"
@@ -57,10 +58,15 @@ class OnnxExportTest : public ::testing::Test {
   // Runs check_onnx.py on the model: onnx.checker (full check) and strict shape inference, and
   // with an input, the model's output at x against `expected` (1e-4).
   std::string python_check(const std::string& model, const Tensor& x = {}, const Tensor& expected = {}) const {
+    return python_check(model, x.defined() ? TensorList{x} : TensorList{}, expected);
+  }
+  // The same with several inputs, in the model's order; `expected` is its first output.
+  std::string python_check(const std::string& model, const TensorList& inputs, const Tensor& expected) const {
     std::string command = std::string(FLOW_ONNX_PYTHON) + " " + FLOW_ONNX_CHECK_SCRIPT + " " + model;
-    if (x.defined()) {
-      command += " --input " + write_bin(x, "x.bin") + " " + dims_arg(x) + " --expected " + write_bin(expected, "y.bin") + " " + dims_arg(expected);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      command += " --input " + write_bin(inputs[i], "x" + std::to_string(i) + ".bin") + " \"" + dims_arg(inputs[i]) + "\"";
     }
+    if (!inputs.empty()) command += " --expected " + write_bin(expected, "y.bin") + " " + dims_arg(expected);
     const auto [status, output] = run_command(command);
     EXPECT_EQ(status, 0) << command << "\n" << output;
     return output;
@@ -292,6 +298,29 @@ TEST_F(OnnxExportTest, AttentionAndAGpt2LanguageModelExport) {
   EXPECT_EQ(count_nodes(model, "Softmax"), 2);  // one attention per block
   EXPECT_GE(count_nodes(model, "Gather"), 1);   // the token embedding
   python_check(path("gpt2.onnx"), ids, logits);
+}
+
+// The decoder step of models/decoder_export.h, its KV cache as inputs and outputs: rows with
+// different past lengths and real token counts give flow's logits; the cache writes are
+// ScatterElements, one key and one value per layer; the batch stays symbolic.
+TEST_F(OnnxExportTest, DecoderStepWithAKvCacheExportsAndEvaluates) {
+  flow::manual_seed(3);
+  const auto config = flow::models::GPT2Config().vocab_size(50).n_positions(12).n_embd(16).n_layer(2).n_head(2).dropout(0.0);
+  auto model = std::make_shared<flow::models::GPT2LMHeadModel>(config);
+  flow::models::DecoderStepGraph step(model);
+  TensorList inputs = step.example_inputs(2, 3, 12);
+  inputs[0] = flow::randint(0, 50, {2, 3});
+  inputs[1] = flow::tensor<int64_t>({4, 0});
+  inputs[2] = flow::tensor<int64_t>({3, 2});
+  for (size_t i = 3; i < inputs.size(); ++i) inputs[i] = flow::randn(inputs[i].shape());
+  const Tensor logits = step(inputs).at(0);
+  ASSERT_EQ(logits.shape(), (flow::Shape{2, 50}));
+  flow::onnx::export_model(step, path("decoder_step.onnx"), flow::ExportOptions().input_names(step.input_names()).output_names(step.output_names()));
+  const ::onnx::ModelProto model_proto = read_model(path("decoder_step.onnx"));
+  EXPECT_EQ(count_nodes(model_proto, "ScatterElements"), 4);
+  EXPECT_EQ(dim_str(model_proto.graph().input(3)), "batch,2,12,8");
+  EXPECT_EQ(model_proto.graph().output(0).name(), "logits");
+  python_check(path("decoder_step.onnx"), inputs, logits);
 }
 
 TEST_F(OnnxExportTest, BatchBakedIntoTheGraphGivesStaticDims) {
