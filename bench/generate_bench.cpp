@@ -1,13 +1,21 @@
 // Greedy text generation with a GPT-2 of random weights: time to first token (the prompt's step)
 // and decode tokens/s, over the KV cache eagerly (--mode eager), through the compiled step Graph
 // (--mode graph; plans compiled in an untimed warm-up run), or without a cache (--mode nocache:
-// every step reruns the model over each whole sequence). --model picks the shapes: gpt_train
+// every step reruns the model over each whole sequence), or through oneflow_lite (--mode lite: the
+// decoder export of models/decoder_export.h, its prefill step over the whole prompt at once, then
+// its decode step, the KV cache passed in and out). --model picks the shapes: gpt_train
 // (examples/gpt_train's defaults: 4 layers, width 256, 4 heads, 256 byte tokens, 128 positions)
 // or gpt2 (GPT-2 small: 12 layers, 768, 12 heads, vocabulary 50257, 1024 positions).
-// --profile N prints the N ops with the most self time in one more run.
+// --profile N prints the N ops with the most self time in one more run. --export-dir DIR (lite)
+// keeps the export there, with prompt_ids.bin (int64 (batch, prompt)) and prefill_logits.bin
+// (float32 (batch, vocab): lite's logits after the prompt) for bench/ort/ort_generate.js.
 // Prints: "generate <model> <mode> batch <b> prompt <p> new <n> ttft_ms <median> decode_tokens_per_s <median>".
 #include <algorithm>
 #include <chrono>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -18,6 +26,8 @@
 #include "core/grad_mode.h"
 #include "core/profiler.h"
 #include "models/decoder.h"
+#include "models/decoder_export.h"
+#include "oneflow_lite/model.h"
 #include "models/gpt2.h"
 
 namespace {
@@ -31,6 +41,7 @@ struct Options {
   int64_t batch = 1, prompt = 32, new_tokens = 32;
   int runs = 3;
   int profile_rows = 0;
+  std::string export_dir;
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -73,13 +84,71 @@ std::pair<double, double> run_uncached(models::GPT2LMHeadModel& model, std::vect
   return {first, seconds_since(decoding)};
 }
 
+// oneflow_lite's steps over the decoder export: (batch, prompt) at once, then one token per row.
+class LiteDecoder {
+ public:
+  LiteDecoder(const std::string& dir, int64_t layers)
+      : prefill_(flow::lite::Model::load(dir + "/prefill")), decode_(flow::lite::Model::load(dir + "/decode")), layers_(layers) {}
+
+  // Logits (batch, vocab) after the prompts; the cache starts empty.
+  Tensor prefill(const Tensor& ids) {
+    const int64_t batch = ids.size(0);
+    cache_.clear();
+    for (int64_t i = 0; i < 2 * layers_; ++i) {
+      std::vector<int64_t> shape = prefill_->inputs().at(static_cast<size_t>(3 + i)).shape;
+      shape[0] = batch;
+      cache_.push_back(flow::zeros(flow::Shape(shape)));
+    }
+    lengths_.assign(static_cast<size_t>(batch), 0);
+    return step(*prefill_, ids, std::vector<int64_t>(static_cast<size_t>(batch), ids.size(1)));
+  }
+  Tensor decode(const std::vector<int64_t>& tokens) {
+    return step(*decode_, flow::tensor<int64_t>(tokens, flow::Shape{static_cast<int64_t>(tokens.size()), 1}),
+                std::vector<int64_t>(tokens.size(), 1));
+  }
+
+ private:
+  Tensor step(const flow::lite::Model& model, const Tensor& ids, const std::vector<int64_t>& counts) {
+    const auto batch = static_cast<int64_t>(counts.size());
+    flow::TensorList inputs{ids, flow::tensor<int64_t>(lengths_, flow::Shape{batch}), flow::tensor<int64_t>(counts, flow::Shape{batch})};
+    inputs.insert(inputs.end(), cache_.begin(), cache_.end());
+    flow::TensorList outputs = model.run(inputs);
+    cache_.assign(outputs.begin() + 1, outputs.end());
+    for (size_t b = 0; b < lengths_.size(); ++b) lengths_[b] += counts[b];
+    return outputs[0];
+  }
+
+  std::shared_ptr<const flow::lite::Model> prefill_, decode_;
+  int64_t layers_;
+  flow::TensorList cache_;
+  std::vector<int64_t> lengths_;
+};
+
+std::pair<double, double> run_lite(LiteDecoder& decoder, const Tensor& ids, int64_t new_tokens) {
+  const auto start = Clock::now();
+  std::vector<int64_t> next = argmax_rows(decoder.prefill(ids));
+  const double first = seconds_since(start);
+  const auto decoding = Clock::now();
+  for (int64_t t = 1; t < new_tokens; ++t) next = argmax_rows(decoder.decode(next));
+  return {first, seconds_since(decoding)};
+}
+
+void write_raw(const Tensor& t, const std::string& path) {
+  const Tensor host = t.contiguous();
+  std::ofstream file(path, std::ios::binary);
+  file.write(static_cast<const char*>(host.data_ptr()), static_cast<std::streamsize>(host.nbytes()));
+  if (!file) flow::fail("generate_bench", "cannot write ", path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
   CLI::App app("Greedy generation with a random GPT-2: time to first token and decode tokens/s");
   app.add_option("--model", o.model, "gpt_train or gpt2 (GPT-2 small)")->check(CLI::IsMember({"gpt_train", "gpt2"}))->capture_default_str();
-  app.add_option("--mode", o.mode, "eager, graph (KV cache) or nocache")->check(CLI::IsMember({"eager", "graph", "nocache"}))->capture_default_str();
+  app.add_option("--mode", o.mode, "eager, graph (KV cache), nocache or lite (oneflow_lite over the decoder export)")
+      ->check(CLI::IsMember({"eager", "graph", "nocache", "lite"}))
+      ->capture_default_str();
   app.add_option("--batch", o.batch, "sequences generated side by side")->check(flow::cli::at_least<int64_t>(1))->capture_default_str();
   app.add_option("--prompt", o.prompt, "prompt tokens per sequence")->check(flow::cli::at_least<int64_t>(1))->capture_default_str();
   app.add_option("--new", o.new_tokens, "tokens generated per sequence")->check(flow::cli::at_least<int64_t>(2))->capture_default_str();
@@ -87,6 +156,7 @@ int main(int argc, char** argv) {
   app.add_option("--profile", o.profile_rows, "after the timed runs, profile one more and print this many ops by self time")
       ->check(flow::cli::at_least(0))
       ->capture_default_str();
+  app.add_option("--export-dir", o.export_dir, "with --mode lite: keep the decoder export here, with prompt_ids.bin and prefill_logits.bin");
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   try {
     const bool small = o.model == "gpt_train";
@@ -105,12 +175,37 @@ int main(int argc, char** argv) {
     const std::vector<int64_t> flat = ids.tolist<int64_t>();
     std::vector<std::vector<int64_t>> prompts;
     for (int64_t b = 0; b < o.batch; ++b) prompts.emplace_back(flat.begin() + b * o.prompt, flat.begin() + (b + 1) * o.prompt);
+    std::unique_ptr<LiteDecoder> lite;
+    // Without --export-dir the export lives in a temporary directory, removed on the way out.
+    struct RemovedAtExit {
+      std::filesystem::path path;
+      ~RemovedAtExit() {
+        std::error_code ignored;
+        if (!path.empty()) std::filesystem::remove_all(path, ignored);
+      }
+    } scratch;
+    if (o.mode == "lite") {
+      std::string dir = o.export_dir;
+      if (dir.empty()) {
+        scratch.path = std::filesystem::temp_directory_path() / ("generate_bench_" + std::to_string(getpid()));
+        dir = scratch.path.string();
+      }
+      models::export_decoder(model, dir, models::DecoderExportOptions().max_length(o.prompt + o.new_tokens).prefill_length(o.prompt));
+      lite = std::make_unique<LiteDecoder>(dir, config.n_layer_);
+      if (!o.export_dir.empty()) {
+        write_raw(ids, dir + "/prompt_ids.bin");
+        write_raw(lite->prefill(ids), dir + "/prefill_logits.bin");
+      }
+    }
     std::unique_ptr<models::CachedDecoder> decoder;
-    if (o.mode != "nocache") {
+    if (o.mode == "eager" || o.mode == "graph") {
       decoder = std::make_unique<models::CachedDecoder>(
           model, models::CachedDecoderOptions().slots(o.batch).max_length(o.prompt + o.new_tokens).use_graph(o.mode == "graph"));
     }
-    auto run = [&] { return decoder ? run_cached(*decoder, prompts, o.new_tokens) : run_uncached(*model, prompts, o.new_tokens); };
+    auto run = [&] {
+      if (lite) return run_lite(*lite, ids, o.new_tokens);
+      return decoder ? run_cached(*decoder, prompts, o.new_tokens) : run_uncached(*model, prompts, o.new_tokens);
+    };
     run();  // warm-up: allocator caches, and the Graph's plans
     std::vector<double> first, rate;
     for (int r = 0; r < o.runs; ++r) {
