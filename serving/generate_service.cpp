@@ -43,15 +43,15 @@ void read_param(GenerationParams& params, const std::string& name, const json& v
     params.max_tokens = integer_param(value, name);
   } else if (name == "do_sample") {
     if (!value.is_boolean()) fail_status(kInvalid, "parameter 'do_sample' must be a boolean, got ", value.dump());
-    params.do_sample = value.get<bool>();
+    params.sampling.do_sample = value.get<bool>();
   } else if (name == "temperature") {
-    params.temperature = number_param(value, name);
+    params.sampling.temperature = number_param(value, name);
   } else if (name == "top_k") {
-    params.top_k = integer_param(value, name);
+    params.sampling.top_k = integer_param(value, name);
   } else if (name == "top_p") {
-    params.top_p = number_param(value, name);
+    params.sampling.top_p = number_param(value, name);
   } else if (name == "repetition_penalty") {
-    params.repetition_penalty = number_param(value, name);
+    params.sampling.repetition_penalty = number_param(value, name);
   } else if (name == "seed") {
     const int64_t seed = integer_param(value, name);
     if (seed < 0) fail_status(kInvalid, "parameter 'seed' must be >= 0, got ", seed);

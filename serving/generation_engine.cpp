@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "core/sampling.h"
 #include "serving/status.h"
 
 namespace flow::serving {
@@ -58,10 +57,10 @@ void GenerationEngine::check(const std::vector<int64_t>& prompt, const Generatio
                 " leave room to generate");
   }
   if (params.max_tokens < 0) fail_status(invalid, "max_tokens must be >= 0, got ", params.max_tokens);
-  if (!(params.temperature > 0)) fail_status(invalid, "temperature must be > 0, got ", params.temperature);
-  if (params.top_k < 0) fail_status(invalid, "top_k must be >= 0, got ", params.top_k);
-  if (!(params.top_p > 0 && params.top_p <= 1)) fail_status(invalid, "top_p must be in (0, 1], got ", params.top_p);
-  if (!(params.repetition_penalty > 0)) fail_status(invalid, "repetition_penalty must be > 0, got ", params.repetition_penalty);
+  if (!(params.sampling.temperature > 0)) fail_status(invalid, "temperature must be > 0, got ", params.sampling.temperature);
+  if (params.sampling.top_k < 0) fail_status(invalid, "top_k must be >= 0, got ", params.sampling.top_k);
+  if (!(params.sampling.top_p > 0 && params.sampling.top_p <= 1)) fail_status(invalid, "top_p must be in (0, 1], got ", params.sampling.top_p);
+  if (!(params.sampling.repetition_penalty > 0)) fail_status(invalid, "repetition_penalty must be > 0, got ", params.sampling.repetition_penalty);
   if (params.stop_token_ids) {
     for (int64_t token : *params.stop_token_ids) {
       if (token < 0 || token >= spec.vocab_size) fail_status(invalid, "stop token id ", token, " is outside the vocabulary [0, ", spec.vocab_size, ")");
@@ -191,13 +190,7 @@ void GenerationEngine::decode_step() {
 
 bool GenerationEngine::advance(Sequence& sequence, const Tensor& logits) {
   const GenerationParams& p = sequence.params;
-  SamplingOptions sampling;
-  sampling.do_sample = p.do_sample;
-  sampling.temperature = p.temperature;
-  sampling.top_k = p.top_k;
-  sampling.top_p = p.top_p;
-  sampling.repetition_penalty = p.repetition_penalty;
-  const int64_t token = next_tokens(logits, sampling, {sequence.tokens}, sequence.generator.get()).item<int64_t>();
+  const int64_t token = next_tokens(logits, p.sampling, {sequence.tokens}, sequence.generator.get()).item<int64_t>();
   sequence.tokens.push_back(token);
   ++sequence.generated;
   metrics_.inference_count->Increment();

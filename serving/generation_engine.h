@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/random.h"
+#include "core/sampling.h"
 #include "serving/decoder_model.h"
 #include "serving/metrics.h"
 
@@ -24,11 +25,7 @@ namespace flow::serving {
 // One request's generation settings (Hugging Face's names; Triton's max_tokens).
 struct GenerationParams {
   int64_t max_tokens = 16;  // generated tokens at most
-  bool do_sample = false;   // false: greedy
-  double temperature = 1.0;
-  int64_t top_k = 0;  // 0: all tokens
-  double top_p = 1.0;
-  double repetition_penalty = 1.0;
+  SamplingOptions sampling;  // greedy by default
   std::optional<uint64_t> seed;  // unset: a seed from the engine's own sequence
   std::optional<std::vector<int64_t>> stop_token_ids;  // unset: the model's eos tokens
 };

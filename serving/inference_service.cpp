@@ -36,6 +36,20 @@ class RefusedStream final : public grpc::ServerBidiReactor<inference::ModelInfer
   void OnDone() override { delete this; }
 };
 
+// The call's model and how its inputs are decoded; `request` must outlive the call.
+InferCall infer_call_for(const inference::ModelInferRequest* request) {
+  InferCall call;
+  call.model_name = request->model_name();
+  call.model_version = request->model_version();
+  call.decode = [request](const ServedModel& served) {
+    std::vector<std::string> outputs;
+    for (const auto& output : request->outputs()) outputs.push_back(output.name());
+    return decode_infer_request(request_inputs(*request, served.label()), outputs, served.model(), served.label(),
+                                served.config().max_batch_size());
+  };
+  return call;
+}
+
 void fill_infer_response(const inference::ModelInferRequest& request, const ServedModel& served, const std::vector<ResponseOutput>& outputs,
                          inference::ModelInferResponse& response) {
   response.set_model_name(served.name());
@@ -141,15 +155,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     return finish(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, "[serving] the server is shutting down"));
   }
   grpc::ServerUnaryReactor* reactor = new TrackedReactor(tracker_);
-  InferCall call;
-  call.model_name = request->model_name();
-  call.model_version = request->model_version();
-  call.decode = [request](const ServedModel& served) {
-    std::vector<std::string> outputs;
-    for (const auto& output : request->outputs()) outputs.push_back(output.name());
-    return decode_infer_request(request_inputs(*request, served.label()), outputs, served.model(), served.label(),
-                                served.config().max_batch_size());
-  };
+  InferCall call = infer_call_for(request);
   call.cancelled = [context] { return context->IsCancelled(); };
   call.respond = [request, response](const ServedModel& served, std::vector<ResponseOutput> outputs) {
     fill_infer_response(*request, served, outputs, *response);
@@ -175,15 +181,8 @@ grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInfe
       // An unknown model: the plain inference below answers with its error.
     }
     auto response = std::make_shared<inference::ModelStreamInferResponse>();
-    InferCall call;
-    call.model_name = request->model_name();
-    call.model_version = request->model_version();
-    call.decode = [request](const ServedModel& served) {
-      std::vector<std::string> outputs;
-      for (const auto& output : request->outputs()) outputs.push_back(output.name());
-      return decode_infer_request(request_inputs(*request, served.label()), outputs, served.model(), served.label(),
-                                  served.config().max_batch_size());
-    };
+    // The request outlives the call: respond and finish below hold it.
+    InferCall call = infer_call_for(request.get());
     call.cancelled = [responder] { return responder->cancelled(); };
     call.respond = [request, response](const ServedModel& served, std::vector<ResponseOutput> outputs) {
       fill_infer_response(*request, served, outputs, *response->mutable_infer_response());
