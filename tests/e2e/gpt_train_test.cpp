@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <string>
@@ -13,6 +14,7 @@
 #include "common/scratch_dir.h"
 #include "core/flow.h"
 #include "examples/gpt_train/text_data.h"
+#include "oneflow_lite/model.h"
 
 namespace fs = std::filesystem;
 using test_cli::contains;
@@ -113,6 +115,24 @@ TEST_F(GptTrain, LossFallsOnTheFortunesAndASampleIsPrinted) {
   EXPECT_LT(run.validation.at(40), run.validation.at(20)) << run.output;
   EXPECT_LT(run.validation.at(40), 4.0) << run.output;
   EXPECT_TRUE(contains(run.output, "sample (top-k 10, seed 0):\nQ:")) << run.output;
+}
+
+// --export writes the served decoder (models/decoder_export.h): generation.json with byte tokens,
+// and prefill and decode steps oneflow_lite loads, the cache of the one layer as inputs.
+TEST_F(GptTrain, ExportWritesADecoderThatOneflowLiteLoads) {
+  const TrainingRun run = run_gpt_train("--steps 3 --sample-tokens 0 --export " + path("lm"));
+  EXPECT_TRUE(contains(run.output, "exported to " + path("lm"))) << run.output;
+  std::ifstream spec(fs::path(path("lm")) / "generation.json");
+  const std::string text((std::istreambuf_iterator<char>(spec)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, "\"tokenizer\": \"bytes\"")) << text;
+  EXPECT_TRUE(contains(text, "\"max_length\": 32")) << text;
+  for (const char* step : {"prefill", "decode"}) {
+    const auto model = flow::lite::Model::load((fs::path(path("lm")) / step).string());
+    ASSERT_EQ(model->inputs().size(), 5U) << step;
+    EXPECT_EQ(model->inputs()[0].name, "input_ids");
+    EXPECT_EQ(model->inputs()[0].shape, (std::vector<int64_t>{-1, std::string(step) == "decode" ? 1 : 16}));
+    EXPECT_EQ(model->outputs()[0].shape, (std::vector<int64_t>{-1, 256}));
+  }
 }
 
 TEST_F(GptTrain, EagerResumeIsBitIdentical) { expect_resume_is_exact("--dropout 0.1 --clip-grad 1"); }
