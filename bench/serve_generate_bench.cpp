@@ -224,8 +224,6 @@ int main(int argc, char** argv) {
     options.grpc_port = 0;
     options.http_port = 0;
     options.metrics_port = 0;
-    // Each stream holds an HTTP worker thread for its whole answer.
-    options.http_threads = std::max(options.http_threads, static_cast<int>(o.streams));
     const flow::serving::Server server(options);
     const int port = server.http_port();
 
