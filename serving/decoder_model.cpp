@@ -144,15 +144,26 @@ Tensor DecoderCache::prefill(int64_t slot, const std::vector<int64_t>& prompt) {
 }
 
 Tensor DecoderCache::decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& lengths) {
-  CHECK_EQ(static_cast<int64_t>(tokens.size()), slots_);
-  CHECK_EQ(static_cast<int64_t>(lengths.size()), slots_);
-  TensorList inputs{int64_tensor(tokens, {slots_, 1}), int64_tensor(lengths, {slots_}), int64_tensor(std::vector<int64_t>(tokens.size(), 1), {slots_})};
-  for (int64_t i = 0; i < model_->spec().num_layers; ++i) inputs.insert(inputs.end(), {keys_[i], values_[i]});
-  const TensorList outputs = model_->decode_model().run(inputs);
-  // The step's caches are new tensors: they become the cache.
+  const auto rows = static_cast<int64_t>(tokens.size());
+  CHECK(rows >= 1 && rows <= slots_) << rows << " rows";
+  CHECK_EQ(static_cast<int64_t>(lengths.size()), rows);
+  const bool all = rows == slots_;
+  TensorList inputs{int64_tensor(tokens, {rows, 1}), int64_tensor(lengths, {rows}), int64_tensor(std::vector<int64_t>(tokens.size(), 1), {rows})};
   for (int64_t i = 0; i < model_->spec().num_layers; ++i) {
-    keys_[i] = outputs[1 + 2 * i];
-    values_[i] = outputs[2 + 2 * i];
+    // The first rows of a cache are a contiguous view of it.
+    inputs.push_back(all ? keys_[i] : keys_[i].slice(0, 0, rows));
+    inputs.push_back(all ? values_[i] : values_[i].slice(0, 0, rows));
+  }
+  const TensorList outputs = model_->decode_model().run(inputs);
+  // The step's caches are new tensors: they become the cache, or its first rows.
+  for (int64_t i = 0; i < model_->spec().num_layers; ++i) {
+    if (all) {
+      keys_[i] = outputs[1 + 2 * i];
+      values_[i] = outputs[2 + 2 * i];
+    } else {
+      keys_[i].slice(0, 0, rows).copy_(outputs[1 + 2 * i]);
+      values_[i].slice(0, 0, rows).copy_(outputs[2 + 2 * i]);
+    }
   }
   return outputs[0];
 }

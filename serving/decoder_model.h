@@ -59,8 +59,8 @@ class DecoderCache {
   // Runs `prompt` (at most max_length tokens) into slot `slot` from position 0, in steps of
   // prefill_length; returns the logits after its last token, (1, vocab).
   Tensor prefill(int64_t slot, const std::vector<int64_t>& prompt);
-  // One token for every slot at once: tokens[s] at position lengths[s] (free slots pass any token
-  // at 0). Returns (slots, vocab) logits.
+  // One token for each of the first tokens.size() slots at once: tokens[s] at position lengths[s]
+  // (free slots among them pass any token at 0). Returns (tokens.size(), vocab) logits.
   Tensor decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& lengths);
 
  private:

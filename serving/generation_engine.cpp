@@ -152,8 +152,11 @@ void GenerationEngine::admit(std::unique_lock<std::mutex>& lock) {
 }
 
 void GenerationEngine::decode_step() {
-  std::vector<int64_t> tokens(slots_.size(), 0), lengths(slots_.size(), 0);
-  for (size_t slot = 0; slot < slots_.size(); ++slot) {
+  // The step runs the slots up to the last one in use (admit() fills the lowest free slots first).
+  size_t rows = slots_.size();
+  while (rows > 1 && !slots_[rows - 1]) --rows;
+  std::vector<int64_t> tokens(rows, 0), lengths(rows, 0);
+  for (size_t slot = 0; slot < rows; ++slot) {
     if (!slots_[slot]) continue;
     // The newest token is not in the cache yet: it goes in at its position now.
     tokens[slot] = slots_[slot]->tokens.back();
@@ -177,7 +180,7 @@ void GenerationEngine::decode_step() {
     return;
   }
   int64_t ended = 0;
-  for (size_t slot = 0; slot < slots_.size(); ++slot) {
+  for (size_t slot = 0; slot < rows; ++slot) {
     if (!slots_[slot]) continue;
     if (!advance(*slots_[slot], logits.slice(0, static_cast<int64_t>(slot), static_cast<int64_t>(slot) + 1))) {
       slots_[slot].reset();
