@@ -3,11 +3,12 @@
 // (--mode graph; plans compiled in an untimed warm-up run), or without a cache (--mode nocache:
 // every step reruns the model over each whole sequence), or through oneflow_lite (--mode lite: the
 // decoder export of models/decoder_export.h, its prefill step over the whole prompt at once, then
-// its decode step, the KV cache passed in and out). --model picks the shapes: gpt_train
+// its decode step, writing the KV cache it is given in place). --model picks the shapes: gpt_train
 // (examples/gpt_train's defaults: 4 layers, width 256, 4 heads, 256 byte tokens, 128 positions)
 // or gpt2 (GPT-2 small: 12 layers, 768, 12 heads, vocabulary 50257, 1024 positions).
 // --profile N prints the N ops with the most self time in one more run. --export-dir DIR (lite)
-// keeps the export there, with prompt_ids.bin (int64 (batch, prompt)) and prefill_logits.bin
+// keeps the export there (the cache updated in place), with its functional form in
+// DIR/functional (for ONNX), prompt_ids.bin (int64 (batch, prompt)) and prefill_logits.bin
 // (float32 (batch, vocab): lite's logits after the prompt) for bench/ort/ort_generate.js.
 // Prints: "generate <model> <mode> batch <b> prompt <p> new <n> ttft_ms <median> decode_tokens_per_s <median>".
 #include <algorithm>
@@ -84,11 +85,13 @@ std::pair<double, double> run_uncached(models::GPT2LMHeadModel& model, std::vect
   return {first, seconds_since(decoding)};
 }
 
-// oneflow_lite's steps over the decoder export: (batch, prompt) at once, then one token per row.
+// oneflow_lite's steps over the decoder export: (batch, prompt) at once, then one token per row,
+// the cache written in place (no batch buckets: a padded batch would be a copy).
 class LiteDecoder {
  public:
+  static inline const flow::lite::LoadOptions kOptions = flow::lite::LoadOptions().batch_buckets(false);
   LiteDecoder(const std::string& dir, int64_t layers)
-      : prefill_(flow::lite::Model::load(dir + "/prefill")), decode_(flow::lite::Model::load(dir + "/decode")), layers_(layers) {}
+      : prefill_(flow::lite::Model::load(dir + "/prefill", kOptions)), decode_(flow::lite::Model::load(dir + "/decode", kOptions)), layers_(layers) {}
 
   // Logits (batch, vocab) after the prompts; the cache starts empty.
   Tensor prefill(const Tensor& ids) {
@@ -112,10 +115,10 @@ class LiteDecoder {
     const auto batch = static_cast<int64_t>(counts.size());
     flow::TensorList inputs{ids, flow::tensor<int64_t>(lengths_, flow::Shape{batch}), flow::tensor<int64_t>(counts, flow::Shape{batch})};
     inputs.insert(inputs.end(), cache_.begin(), cache_.end());
-    flow::TensorList outputs = model.run(inputs);
-    cache_.assign(outputs.begin() + 1, outputs.end());
+    // The step writes the new keys and values into cache_ in place.
+    const Tensor logits = model.run(inputs)[0];
     for (size_t b = 0; b < lengths_.size(); ++b) lengths_[b] += counts[b];
-    return outputs[0];
+    return logits;
   }
 
   std::shared_ptr<const flow::lite::Model> prefill_, decode_;
@@ -190,9 +193,13 @@ int main(int argc, char** argv) {
         scratch.path = std::filesystem::temp_directory_path() / ("generate_bench_" + std::to_string(getpid()));
         dir = scratch.path.string();
       }
-      models::export_decoder(model, dir, models::DecoderExportOptions().max_length(o.prompt + o.new_tokens).prefill_length(o.prompt));
+      const auto options = models::DecoderExportOptions().max_length(o.prompt + o.new_tokens).prefill_length(o.prompt);
+      models::export_decoder(model, dir, options);
       lite = std::make_unique<LiteDecoder>(dir, config.n_layer_);
       if (!o.export_dir.empty()) {
+        // The functional form too (caches as outputs), which flow_onnx_export converts to ONNX.
+        auto functional = options;
+        models::export_decoder(model, dir + "/functional", functional.cache_update(models::CacheUpdate::kFunctional));
         write_raw(ids, dir + "/prompt_ids.bin");
         write_raw(lite->prefill(ids), dir + "/prefill_logits.bin");
       }

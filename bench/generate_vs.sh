@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Greedy text generation side by side (issue 39): time to first token and decode tokens/s of a
 # GPT-2 with random weights, flow eager and Graph (KV cache, build/bench/generate_bench), flow's
-# oneflow_lite over the decoder export (--mode lite), ONNX Runtime over the same export converted
-# to ONNX by flow_onnx_export (bench/ort/ort_generate.js, which also checks its logits after the
+# oneflow_lite over the decoder export (--mode lite, the cache written in place), ONNX Runtime
+# over the same model's functional export (caches as outputs) converted to ONNX by flow_onnx_export (bench/ort/ort_generate.js, which also checks its logits after the
 # prompt against lite's) and PyTorch 1.13 (bench/torch_generate.py, past_key_values as Hugging
 # Face's GPT-2 keeps them), each a fresh process, one after the other, ROUNDS times. Prompts of 32
 # tokens. Models: gpt_train (examples/gpt_train's size) and gpt2 (GPT-2 small shapes; its decode
@@ -28,7 +28,9 @@ for model in ${GENERATE_MODELS:-gpt_train gpt2}; do
       for ((round = 0; round < rounds; ++round)); do
         rm -rf "$work/export"
         FLOW_NUM_THREADS=$threads "$build/bench/generate_bench" --model "$model" --mode lite --batch "$batch" --new "$new" --export-dir "$work/export"
-        for step in prefill decode; do "$build/graph/onnx/flow_onnx_export" "$work/export/$step" "$work/export/$step.onnx" >/dev/null; done
+        for step in prefill decode; do
+          "$build/graph/onnx/flow_onnx_export" "$work/export/functional/$step" "$work/export/$step.onnx" >/dev/null
+        done
         for mode in eager graph; do
           FLOW_NUM_THREADS=$threads "$build/bench/generate_bench" --model "$model" --mode "$mode" --batch "$batch" --new "$new"
         done

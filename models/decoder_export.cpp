@@ -9,7 +9,7 @@
 
 namespace flow::models {
 
-DecoderStepGraph::DecoderStepGraph(std::shared_ptr<GPT2LMHeadModel> model) {
+DecoderStepGraph::DecoderStepGraph(std::shared_ptr<GPT2LMHeadModel> model, CacheUpdate update) : update_(update) {
   if (!model) fail("export_decoder", "no model");
   model_ = register_module("model", std::move(model));
   eval();
@@ -26,9 +26,9 @@ TensorList DecoderStepGraph::build(const TensorList& in) {
     past.keys.push_back(in[static_cast<size_t>(3 + 2 * i)]);
     past.values.push_back(in[static_cast<size_t>(4 + 2 * i)]);
   }
-  const CausalLMOutputWithPast out =
-      model_->forward_cached(in[0], in[1], past, CachedForwardOptions().input_lengths(in[2]).update(CacheUpdate::kFunctional));
+  const CausalLMOutputWithPast out = model_->forward_cached(in[0], in[1], past, CachedForwardOptions().input_lengths(in[2]).update(update_));
   TensorList outputs{out.logits};
+  if (update_ == CacheUpdate::kInPlace) return outputs;
   for (int64_t i = 0; i < layers; ++i) outputs.insert(outputs.end(), {out.past_key_values.keys[i], out.past_key_values.values[i]});
   return outputs;
 }
@@ -53,6 +53,7 @@ std::vector<std::string> DecoderStepGraph::input_names() const {
 
 std::vector<std::string> DecoderStepGraph::output_names() const {
   std::vector<std::string> names{"logits"};
+  if (update_ == CacheUpdate::kInPlace) return names;
   for (int64_t i = 0; i < model_->transformer->config().n_layer_; ++i) {
     names.push_back("present_keys_" + std::to_string(i));
     names.push_back("present_values_" + std::to_string(i));
@@ -75,7 +76,7 @@ void export_decoder(const std::shared_ptr<GPT2LMHeadModel>& model, const std::st
   }
   const std::filesystem::path root(dir);
   for (const auto& [name, tokens] : {std::pair<const char*, int64_t>{"prefill", options.prefill_length_}, {"decode", 1}}) {
-    DecoderStepGraph step(model);
+    DecoderStepGraph step(model, options.cache_update_);
     // Traced at two rows: a batch of one would be confused with the decode step's one token.
     step(step.example_inputs(2, tokens, max_length));
     save(step, (root / name).string(), ExportOptions().input_names(step.input_names()).output_names(step.output_names()));
@@ -85,7 +86,8 @@ void export_decoder(const std::shared_ptr<GPT2LMHeadModel>& model, const std::st
   std::ofstream json(root / "generation.json");
   json << "{\"format\": \"flow_decoder\", \"vocab_size\": " << config.vocab_size_ << ", \"max_length\": " << max_length
        << ", \"prefill_length\": " << options.prefill_length_ << ", \"num_layers\": " << config.n_layer_ << ", \"eos_token_ids\": [" << eos
-       << "], \"tokenizer\": \"" << options.tokenizer_ << "\"}\n";
+       << "], \"tokenizer\": \"" << options.tokenizer_ << "\", \"cache_update\": \""
+       << (options.cache_update_ == CacheUpdate::kInPlace ? "in_place" : "functional") << "\"}\n";
   if (!json) fail("export_decoder", "cannot write ", (root / "generation.json").string());
 }
 

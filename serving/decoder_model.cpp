@@ -33,6 +33,11 @@ DecoderSpec read_spec(const fs::path& file) {
     }
     if (spec.tokenizer != "bytes" && spec.tokenizer != "none") fail("serving", file.string(), ": unknown tokenizer '", spec.tokenizer, "'");
     if (spec.tokenizer == "bytes" && spec.vocab_size < 256) fail("serving", file.string(), ": a bytes tokenizer needs vocab_size >= 256");
+    const std::string update = json.value("cache_update", "");
+    if (update != "in_place") {
+      fail("serving", file.string(), ": cache_update is \"", update, "\"; flow_serve runs decoders that update their cache in place "
+           "(export_decoder's default)");
+    }
     return spec;
   } catch (const nlohmann::json::exception& e) {
     fail("serving", file.string(), ": ", e.what());
@@ -44,10 +49,7 @@ DecoderSpec read_spec(const fs::path& file) {
 void check_step(const lite::Model& model, const DecoderSpec& spec, int64_t tokens, const std::string& where) {
   std::vector<std::string> inputs{"input_ids", "past_lengths", "input_lengths"}, outputs{"logits"};
   for (int64_t i = 0; i < spec.num_layers; ++i) {
-    for (const char* kind : {"keys_", "values_"}) {
-      inputs.push_back("past_" + std::string(kind) + std::to_string(i));
-      outputs.push_back("present_" + std::string(kind) + std::to_string(i));
-    }
+    for (const char* kind : {"keys_", "values_"}) inputs.push_back("past_" + std::string(kind) + std::to_string(i));
   }
   auto names = [](const std::vector<lite::TensorSpec>& specs) {
     std::vector<std::string> out;
@@ -55,7 +57,7 @@ void check_step(const lite::Model& model, const DecoderSpec& spec, int64_t token
     return out;
   };
   if (names(model.inputs()) != inputs || names(model.outputs()) != outputs) {
-    fail("serving", where, ": the inputs and outputs are not those of a decoder step (input_ids, past_lengths, input_lengths, past_keys_<i>, ...)");
+    fail("serving", where, ": the inputs and outputs are not those of a decoder step (input_ids, past_lengths, input_lengths, past_keys_<i>, ... -> logits)");
   }
   if (!model.dynamic_batch()) fail("serving", where, ": a decoder step must take any batch size");
   const auto& ids = model.inputs()[0];
@@ -75,8 +77,10 @@ Tensor int64_tensor(std::vector<int64_t> values, Shape shape) { return tensor<in
 std::shared_ptr<const DecoderModel> DecoderModel::load(const std::string& dir) {
   const fs::path root(dir);
   DecoderSpec spec = read_spec(root / "generation.json");
-  auto prefill = lite::Model::load((root / "prefill").string());
-  auto decode = lite::Model::load((root / "decode").string());
+  // No batch buckets: a padded batch would be a copy, and the steps write their cache inputs.
+  const auto options = lite::LoadOptions().batch_buckets(false);
+  auto prefill = lite::Model::load((root / "prefill").string(), options);
+  auto decode = lite::Model::load((root / "decode").string(), options);
   check_step(*prefill, spec, spec.prefill_length, (root / "prefill").string());
   check_step(*decode, spec, 1, (root / "decode").string());
   return std::shared_ptr<const DecoderModel>(new DecoderModel(std::move(spec), std::move(prefill), std::move(decode)));
@@ -120,25 +124,17 @@ Tensor DecoderCache::prefill(int64_t slot, const std::vector<int64_t>& prompt) {
   CHECK(slot >= 0 && slot < slots_) << "slot " << slot;
   CHECK(!prompt.empty() && static_cast<int64_t>(prompt.size()) <= spec.max_length) << "prompt of " << prompt.size();
   const int64_t chunk = spec.prefill_length, length = static_cast<int64_t>(prompt.size());
-  // The slot's rows of the cache: contiguous views that each step's outputs are copied back into.
-  TensorList keys, values;
-  for (int64_t i = 0; i < spec.num_layers; ++i) {
-    keys.push_back(keys_[i].slice(0, slot, slot + 1));
-    values.push_back(values_[i].slice(0, slot, slot + 1));
-  }
+  // The slot's rows of the cache: contiguous views the steps write.
+  TensorList cache;
+  for (int64_t i = 0; i < spec.num_layers; ++i) cache.insert(cache.end(), {keys_[i].slice(0, slot, slot + 1), values_[i].slice(0, slot, slot + 1)});
   Tensor logits;
   for (int64_t start = 0; start < length; start += chunk) {
     const int64_t count = std::min(chunk, length - start);
     std::vector<int64_t> ids(static_cast<size_t>(chunk), 0);
     std::copy(prompt.begin() + start, prompt.begin() + start + count, ids.begin());
     TensorList inputs{int64_tensor(ids, {1, chunk}), int64_tensor({start}, {1}), int64_tensor({count}, {1})};
-    for (int64_t i = 0; i < spec.num_layers; ++i) inputs.insert(inputs.end(), {keys[i], values[i]});
-    const TensorList outputs = model_->prefill_model().run(inputs);
-    logits = outputs[0];
-    for (int64_t i = 0; i < spec.num_layers; ++i) {
-      keys[i].copy_(outputs[1 + 2 * i]);
-      values[i].copy_(outputs[2 + 2 * i]);
-    }
+    inputs.insert(inputs.end(), cache.begin(), cache.end());
+    logits = model_->prefill_model().run(inputs)[0];
   }
   return logits;
 }
@@ -147,24 +143,10 @@ Tensor DecoderCache::decode(const std::vector<int64_t>& tokens, const std::vecto
   const auto rows = static_cast<int64_t>(tokens.size());
   CHECK(rows >= 1 && rows <= slots_) << rows << " rows";
   CHECK_EQ(static_cast<int64_t>(lengths.size()), rows);
-  const bool all = rows == slots_;
   TensorList inputs{int64_tensor(tokens, {rows, 1}), int64_tensor(lengths, {rows}), int64_tensor(std::vector<int64_t>(tokens.size(), 1), {rows})};
-  for (int64_t i = 0; i < model_->spec().num_layers; ++i) {
-    // The first rows of a cache are a contiguous view of it.
-    inputs.push_back(all ? keys_[i] : keys_[i].slice(0, 0, rows));
-    inputs.push_back(all ? values_[i] : values_[i].slice(0, 0, rows));
-  }
+  // The first rows of a cache are a contiguous view of it, written in place by the step.
+  for (int64_t i = 0; i < model_->spec().num_layers; ++i) inputs.insert(inputs.end(), {keys_[i].slice(0, 0, rows), values_[i].slice(0, 0, rows)});
   const TensorList outputs = model_->decode_model().run(inputs);
-  // The step's caches are new tensors: they become the cache, or its first rows.
-  for (int64_t i = 0; i < model_->spec().num_layers; ++i) {
-    if (all) {
-      keys_[i] = outputs[1 + 2 * i];
-      values_[i] = outputs[2 + 2 * i];
-    } else {
-      keys_[i].slice(0, 0, rows).copy_(outputs[1 + 2 * i]);
-      values_[i].slice(0, 0, rows).copy_(outputs[2 + 2 * i]);
-    }
-  }
   return outputs[0];
 }
 

@@ -2,13 +2,15 @@
 // A served decoder language model: the directory flow::models::export_decoder writes, two
 // oneflow_lite exports of one cached step and a description of them:
 //   generation.json  {"format": "flow_decoder", "vocab_size", "max_length", "prefill_length",
-//                     "num_layers", "eos_token_ids": [...], "tokenizer": "bytes" | "none"}
+//                     "num_layers", "eos_token_ids": [...], "tokenizer": "bytes" | "none",
+//                     "cache_update": "in_place"}
 //   prefill/, decode/  the step over prefill_length tokens and over one token. Inputs: input_ids
 //                     (B, T) int64, past_lengths (B) int64, input_lengths (B) int64, then
-//                     past_keys_<i> and past_values_<i> (B, heads, max_length, head_dim) per layer;
-//                     outputs: logits (B, vocab) of each row's last input token, then
-//                     present_keys_<i> and present_values_<i>: the caches with the step's tokens
-//                     written at past_lengths[b] + t.
+//                     past_keys_<i> and past_values_<i> (B, heads, max_length, head_dim) per layer,
+//                     which the step updates in place (the step's tokens written at
+//                     past_lengths[b] + t); output: logits (B, vocab) of each row's last input
+//                     token. (The "functional" form, caches returned as new tensors, is for ONNX
+//                     and is not served.)
 // DecoderCache holds the keys and values of a fixed number of rows ("slots") between steps.
 #include <cstdint>
 #include <memory>
@@ -57,7 +59,8 @@ class DecoderCache {
   int64_t slots() const { return slots_; }
 
   // Runs `prompt` (at most max_length tokens) into slot `slot` from position 0, in steps of
-  // prefill_length; returns the logits after its last token, (1, vocab).
+  // prefill_length, the slot's rows of the cache updated in place; returns the logits after its
+  // last token, (1, vocab).
   Tensor prefill(int64_t slot, const std::vector<int64_t>& prompt);
   // One token for each of the first tokens.size() slots at once: tokens[s] at position lengths[s]
   // (free slots among them pass any token at 0). Returns (tokens.size(), vocab) logits.

@@ -1,6 +1,6 @@
-// ONNX Runtime twin of `generate_bench --mode lite`: greedy generation over flow's decoder export
-// converted to ONNX (flow_onnx_export DIR/prefill DIR/prefill.onnx, the same for decode), the KV
-// cache passed in and out of each step as flow's oneflow_lite run does. DIR is generate_bench's
+// ONNX Runtime twin of `generate_bench --mode lite`: greedy generation over flow's functional
+// decoder export converted to ONNX (flow_onnx_export DIR/functional/prefill DIR/prefill.onnx, the
+// same for decode), the KV cache passed in and out of each step (ONNX has no in-place update). DIR is generate_bench's
 // --export-dir: generation.json gives the layers and cache length, prompt_ids.bin the prompts, and
 // prefill_logits.bin lite's logits after them, which ONNX Runtime's must match (max abs difference
 // printed; exit 1 above --tolerance). Threads: intraOpNumThreads = --threads, interOpNumThreads 1,

@@ -118,7 +118,7 @@ TEST_F(GptTrain, LossFallsOnTheFortunesAndASampleIsPrinted) {
 }
 
 // --export writes the served decoder (models/decoder_export.h): generation.json with byte tokens,
-// and prefill and decode steps oneflow_lite loads, the cache of the one layer as inputs.
+// and prefill and decode steps oneflow_lite loads, the cache of the one layer as inputs it writes.
 TEST_F(GptTrain, ExportWritesADecoderThatOneflowLiteLoads) {
   const TrainingRun run = run_gpt_train("--steps 3 --sample-tokens 0 --export " + path("lm"));
   EXPECT_TRUE(contains(run.output, "exported to " + path("lm"))) << run.output;
@@ -131,6 +131,7 @@ TEST_F(GptTrain, ExportWritesADecoderThatOneflowLiteLoads) {
     ASSERT_EQ(model->inputs().size(), 5U) << step;
     EXPECT_EQ(model->inputs()[0].name, "input_ids");
     EXPECT_EQ(model->inputs()[0].shape, (std::vector<int64_t>{-1, std::string(step) == "decode" ? 1 : 16}));
+    ASSERT_EQ(model->outputs().size(), 1U) << step;  // the logits: the cache is written in place
     EXPECT_EQ(model->outputs()[0].shape, (std::vector<int64_t>{-1, 256}));
   }
 }
