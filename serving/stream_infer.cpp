@@ -50,22 +50,29 @@ class StreamReactor final : public grpc::ServerBidiReactor<Request, Response> {
   }
 
   void OnReadDone(bool ok) override {
+    std::shared_ptr<const Request> request;
+    {
+      std::lock_guard lock(state_->mutex);
+      if (!ok) {
+        state_->reads_done = true;
+        return maybe_finish(*state_);
+      }
+      request = std::make_shared<const Request>(std::move(request_));
+      request_.Clear();
+      if (tracker_.begin()) {
+        ++state_->unanswered;
+      } else {
+        Response refusal;
+        refusal.set_error_message("[serving] the server is shutting down");
+        refusal.mutable_infer_response()->set_id(request->id());
+        enqueue(*state_, std::move(refusal));
+        request.reset();
+      }
+    }
+    // Not under the state's lock: the handler takes other locks (a model's queue) whose holders
+    // call back into this stream (cancelled(), send()).
+    if (request) handler_(request, std::make_shared<Responder>(state_, tracker_));
     std::lock_guard lock(state_->mutex);
-    if (!ok) {
-      state_->reads_done = true;
-      return maybe_finish(*state_);
-    }
-    auto request = std::make_shared<const Request>(std::move(request_));
-    request_.Clear();
-    if (!tracker_.begin()) {
-      Response refusal;
-      refusal.set_error_message("[serving] the server is shutting down");
-      refusal.mutable_infer_response()->set_id(request->id());
-      enqueue(*state_, std::move(refusal));
-    } else {
-      ++state_->unanswered;
-      handler_(request, std::make_shared<Responder>(state_, tracker_));
-    }
     if (state_->reactor && !state_->cancelled) StartRead(&request_);
   }
 
