@@ -11,17 +11,18 @@
 // DIR/functional (for ONNX), prompt_ids.bin (int64 (batch, prompt)) and prefill_logits.bin
 // (float32 (batch, vocab): lite's logits after the prompt) for bench/ort/ort_generate.js.
 // Prints: "generate <model> <mode> batch <b> prompt <p> new <n> ttft_ms <median> decode_tokens_per_s <median>".
-#include <algorithm>
-#include <chrono>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/generation_models.h"
 #include "cli/cli.h"
 #include "core/flow.h"
 #include "core/grad_mode.h"
@@ -29,7 +30,6 @@
 #include "models/decoder.h"
 #include "models/decoder_export.h"
 #include "oneflow_lite/model.h"
-#include "models/gpt2.h"
 
 namespace {
 
@@ -162,14 +162,7 @@ int main(int argc, char** argv) {
   app.add_option("--export-dir", o.export_dir, "with --mode lite: keep the decoder export here, with prompt_ids.bin and prefill_logits.bin");
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   try {
-    const bool small = o.model == "gpt_train";
-    const auto config = models::GPT2Config()
-                            .vocab_size(small ? 256 : 50257)
-                            .n_positions(small ? 128 : 1024)
-                            .n_embd(small ? 256 : 768)
-                            .n_layer(small ? 4 : 12)
-                            .n_head(small ? 4 : 12)
-                            .dropout(0);
+    const auto config = bench::generation_model_config(o.model);
     if (o.prompt + o.new_tokens > config.n_positions_) flow::fail("generate_bench", "--prompt + --new exceed the model's ", config.n_positions_, " positions");
     flow::manual_seed(0);
     auto model = std::make_shared<models::GPT2LMHeadModel>(config);

@@ -25,10 +25,10 @@
 #include <thread>
 #include <vector>
 
+#include "bench/generation_models.h"
 #include "cli/cli.h"
 #include "core/flow.h"
 #include "models/decoder_export.h"
-#include "models/gpt2.h"
 #include "serving/server.h"
 
 namespace {
@@ -195,14 +195,7 @@ int main(int argc, char** argv) {
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   try {
     flow::set_num_threads(o.threads);
-    const bool small = o.model == "gpt_train";
-    const auto config = models::GPT2Config()
-                            .vocab_size(small ? 256 : 50257)
-                            .n_positions(small ? 128 : 1024)
-                            .n_embd(small ? 256 : 768)
-                            .n_layer(small ? 4 : 12)
-                            .n_head(small ? 4 : 12)
-                            .dropout(0);
+    const auto config = bench::generation_model_config(o.model);
     if (o.prompt + o.new_tokens > config.n_positions_) {
       flow::fail("serve_generate_bench", "--prompt + --new exceed the model's ", config.n_positions_, " positions");
     }

@@ -108,7 +108,7 @@ std::string DecoderModel::decode_text(const std::vector<int64_t>& tokens) const 
 
 DecoderCache::DecoderCache(std::shared_ptr<const DecoderModel> model, int64_t slots) : model_(std::move(model)), slots_(slots) {
   if (slots < 1) fail("serving", "a decoder needs at least one slot, got ", slots);
-  const auto& inputs = model_->decode_model().inputs();
+  const auto& inputs = model_->decode_model()->inputs();
   for (int64_t i = 0; i < model_->spec().num_layers; ++i) {
     for (int kind = 0; kind < 2; ++kind) {
       const lite::TensorSpec& spec = inputs.at(static_cast<size_t>(3 + 2 * i + kind));
@@ -134,7 +134,7 @@ Tensor DecoderCache::prefill(int64_t slot, const std::vector<int64_t>& prompt) {
     std::copy(prompt.begin() + start, prompt.begin() + start + count, ids.begin());
     TensorList inputs{int64_tensor(ids, {1, chunk}), int64_tensor({start}, {1}), int64_tensor({count}, {1})};
     inputs.insert(inputs.end(), cache.begin(), cache.end());
-    logits = model_->prefill_model().run(inputs)[0];
+    logits = model_->prefill_model()->run(inputs)[0];
   }
   return logits;
 }
@@ -146,7 +146,7 @@ Tensor DecoderCache::decode(const std::vector<int64_t>& tokens, const std::vecto
   TensorList inputs{int64_tensor(tokens, {rows, 1}), int64_tensor(lengths, {rows}), int64_tensor(std::vector<int64_t>(tokens.size(), 1), {rows})};
   // The first rows of a cache are a contiguous view of it, written in place by the step.
   for (int64_t i = 0; i < model_->spec().num_layers; ++i) inputs.insert(inputs.end(), {keys_[i].slice(0, 0, rows), values_[i].slice(0, 0, rows)});
-  const TensorList outputs = model_->decode_model().run(inputs);
+  const TensorList outputs = model_->decode_model()->run(inputs);
   return outputs[0];
 }
 

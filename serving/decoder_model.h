@@ -37,10 +37,9 @@ class DecoderModel {
   static std::shared_ptr<const DecoderModel> load(const std::string& dir);
 
   const DecoderSpec& spec() const { return spec_; }
-  // The decode step's export: its inputs and outputs describe the model.
-  const lite::Model& decode_model() const { return *decode_; }
-  std::shared_ptr<const lite::Model> decode_step() const { return decode_; }
-  const lite::Model& prefill_model() const { return *prefill_; }
+  // The steps' exports; the decode step's inputs and outputs describe the model.
+  const std::shared_ptr<const lite::Model>& decode_model() const { return decode_; }
+  const std::shared_ptr<const lite::Model>& prefill_model() const { return prefill_; }
 
   // Text to token ids and back, for a "bytes" tokenizer (flow::Error for "none").
   std::vector<int64_t> encode(const std::string& text) const;

@@ -217,13 +217,7 @@ void generate_over_http(const HttpRequest& request, HttpResponse& response, Mode
   if (!tracker.begin()) return send_error(response, 503, "[serving] the server is shutting down");
   // In flight until the last holder (the handler, the stream's start, the sequence's callbacks)
   // lets go: also when the event stream never starts because the client is gone.
-  struct Admission {
-    explicit Admission(RequestTracker& tracker) : tracker(tracker) {}
-    Admission(const Admission&) = delete;
-    ~Admission() { tracker.end(); }
-    RequestTracker& tracker;
-  };
-  auto admission = std::make_shared<Admission>(tracker);
+  auto admission = std::make_shared<AdmittedRequest>(tracker);
 
   if (!stream) {
     struct Outcome {

@@ -94,11 +94,6 @@ int64_t GenerationEngine::active() const {
   return active_;
 }
 
-int64_t GenerationEngine::waiting() const {
-  std::lock_guard lock(mutex_);
-  return static_cast<int64_t>(waiting_.size());
-}
-
 void GenerationEngine::run() {
   std::unique_lock lock(mutex_);
   for (;;) {

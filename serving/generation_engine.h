@@ -64,9 +64,8 @@ class GenerationEngine {
   void submit(std::vector<int64_t> prompt, GenerationParams params, TokenSink sink);
 
   const DecoderModel& model() const { return *model_; }
-  // Sequences holding a slot / waiting for one.
+  // Sequences holding a slot.
   int64_t active() const;
-  int64_t waiting() const;
 
  private:
   struct Sequence;

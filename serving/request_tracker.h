@@ -45,4 +45,17 @@ class RequestTracker {
   bool draining_ = false;
 };
 
+// Ends one admitted request (RequestTracker::begin() returned true) when destroyed; held by a
+// shared_ptr, the request ends with its last holder.
+class AdmittedRequest {
+ public:
+  explicit AdmittedRequest(RequestTracker& tracker) : tracker_(tracker) {}
+  AdmittedRequest(const AdmittedRequest&) = delete;
+  AdmittedRequest& operator=(const AdmittedRequest&) = delete;
+  ~AdmittedRequest() { tracker_.end(); }
+
+ private:
+  RequestTracker& tracker_;
+};
+
 }  // namespace flow::serving

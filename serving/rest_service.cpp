@@ -52,10 +52,7 @@ void infer(const HttpRequest& http_request, HttpResponse& http_response, ModelRe
     send_error(http_response, 503, "[serving] the server is shutting down");
     return;
   }
-  struct Admitted {
-    RequestTracker& tracker;
-    ~Admitted() { tracker.end(); }
-  } admitted{tracker};
+  const AdmittedRequest admitted(tracker);
   const std::optional<std::string> header_length = http_request.header(kInferenceHeaderContentLength);
   RestBody body;
   RestInferRequest request;

@@ -10,7 +10,7 @@ std::shared_ptr<ServedModel> ServedModel::load(const std::string& name, int64_t 
   std::shared_ptr<const lite::Model> model;
   if (std::filesystem::exists(std::filesystem::path(dir) / "generation.json")) {
     decoder = DecoderModel::load(dir);
-    model = decoder->decode_step();
+    model = decoder->decode_model();
   } else {
     model = lite::Model::load(dir);
   }
