@@ -12,8 +12,8 @@ import argparse
 import time
 
 import torch
-import torch.nn.functional as F
-from torch import nn
+
+import torch_gpt_step  # the model, beside this file
 
 CONFIGS = {  # vocab, positions, width, layers, heads: the same shapes as generate_bench's --model
     "gpt_train": (256, 128, 256, 4, 4),
@@ -21,49 +21,8 @@ CONFIGS = {  # vocab, positions, width, layers, heads: the same shapes as genera
 }
 
 
-def attention(q, k, v):
-    # Several queries only come with no past (the prompt, or nocache's whole sequence): causal mask.
-    # One query (a decode step) may see every key, so it needs no mask, as in HF's GPT-2.
-    causal = q.shape[-2] > 1
-    if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2.0 and later
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    scores = (q @ k.transpose(-2, -1)) / (q.shape[-1] ** 0.5)
-    if causal:
-        t = q.shape[-2]
-        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-    return scores.softmax(dim=-1) @ v
-
-
-class Block(nn.Module):
-    def __init__(self, width, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln_1, self.ln_2 = nn.LayerNorm(width), nn.LayerNorm(width)
-        self.c_attn, self.c_proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
-        self.c_fc, self.mlp_proj = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
-
-    def forward(self, x, past=None):
-        b, t, c = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        if past is not None:  # (B, heads, past length, head_dim) each
-            k, v = torch.cat((past[0], k), dim=-2), torch.cat((past[1], v), dim=-2)
-        y = attention(q, k, v)
-        x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")), (k, v)
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab, positions, width, layers, heads):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(positions, width)
-        self.h = nn.ModuleList(Block(width, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(width)
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, std=0.02)
-            if isinstance(module, nn.Linear):
-                nn.init.zeros_(module.bias)
+class GPT(torch_gpt_step.GPT):
+    """torch_gpt_step's GPT-2 (the same modules and initialisation), run step by step."""
 
     def forward(self, ids, past=None, all_logits=False):
         """Logits of each row's last token (B, vocab) and each layer's (keys, values)."""

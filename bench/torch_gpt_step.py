@@ -15,12 +15,16 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def causal_attention(q, k, v):
+def attention(q, k, v):
+    # Several queries come with no past (a training step, a prompt): causal mask. One query (a
+    # decode step of bench/torch_generate.py) may see every key, so it needs no mask, as in HF's GPT-2.
+    causal = q.shape[-2] > 1
     if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2.0 and later
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    t = q.shape[-2]
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     scores = (q @ k.transpose(-2, -1)) / (q.shape[-1] ** 0.5)
-    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    if causal:
+        t = q.shape[-2]
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
     return scores.softmax(dim=-1) @ v
 
 
@@ -32,13 +36,16 @@ class Block(nn.Module):
         self.c_attn, self.c_proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
         self.c_fc, self.mlp_proj = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
 
-    def forward(self, x):
+    def forward(self, x, past=None):
+        """The block's output and its (keys, values), after `past`'s when given (a KV cache)."""
         b, t, c = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = causal_attention(q, k, v)
+        if past is not None:  # (B, heads, past length, head_dim) each
+            k, v = torch.cat((past[0], k), dim=-2), torch.cat((past[1], v), dim=-2)
+        y = attention(q, k, v)
         x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")), (k, v)
 
 
 class GPT(nn.Module):
@@ -56,7 +63,7 @@ class GPT(nn.Module):
     def loss(self, ids):
         x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
         for block in self.h:
-            x = block(x)
+            x, _ = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
         return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
 
