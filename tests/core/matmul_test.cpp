@@ -94,19 +94,38 @@ TEST(Matmul, SingleRowOrColumnInEveryLayout) {
   }
 }
 
-// A few rows at several threads are split by output columns over the threads: every operand
-// layout, column counts that do not divide evenly, linear's bias accumulated by each chunk.
+// A few rows at several threads are split by output columns over the threads (when each thread
+// gets enough work: at least 2M multiply-adds): every operand layout, column counts that do not
+// divide evenly, linear's bias accumulated by each chunk; products too small to split run whole.
 TEST(Matmul, FewRowsSplitByColumnsInEveryLayout) {
   flow::manual_seed(10);
   const int previous = flow::get_num_threads();
   flow::set_num_threads(3);
   for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
-    const double tol = dtype == flow::kFloat32 ? 1e-4 : 1e-12;
-    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{2, 9, 200}, {8, 33, 97}, {32, 5, 64}}) {
+    const double tol = dtype == flow::kFloat32 ? 1e-3 : 1e-11;
+    for (const auto& [m, k, n] :
+         std::vector<std::array<int64_t, 3>>{{8, 1024, 750}, {32, 256, 800}, {2, 3000, 1100}, {8, 33, 97}}) {
       expect_matmul_in_every_layout(m, k, n, dtype, tol);
       Tensor x = flow::randn({m, k}, dtype), w = flow::randn({n, k}, dtype), bias = flow::randn({n}, dtype);
       expect_close(flow::linear(x, w, bias), reference_matmul(x, w.t().contiguous()) + bias, tol, 1e-4);
     }
+  }
+  flow::set_num_threads(previous);
+}
+
+// One row or column at several threads is split into GEMVs over slices of the matrix (each thread
+// reading at least 256K of its elements): every layout, uneven slices, linear's bias.
+TEST(Matmul, SingleRowOrColumnSplitOverThreads) {
+  flow::manual_seed(11);
+  const int previous = flow::get_num_threads();
+  flow::set_num_threads(3);
+  for (flow::DType dtype : {flow::kFloat32, flow::kFloat64}) {
+    const double tol = dtype == flow::kFloat32 ? 1e-3 : 1e-11;
+    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1024, 800}, {800, 1024, 1}, {1, 300, 2700}}) {
+      expect_matmul_in_every_layout(m, k, n, dtype, tol);
+    }
+    Tensor x = flow::randn({1, 1024}, dtype), w = flow::randn({700, 1024}, dtype), bias = flow::randn({700}, dtype);
+    expect_close(flow::linear(x, w, bias), reference_matmul(x, w.t().contiguous()) + bias, tol, 1e-4);
   }
   flow::set_num_threads(previous);
 }

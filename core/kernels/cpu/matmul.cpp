@@ -61,6 +61,28 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int
 // OpenBLAS at 2 threads 202 us, split by columns 99 us (at 64 rows the two are level).
 constexpr int64_t kFewRows = 32;
 constexpr int64_t kMinColumnsPerThread = 32;
+// Below these amounts of work per thread a second thread costs more to wake than it saves, and
+// far more when other processes hold the cores: on a loaded 2-core machine OpenBLAS's threaded
+// GEMV took 56 us at 2 threads for 1x256 @ 256x256 against 2.8 us on one (a decode step of a small
+// language model runs dozens of them). A GEMV reads each matrix element once (memory-bound); a
+// GEMM's multiply-adds are oneDNN's kMinFlopsPerThread / 2 (matmul_dnnl.cpp).
+constexpr int64_t kMinGemvElementsPerThread = int64_t{1} << 18;
+constexpr int64_t kMinGemmMacsPerThread = 2'000'000;
+
+// Runs body(lo, hi) over [0, n) in chunks of at least `grain` on flow's threads, each chunk's
+// BLAS calls on its own thread; one chunk runs with OpenMP capped at one thread, so that OpenBLAS
+// does not thread it by itself.
+template <typename Body>
+void split_product(int64_t n, int64_t grain, const Body& body) {
+  if (n / std::max<int64_t>(grain, 1) < 2 || current_num_threads() < 2) {
+    const ThreadCapScope one_thread(1);
+    body(0, n);
+  } else {
+    parallel_for(0, n, grain, body);
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / std::max<int64_t>(b, 1); }
 
 // c = op(a) @ op(b) + beta * c, row-major. A single row or column goes to GEMV: OpenBLAS's GEMM
 // packs the whole other operand first, which for one row (batch-1 inference) costs more than
@@ -70,18 +92,29 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   sync_openmp_threads();
   if (m == 1) {
-    // c^T = op(b)^T @ op(a)^T; the row of op(a) has stride 1, or lda when a is transposed.
-    const int64_t b_rows = tb == CblasNoTrans ? k : n, b_cols = tb == CblasNoTrans ? n : k;
-    gemv<T>(flipped(tb), b_rows, b_cols, b, ldb, a, ta == CblasNoTrans ? 1 : lda, beta, c, 1);
-  } else if (n == 1) {
-    const int64_t a_rows = ta == CblasNoTrans ? m : k, a_cols = ta == CblasNoTrans ? k : m;
-    gemv<T>(ta, a_rows, a_cols, a, lda, b, tb == CblasNoTrans ? ldb : 1, beta, c, ldc);
-  } else if (m <= kFewRows && current_num_threads() > 1 && n >= 2 * kMinColumnsPerThread) {
-    // Column j of op(b) starts at element j of b, or row j (j * ldb) when b is transposed.
+    // c^T = op(b)^T @ op(a)^T over slices of op(b)'s columns: column j of op(b) starts at element
+    // j of b, or row j (j * ldb) when b is transposed. The row of op(a) has stride 1, or lda.
     const int64_t column_stride = tb == CblasNoTrans ? 1 : ldb;
-    parallel_for(0, n, kMinColumnsPerThread, [&](int64_t lo, int64_t hi) {
+    split_product(n, ceil_div(kMinGemvElementsPerThread, k), [&](int64_t lo, int64_t hi) {
+      const int64_t b_rows = tb == CblasNoTrans ? k : hi - lo, b_cols = tb == CblasNoTrans ? hi - lo : k;
+      gemv<T>(flipped(tb), b_rows, b_cols, b + lo * column_stride, ldb, a, ta == CblasNoTrans ? 1 : lda, beta, c + lo, 1);
+    });
+  } else if (n == 1) {
+    // Row i of op(a) starts at row i of a (i * lda), or at element i when a is transposed.
+    const int64_t row_stride = ta == CblasNoTrans ? lda : 1;
+    split_product(m, ceil_div(kMinGemvElementsPerThread, k), [&](int64_t lo, int64_t hi) {
+      const int64_t a_rows = ta == CblasNoTrans ? hi - lo : k, a_cols = ta == CblasNoTrans ? k : hi - lo;
+      gemv<T>(ta, a_rows, a_cols, a + lo * row_stride, lda, b, tb == CblasNoTrans ? ldb : 1, beta, c + lo * ldc, ldc);
+    });
+  } else if (m <= kFewRows && n >= 2 * kMinColumnsPerThread) {
+    const int64_t column_stride = tb == CblasNoTrans ? 1 : ldb;
+    const int64_t grain = std::max(kMinColumnsPerThread, ceil_div(kMinGemmMacsPerThread, m * k));
+    split_product(n, grain, [&](int64_t lo, int64_t hi) {
       blas_gemm<T>(ta, tb, m, hi - lo, k, a, lda, b + lo * column_stride, ldb, beta, c + lo, ldc);
     });
+  } else if (m * n * k < 2 * kMinGemmMacsPerThread) {
+    const ThreadCapScope one_thread(1);
+    blas_gemm<T>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   } else {
     blas_gemm<T>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   }
