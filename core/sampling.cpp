@@ -19,6 +19,16 @@ void check_logits(const Tensor& logits, const char* op) {
 
 }  // namespace
 
+std::optional<std::string> sampling_options_error(const SamplingOptions& o) {
+  if (!(o.temperature > 0) || !std::isfinite(o.temperature)) return detail::concat("temperature must be a positive number, got ", o.temperature);
+  if (o.top_k < 0) return detail::concat("top_k must be >= 0 (0: no top-k filtering), got ", o.top_k);
+  if (!(o.top_p > 0 && o.top_p <= 1)) return detail::concat("top_p must be in (0, 1], got ", o.top_p);
+  if (!(o.repetition_penalty > 0) || !std::isfinite(o.repetition_penalty)) {
+    return detail::concat("repetition_penalty must be a positive number, got ", o.repetition_penalty);
+  }
+  return std::nullopt;
+}
+
 Tensor temperature_logits(const Tensor& logits, double temperature) {
   check_logits(logits, "temperature_logits");
   if (!(temperature > 0) || !std::isfinite(temperature)) fail("temperature_logits", "temperature must be a positive number, got ", temperature);

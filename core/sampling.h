@@ -4,6 +4,8 @@
 // tokens get -inf) and the choice itself. Used by flow::models::generate and by flow_serve's
 // decoder models, so both pick the same tokens from the same logits and seed.
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/random.h"
@@ -31,6 +33,10 @@ struct SamplingOptions {
   double top_p = 1.0;
   double repetition_penalty = 1.0;
 };
+
+// What is wrong with options (the first problem, worded for the user), or nullopt when they are
+// valid; flow::models::generate and flow_serve's request checks both report it.
+std::optional<std::string> sampling_options_error(const SamplingOptions& options);
 
 // One token per row of logits (B, vocab), int64 (B): the repetition penalty over sequences[b]
 // (the row's tokens so far), then greedy, or temperature, top-k, top-p and one draw per row from

@@ -10,14 +10,19 @@
 namespace flow::models {
 namespace {
 
+SamplingOptions sampling_options(const GenerationConfig& c) {
+  SamplingOptions options;
+  options.do_sample = c.do_sample_;
+  options.temperature = c.temperature_;
+  options.top_k = c.top_k_;
+  options.top_p = c.top_p_;
+  options.repetition_penalty = c.repetition_penalty_;
+  return options;
+}
+
 void check_config(const GenerationConfig& c, int64_t vocab) {
   if (c.max_new_tokens_ < 0) fail("generate", "max_new_tokens must be >= 0, got ", c.max_new_tokens_);
-  if (!(c.temperature_ > 0) || !std::isfinite(c.temperature_)) fail("generate", "temperature must be a positive number, got ", c.temperature_);
-  if (c.top_k_ < 0) fail("generate", "top_k must be >= 0 (0: no top-k filtering), got ", c.top_k_);
-  if (!(c.top_p_ > 0 && c.top_p_ <= 1)) fail("generate", "top_p must be in (0, 1], got ", c.top_p_);
-  if (!(c.repetition_penalty_ > 0) || !std::isfinite(c.repetition_penalty_)) {
-    fail("generate", "repetition_penalty must be a positive number, got ", c.repetition_penalty_);
-  }
+  if (const auto error = sampling_options_error(sampling_options(c))) fail("generate", *error);
   for (int64_t id : c.eos_token_id_) {
     if (id < 0 || id >= vocab) fail("generate", "eos_token_id ", id, " is outside the vocabulary [0, ", vocab, ")");
   }
@@ -46,13 +51,7 @@ void check_prompts(const std::vector<std::vector<int64_t>>& prompts, const Gener
 // argmax or a draw (core/sampling.h).
 std::vector<int64_t> choose(const Tensor& logits, const std::vector<std::vector<int64_t>>& sequences, const GenerationConfig& c,
                             Generator* generator) {
-  SamplingOptions options;
-  options.do_sample = c.do_sample_;
-  options.temperature = c.temperature_;
-  options.top_k = c.top_k_;
-  options.top_p = c.top_p_;
-  options.repetition_penalty = c.repetition_penalty_;
-  return next_tokens(logits, options, sequences, generator).to(kCPU).tolist<int64_t>();
+  return next_tokens(logits, sampling_options(c), sequences, generator).to(kCPU).tolist<int64_t>();
 }
 
 bool stops(int64_t token, const GenerationConfig& c) {

@@ -57,10 +57,7 @@ void GenerationEngine::check(const std::vector<int64_t>& prompt, const Generatio
                 " leave room to generate");
   }
   if (params.max_tokens < 0) fail_status(invalid, "max_tokens must be >= 0, got ", params.max_tokens);
-  if (!(params.sampling.temperature > 0)) fail_status(invalid, "temperature must be > 0, got ", params.sampling.temperature);
-  if (params.sampling.top_k < 0) fail_status(invalid, "top_k must be >= 0, got ", params.sampling.top_k);
-  if (!(params.sampling.top_p > 0 && params.sampling.top_p <= 1)) fail_status(invalid, "top_p must be in (0, 1], got ", params.sampling.top_p);
-  if (!(params.sampling.repetition_penalty > 0)) fail_status(invalid, "repetition_penalty must be > 0, got ", params.sampling.repetition_penalty);
+  if (const auto error = sampling_options_error(params.sampling)) fail_status(invalid, *error);
   if (params.stop_token_ids) {
     for (int64_t token : *params.stop_token_ids) {
       if (token < 0 || token >= spec.vocab_size) fail_status(invalid, "stop token id ", token, " is outside the vocabulary [0, ", spec.vocab_size, ")");

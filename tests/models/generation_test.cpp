@@ -334,6 +334,18 @@ TEST(Generation, ErrorsNameGenerate) {
   EXPECT_THROW_MSG(flow::top_k_logits(flow::zeros({3}), 1), "[top_k_logits] expects floating-point logits of shape (batch, vocab)");
   EXPECT_THROW_MSG(flow::top_p_logits(flow::zeros({1, 3}), 0), "[top_p_logits] top_p must be in (0, 1]");
   EXPECT_THROW_MSG(flow::repetition_penalty_logits(flow::zeros({2, 3}), {{1}}, 1.5), "[repetition_penalty_logits] needs one token sequence per row");
+  // The one check generate() and flow_serve share.
+  EXPECT_EQ(flow::sampling_options_error(flow::SamplingOptions{}), std::nullopt);
+  auto with = [](auto change) {
+    flow::SamplingOptions options;
+    change(options);
+    return flow::sampling_options_error(options).value_or("");
+  };
+  EXPECT_EQ(with([](flow::SamplingOptions& o) { o.temperature = std::numeric_limits<double>::infinity(); }),
+            "temperature must be a positive number, got inf");
+  EXPECT_EQ(with([](flow::SamplingOptions& o) { o.top_k = -1; }), "top_k must be >= 0 (0: no top-k filtering), got -1");
+  EXPECT_EQ(with([](flow::SamplingOptions& o) { o.top_p = std::nan(""); }), "top_p must be in (0, 1], got nan");
+  EXPECT_EQ(with([](flow::SamplingOptions& o) { o.repetition_penalty = -2; }), "repetition_penalty must be a positive number, got -2");
 }
 
 TEST(Generation, DecoderErrors) {

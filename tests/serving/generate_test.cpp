@@ -208,7 +208,7 @@ TEST_F(GenerateTest, BadRequestsAreRefused) {
       {{{"input_ids", {1, 300}}}, "outside the vocabulary"},
       {{{"input_ids", {1}}, {"max_tokens", -1}}, "max_tokens must be >= 0"},
       {{{"input_ids", std::vector<int64_t>(kMaxLength, 1)}}, "leave room to generate"},
-      {{{"input_ids", {1}}, {"temperature", 0}}, "temperature must be > 0"},
+      {{{"input_ids", {1}}, {"temperature", 0}}, "temperature must be a positive number"},
       {{{"input_ids", {1}}, {"top_p", 1.5}}, "top_p must be in (0, 1]"},
       {{{"input_ids", {1}}, {"max_token", 3}}, "unknown parameter 'max_token'"},
       {{{"max_tokens", 3}}, "neither text_input nor input_ids"},
