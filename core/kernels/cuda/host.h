@@ -15,6 +15,7 @@ namespace flow::cuda {
 inline const std::vector<DType> kCudaDtypes = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8, kBool};
 // The 16-bit floating dtypes, which the kernels that take them compute in float.
 inline const std::vector<DType> kReducedFloating = {kFloat16, kBFloat16};
+// dtypes plus float16 and bfloat16.
 inline std::vector<DType> and_reduced(std::vector<DType> dtypes) {
   dtypes.insert(dtypes.end(), kReducedFloating.begin(), kReducedFloating.end());
   return dtypes;

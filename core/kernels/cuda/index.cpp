@@ -15,7 +15,8 @@ namespace {
 int item_of(const Tensor& t) { return static_cast<int>(itemsize(t.dtype())); }
 
 // Each input's (outer, size * inner) rows land at its offset along dim of the output's rows: one
-// pitched copy per input, on the default stream the kernels run on.
+// pitched copy per input (a plain one for a single row, whose pitch could pass CUDA's limit), on
+// the default stream the kernels run on.
 void cat_kernel(KernelContext& ctx) {
   Tensor& out = ctx.outputs[0];
   set_device(out, "cat");
@@ -28,8 +29,10 @@ void cat_kernel(KernelContext& ctx) {
     const size_t run = static_cast<size_t>(s.n * s.inner) * item;
     if (run > 0 && o.outer > 0) {
       char* dst = static_cast<char*>(out.data_ptr()) + static_cast<size_t>(offset * o.inner) * item;
-      const cudaError_t status = cudaMemcpy2DAsync(dst, static_cast<size_t>(o.n * o.inner) * item, t.data_ptr(), run, run,
-                                                   static_cast<size_t>(o.outer), cudaMemcpyDeviceToDevice, nullptr);
+      const cudaError_t status =
+          o.outer == 1 ? cudaMemcpyAsync(dst, t.data_ptr(), run, cudaMemcpyDeviceToDevice, nullptr)
+                       : cudaMemcpy2DAsync(dst, static_cast<size_t>(o.n * o.inner) * item, t.data_ptr(), run, run,
+                                           static_cast<size_t>(o.outer), cudaMemcpyDeviceToDevice, nullptr);
       check(status == cudaSuccess ? nullptr : cudaGetErrorString(status), "cat");
     }
     offset += s.n;
