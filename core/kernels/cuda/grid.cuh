@@ -25,6 +25,24 @@ inline const char* launch_status() {
   return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
 }
 
+// Tree sum of one value per thread of a one-dimensional block of a power-of-two size, in a fixed
+// order (deterministic); every thread gets the total. shared holds blockDim.x values.
+template <typename Acc>
+__device__ Acc block_sum(Acc value, Acc* shared) {
+  shared[threadIdx.x] = value;
+  __syncthreads();
+  for (int width = blockDim.x / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
+    __syncthreads();
+  }
+  const Acc total = shared[0];
+  __syncthreads();  // shared is reused by the caller's next round
+  return total;
+}
+
+// One block per output of a reduction, up to the grid's limit (the kernels stride over the rest).
+inline int blocks_for_outputs(int64_t outputs) { return static_cast<int>(outputs < 65535 * 64 ? outputs : 65535 * 64); }
+
 // Calls f(T{}) for the C++ type T of `type` and returns its status.
 template <typename F>
 const char* dispatch_all(ScalarType type, F&& f) {

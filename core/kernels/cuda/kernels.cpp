@@ -289,10 +289,6 @@ void linear_kernel(KernelContext& ctx) {
 
 // The element-wise kernels, casts, fills and products also take float16 and bfloat16 (computed
 // in float, rounded once): a mixed-precision step on CUDA runs in them.
-std::vector<DType> and_reduced(std::vector<DType> dtypes) {
-  dtypes.insert(dtypes.end(), kReducedFloating.begin(), kReducedFloating.end());
-  return dtypes;
-}
 const std::vector<DType> kArangeDtypes = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8};
 const std::vector<DType> kFloating = and_reduced(floating_dtypes());
 const std::vector<DType> kNumeric = and_reduced(kArangeDtypes);

@@ -42,6 +42,32 @@ const char* cast(ScalarType from, ScalarType to, const Geometry& g, int64_t nume
 const char* fill(ScalarType type, void* data, int64_t numel, double value);
 const char* arange(ScalarType type, void* data, int64_t numel, double start, double step);
 
+// A Scalar attribute as Scalar::to<T>() reads it: integer dtypes take `integer` (exact for any
+// int64), floating ones `real` (16-bit ones through float).
+struct ScalarArg {
+  double real = 0;
+  int64_t integer = 0;
+};
+
+// Element-wise ops with parameters or operand dtypes of their own (pointwise.cu), over geometries
+// prepared as for unary/binary. sign: (0 < x) - (x < 0), so NaN gives 0 as on the CPU.
+const char* sign(ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand in);
+// PyTorch's softplus: x where x * beta > threshold, else log1p(exp(x * beta)) / beta.
+const char* softplus(ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand in, double beta, double threshold);
+// x < lo ? lo : (x > hi ? hi : x), a missing bound being the dtype's lowest / largest finite value
+// (the CPU kernel's rule: NaN stays NaN).
+const char* clamp(ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand in, bool has_min, ScalarArg min,
+                  bool has_max, ScalarArg max);
+// grad * GELU'(input), erf or tanh form; 16-bit values compute in float and round once.
+const char* gelu_grad(ScalarType type, bool tanh_form, const Geometry& g, int64_t numel, Operand out, Operand grad, Operand input);
+enum class LogicalOp : int { kAnd, kOr, kXor };
+// Bool operands, bool output.
+const char* logical(LogicalOp op, const Geometry& g, int64_t numel, Operand out, Operand a, Operand b);
+// out (bool) = input == 0, any dtype.
+const char* logical_not(ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand in);
+// out = mask (bool) ? value : input.
+const char* masked_fill(ScalarType type, const Geometry& g, int64_t numel, Operand out, Operand input, Operand mask, ScalarArg value);
+
 // 2-d pooling of `planes` (h, w) planes into (oh, ow) by (kh, kw) windows (floor mode).
 struct PoolWindow {
   int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
@@ -58,12 +84,31 @@ const char* batch_norm_statistics_grad(ScalarType type, int64_t n, int64_t c, in
                                        const void* invstd, const void* grad_mean, const void* grad_invstd, void* grad_input);
 
 // Reductions and softmax over the middle dim of a contiguous (outer, n, inner) input, written to
-// the contiguous (outer, inner) output (softmax: to (outer, n, inner)). Sums accumulate in the
-// input's type (int64 for integers), in a different order from the CPU's.
-const char* sum_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, void* out);
-// First index of the maximum, NaN counting as the maximum (the CPU loop's rule).
-const char* argmax_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, int64_t* out);
+// the contiguous (outer, inner) output (softmax, cumsum: to (outer, n, inner)). Sums and products
+// accumulate in the input's type (int64 for integers, wrapping), in a different order from the
+// CPU's; max and min give NaN when a NaN is among the values, as the CPU does.
+enum class ReduceOp : int { kSum, kProd, kMax, kMin };
+const char* reduce_middle(ReduceOp op, ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, void* out);
+// First index of the maximum (minimum), NaN counting as the extremum (the CPU loop's rule); the
+// values at those indices too where `values` is not null (max_dim, min_dim).
+const char* extremum_index_middle(bool is_max, ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, int64_t* out,
+                                  void* values);
+// Running sums along n (from the end when reverse), in the CPU's order and accumulator types.
+const char* cumsum_middle(ScalarType type, bool reverse, int64_t outer, int64_t n, int64_t inner, const void* in, void* out);
 const char* softmax_middle(ScalarType type, bool log_output, int64_t outer, int64_t n, int64_t inner, const void* in, void* out);
+
+// Layer norm over a contiguous (rows, features) input (norm.cu): mean and rstd = 1 / sqrt(var +
+// eps) per row from two passes in the input's type; weight and bias are both null or both given.
+const char* layer_norm(ScalarType type, int64_t rows, int64_t features, double eps, const void* x, const void* weight, const void* bias,
+                       void* y, void* mean, void* rstd);
+// Its gradients: dx per row (weight may be null), and grad_weight[f] = sum over rows of dy * xhat,
+// grad_bias[f] = sum of dy (written, zeros for no rows, whether or not the forward was affine).
+const char* layer_norm_grad(ScalarType type, int64_t rows, int64_t features, const void* dy, const void* x, const void* mean,
+                            const void* rstd, const void* weight, void* dx, void* grad_weight, void* grad_bias);
+// softmax's (log_softmax's) input gradient from the output's gradient and the output, over the
+// middle dim of contiguous (outer, n, inner) tensors of one dtype.
+const char* softmax_grad_middle(ScalarType type, bool log_output, int64_t outer, int64_t n, int64_t inner, const void* grad,
+                                const void* out, void* grad_input);
 
 // gather / scatter along `dim` over the index's positions (contiguous tensors, strides in
 // elements). An index may be negative (counted from the end); the first out-of-range one seen is
@@ -81,6 +126,20 @@ const char* gather(ScalarType type, bool index64, const IndexGeometry& g, const 
 // so repeated indices resolve as on the CPU (the last write wins; additions in index order).
 const char* scatter(ScalarType type, bool index64, bool add, const IndexGeometry& g, const void* src, const void* index,
                     void* out, int64_t* error);
+
+// Kernels placing elements by position (index.cu), over contiguous tensors; `item` is the element
+// size in bytes (they move elements without reading them as values). An out-of-range index or
+// class is recorded as gather's are (error[0] = 1, error[1] = the value) and its element skipped.
+// index_select: out (outer, n, inner) from input (outer, size, inner) at index's n positions
+// (negative ones counted from the end).
+const char* index_select(int item, bool index64, int64_t outer, int64_t size, int64_t inner, int64_t n, const void* input,
+                         const void* index, void* out, int64_t* error);
+// Writes the ones of a zeroed (numel, classes) output.
+const char* one_hot(int64_t numel, int64_t classes, const int64_t* indices, int64_t* out, int64_t* error);
+// tril (lower) or triu of every (rows, cols) matrix of `numel` elements.
+const char* triangular(bool lower, int item, int64_t numel, int64_t rows, int64_t cols, int64_t diagonal, const void* in, void* out);
+const char* eye(ScalarType type, int64_t rows, int64_t cols, void* out);
+const char* linspace(ScalarType type, int64_t steps, double start, double end, void* out);
 
 struct SgdStep {
   double lr, momentum, dampening, weight_decay;

@@ -1,5 +1,5 @@
-// Host side of the CUDA reductions, softmax, gather/scatter and the fused SGD update
-// (reduce_index.cu): views the contiguous inputs as (outer, n, inner), checks indices after the
+// Host side of the CUDA reductions, cumsum, softmax, gather/scatter (and gather's gradient) and
+// the fused SGD update (reduce_index.cu): views the contiguous inputs as (outer, n, inner), checks indices after the
 // launch, and registers the kernels for DeviceType::kCUDA.
 #include <cuda_runtime.h>
 
@@ -12,29 +12,38 @@
 #include "core/ops/copy.h"
 
 namespace flow::cuda {
-namespace {
 
-struct MiddleView {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-// The (outer, n, inner) view of a contiguous tensor reduced along dims [first, last].
-MiddleView middle_view(const Shape& shape, int64_t first, int64_t last) {
-  MiddleView view;
-  for (int64_t d = 0; d < shape.ndim(); ++d) {
-    if (d < first) view.outer *= shape[d];
-    else if (d <= last) view.n *= shape[d];
-    else view.inner *= shape[d];
+void check_indices(const Tensor& error, int64_t dim, int64_t size, const char* op) {
+  if (const std::optional<int64_t> value = recorded_error(error, op)) {
+    fail(op, "index ", *value, " is out of bounds for dimension ", dim, " with size ", size);
   }
-  return view;
 }
 
-// reduce_sum over sorted unique dims. Adjacent dims reduce in place; others are first moved
-// last by a permuted copy.
-void sum_kernel(KernelContext& ctx) {
+std::optional<int64_t> recorded_error(const Tensor& error, const char* op) {
+  int64_t recorded[2] = {0, 0};
+  if (cudaMemcpy(recorded, error.data_ptr(), sizeof(recorded), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    fail(op, "CUDA kernel failed: ", cudaGetErrorString(cudaGetLastError()));
+  }
+  if (recorded[0] == 0) return std::nullopt;
+  return recorded[1];
+}
+
+Tensor error_cell(const Tensor& like, const char* op) {
+  Tensor error = make_tensor({2}, kInt64, like.device());
+  check(fill(ScalarType::kInt64, error.data_ptr(), 2, 0.0), op);
+  return error;
+}
+
+namespace {
+
+// reduce_sum, reduce_prod, reduce_max and reduce_min over sorted unique dims. Adjacent dims
+// reduce in place; others are first moved last by a permuted copy.
+template <ReduceOp op>
+void reduce_kernel(KernelContext& ctx) {
+  const char* name = op == ReduceOp::kSum ? "sum" : op == ReduceOp::kProd ? "prod" : op == ReduceOp::kMax ? "max" : "min";
   Tensor input = ctx.inputs[0];
   Tensor& out = ctx.outputs[0];
-  set_device(out, "sum");
+  set_device(out, name);
   const auto& dims = ctx.attrs.get<std::vector<int64_t>>("dims");
   MiddleView view;
   if (dims.empty()) {
@@ -51,22 +60,31 @@ void sum_kernel(KernelContext& ctx) {
     input = detail::contiguous_copy(input.permute(order));
     view = middle_view(input.shape(), kept, input.dim() - 1);
   }
-  check(sum_middle(scalar_type(input.dtype(), "sum"), view.outer, view.n, view.inner, input.data_ptr(), out.data_ptr()), "sum");
+  check(reduce_middle(op, scalar_type(input.dtype(), name), view.outer, view.n, view.inner, input.data_ptr(), out.data_ptr()), name);
 }
 
-// The (outer, n, inner) view along one dim; a 0-d tensor is one element.
-MiddleView along(const Tensor& input, int64_t dim) {
-  return input.dim() == 0 ? MiddleView{} : middle_view(input.shape(), dim, dim);
+// argmax and argmin (outputs: indices), max_dim and min_dim (outputs: values, indices).
+template <bool is_max>
+void extremum_index_kernel(KernelContext& ctx) {
+  const char* name = is_max ? "argmax" : "argmin";
+  const Tensor& input = ctx.inputs[0];
+  const bool with_values = ctx.outputs.size() == 2;
+  Tensor& indices = ctx.outputs[with_values ? 1 : 0];
+  set_device(indices, name);
+  const MiddleView view = along(input, ctx.attrs.get<int64_t>("dim"));
+  check(extremum_index_middle(is_max, scalar_type(input.dtype(), name), view.outer, view.n, view.inner, input.data_ptr(),
+                              static_cast<int64_t*>(indices.data_ptr()), with_values ? ctx.outputs[0].data_ptr() : nullptr),
+        name);
 }
 
-void argmax_kernel(KernelContext& ctx) {
+void cumsum_kernel(KernelContext& ctx) {
   const Tensor& input = ctx.inputs[0];
   Tensor& out = ctx.outputs[0];
-  set_device(out, "argmax");
+  set_device(out, "cumsum");
   const MiddleView view = along(input, ctx.attrs.get<int64_t>("dim"));
-  check(argmax_middle(scalar_type(input.dtype(), "argmax"), view.outer, view.n, view.inner, input.data_ptr(),
-                      static_cast<int64_t*>(out.data_ptr())),
-        "argmax");
+  check(cumsum_middle(scalar_type(input.dtype(), "cumsum"), ctx.attrs.get<bool>("reverse"), view.outer, view.n, view.inner,
+                      input.data_ptr(), out.data_ptr()),
+        "cumsum");
 }
 
 template <bool log_output>
@@ -98,22 +116,6 @@ IndexGeometry index_geometry(const Tensor& index, const Tensor& target, const Te
   return g;
 }
 
-// Raises the first out-of-range index a gather or scatter launch recorded (a synchronising copy:
-// the CPU kernels fail at the call, so these do too).
-void check_indices(const Tensor& error, int64_t dim, int64_t size, const char* op) {
-  int64_t recorded[2] = {0, 0};
-  if (cudaMemcpy(recorded, error.data_ptr(), sizeof(recorded), cudaMemcpyDeviceToHost) != cudaSuccess) {
-    fail(op, "CUDA kernel failed: ", cudaGetErrorString(cudaGetLastError()));
-  }
-  if (recorded[0] != 0) fail(op, "index ", recorded[1], " is out of bounds for dimension ", dim, " with size ", size);
-}
-
-Tensor error_cell(const Tensor& like, const char* op) {
-  Tensor error = make_tensor({2}, kInt64, like.device());
-  check(fill(ScalarType::kInt64, error.data_ptr(), 2, 0.0), op);
-  return error;
-}
-
 void gather_kernel(KernelContext& ctx) {
   const Tensor &input = ctx.inputs[0], &index = ctx.inputs[1];
   Tensor& out = ctx.outputs[0];
@@ -143,6 +145,22 @@ void scatter_kernel(KernelContext& ctx) {
   check_indices(error, dim, g.dim_size, op);
 }
 
+// inputs: grad, index; out = zeros of the input's shape with grad added at index along dim (in
+// index order per slice, as the CPU's scatter_add).
+void gather_grad_kernel(KernelContext& ctx) {
+  const Tensor &grad = ctx.inputs[0], &index = ctx.inputs[1];
+  Tensor& out = ctx.outputs[0];
+  set_device(out, "gather_grad");
+  check(fill(scalar_type(out.dtype(), "gather_grad"), out.data_ptr(), out.numel(), 0.0), "gather_grad");
+  const int64_t dim = ctx.attrs.get<int64_t>("dim");
+  const IndexGeometry g = index_geometry(index, out, grad, dim, "gather_grad");
+  const Tensor error = error_cell(out, "gather_grad");
+  check(scatter(scalar_type(out.dtype(), "gather_grad"), index.dtype() == kInt64, /*add=*/true, g, grad.data_ptr(), index.data_ptr(),
+                out.data_ptr(), static_cast<int64_t*>(error.data_ptr())),
+        "gather_grad");
+  check_indices(error, dim, g.dim_size, "gather_grad");
+}
+
 void sgd_update_kernel(KernelContext& ctx) {
   Tensor& param = ctx.outputs[0];
   set_device(param, "sgd_update");
@@ -156,14 +174,24 @@ void sgd_update_kernel(KernelContext& ctx) {
 
 const std::vector<DType> kFloating = floating_dtypes();
 const std::vector<DType> kSummable = {kFloat32, kFloat64, kInt64, kInt32};
+// The CPU's numeric_dtypes(): what its prod, max, min, arg and cumsum kernels take.
+const std::vector<DType> kNumeric = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8};
 
-FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCUDA, kSummable, sum_kernel);
-FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCUDA, kReducedFloating, sum_kernel);
-FLOW_REGISTER_KERNEL("argmax", DeviceType::kCUDA, kSummable, argmax_kernel);
-FLOW_REGISTER_KERNEL("argmax", DeviceType::kCUDA, kReducedFloating, argmax_kernel);
+FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCUDA, kSummable, reduce_kernel<ReduceOp::kSum>);
+FLOW_REGISTER_KERNEL("reduce_sum", DeviceType::kCUDA, kReducedFloating, reduce_kernel<ReduceOp::kSum>);
+FLOW_REGISTER_KERNEL("reduce_prod", DeviceType::kCUDA, kNumeric, reduce_kernel<ReduceOp::kProd>);
+FLOW_REGISTER_KERNEL("reduce_max", DeviceType::kCUDA, kNumeric, reduce_kernel<ReduceOp::kMax>);
+FLOW_REGISTER_KERNEL("reduce_min", DeviceType::kCUDA, kNumeric, reduce_kernel<ReduceOp::kMin>);
+FLOW_REGISTER_KERNEL("argmax", DeviceType::kCUDA, kNumeric, extremum_index_kernel<true>);
+FLOW_REGISTER_KERNEL("argmax", DeviceType::kCUDA, kReducedFloating, extremum_index_kernel<true>);
+FLOW_REGISTER_KERNEL("argmin", DeviceType::kCUDA, kNumeric, extremum_index_kernel<false>);
+FLOW_REGISTER_KERNEL("max_dim", DeviceType::kCUDA, kNumeric, extremum_index_kernel<true>);
+FLOW_REGISTER_KERNEL("min_dim", DeviceType::kCUDA, kNumeric, extremum_index_kernel<false>);
+FLOW_REGISTER_KERNEL("cumsum", DeviceType::kCUDA, kNumeric, cumsum_kernel);
 FLOW_REGISTER_KERNEL("softmax", DeviceType::kCUDA, kFloating, softmax_kernel<false>);
 FLOW_REGISTER_KERNEL("log_softmax", DeviceType::kCUDA, kFloating, softmax_kernel<true>);
 FLOW_REGISTER_KERNEL("gather", DeviceType::kCUDA, kCudaDtypes, gather_kernel);
+FLOW_REGISTER_KERNEL("gather_grad", DeviceType::kCUDA, kNumeric, gather_grad_kernel);
 FLOW_REGISTER_KERNEL("scatter", DeviceType::kCUDA, kCudaDtypes, scatter_kernel);
 FLOW_REGISTER_KERNEL("scatter_inplace", DeviceType::kCUDA, kCudaDtypes, scatter_kernel);
 FLOW_REGISTER_KERNEL("sgd_update", DeviceType::kCUDA, kFloating, sgd_update_kernel);

@@ -1,7 +1,7 @@
-// Device code of the CUDA reductions (sum, argmax), softmax, gather/scatter and the fused SGD
-// update: what eager and Graph training need beyond the element-wise kernels. Reductions run one
-// block per output over a (outer, n, inner) view, the block's threads striding over n and
-// combining through shared memory.
+// Device code of the CUDA reductions (sum, prod, max, min, their indices), cumsum, softmax,
+// gather/scatter and the fused SGD update: what eager and Graph training need beyond the
+// element-wise kernels. Reductions run one block per output over a (outer, n, inner) view, the
+// block's threads striding over n and combining through shared memory in a fixed order.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -24,34 +24,59 @@ const char* dispatch_numeric(ScalarType type, F&& f) {
     case ScalarType::kFloat64: return f(double{});
     case ScalarType::kInt64: return f(int64_t{});
     case ScalarType::kInt32: return f(int32_t{});
+    case ScalarType::kUInt8: return f(uint8_t{});
+    case ScalarType::kInt8: return f(int8_t{});
     default: return "unsupported dtype";
   }
 }
 
-int blocks_for_outputs(int64_t outputs) { return static_cast<int>(outputs < 65535 * 64 ? outputs : 65535 * 64); }
-
-// Tree sum of one value per thread of the block; thread 0 gets the total.
+// Combines two partial results of a reduction; integers wrap (two's complement) as on the CPU.
+// Max and min keep a NaN: once either side is NaN the result is.
 template <typename Acc>
-__device__ Acc block_sum(Acc value, Acc* shared) {
+__device__ Acc combine(ReduceOp op, Acc a, Acc b) {
+  switch (op) {
+    case ReduceOp::kSum: return a + b;
+    case ReduceOp::kProd:
+      if constexpr (std::is_integral_v<Acc>) {
+        return static_cast<Acc>(static_cast<unsigned long long>(a) * static_cast<unsigned long long>(b));
+      } else {
+        return a * b;
+      }
+    case ReduceOp::kMax: return a != a ? a : (b != b || b > a ? b : a);
+    case ReduceOp::kMin: return a != a ? a : (b != b || b < a ? b : a);
+  }
+  return a;
+}
+
+// The identity of op: max and min start from the input's first element instead.
+template <typename Acc>
+__device__ Acc identity(ReduceOp op) {
+  return op == ReduceOp::kProd ? Acc(1) : Acc(0);
+}
+
+// Tree combination in shared memory, in a fixed order; every thread gets the result.
+template <typename Acc>
+__device__ Acc block_combine(ReduceOp op, Acc value, Acc* shared) {
   shared[threadIdx.x] = value;
   __syncthreads();
   for (int width = blockDim.x / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) shared[threadIdx.x] += shared[threadIdx.x + width];
+    if (threadIdx.x < width) shared[threadIdx.x] = combine(op, shared[threadIdx.x], shared[threadIdx.x + width]);
     __syncthreads();
   }
   const Acc total = shared[0];
-  __syncthreads();  // shared is reused by the caller's next round
+  __syncthreads();  // shared is reused by the next output
   return total;
 }
 
 template <typename T, typename Acc>
-__global__ void sum_kernel(int64_t outputs, int64_t n, int64_t inner, const T* in, T* out) {
+__global__ void reduce_kernel(ReduceOp op, int64_t outputs, int64_t n, int64_t inner, const T* in, T* out) {
   __shared__ Acc shared[kReduceThreads];
+  const bool extremum = op == ReduceOp::kMax || op == ReduceOp::kMin;
   for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
     const T* base = in + (o / inner) * n * inner + o % inner;
-    Acc acc = Acc(0);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += static_cast<Acc>(base[i * inner]);
-    acc = block_sum(acc, shared);
+    Acc acc = extremum && n > 0 ? static_cast<Acc>(base[0]) : identity<Acc>(op);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc = combine(op, acc, static_cast<Acc>(base[i * inner]));
+    acc = block_combine(op, acc, shared);
     if (threadIdx.x == 0) out[o] = static_cast<T>(acc);
   }
 }
@@ -61,17 +86,18 @@ __device__ bool is_nan(T v) {
   return v != v;
 }
 
-// (value, index) with NaN winning and the first index among equals.
-template <typename T>
+// (value, index) with NaN winning and the first index among equals: the CPU loop's rule.
+template <bool is_max, typename T>
 __device__ bool better(T v, int64_t i, T best, int64_t best_index) {
   if (is_nan(best)) return is_nan(v) && i < best_index;
   if (is_nan(v)) return true;
-  return v > best || (v == best && i < best_index);
+  return (is_max ? v > best : v < best) || (v == best && i < best_index);
 }
 
-// 16-bit values compare as float (exactly).
-template <typename T>
-__global__ void argmax_kernel(int64_t outputs, int64_t n, int64_t inner, const T* in, int64_t* out) {
+// Index (and value, where values is not null) of the max or min; 16-bit values compare as float
+// (exactly).
+template <typename T, bool is_max>
+__global__ void extremum_index_kernel(int64_t outputs, int64_t n, int64_t inner, const T* in, int64_t* out, T* out_values) {
   using C = compute_t<T>;
   __shared__ C values[kReduceThreads];
   __shared__ int64_t indices[kReduceThreads];
@@ -81,7 +107,7 @@ __global__ void argmax_kernel(int64_t outputs, int64_t n, int64_t inner, const T
     int64_t best_index = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       const C v = static_cast<C>(base[i * inner]);
-      if (better(v, i, best, best_index)) {
+      if (better<is_max>(v, i, best, best_index)) {
         best = v;
         best_index = i;
       }
@@ -90,13 +116,17 @@ __global__ void argmax_kernel(int64_t outputs, int64_t n, int64_t inner, const T
     indices[threadIdx.x] = best_index;
     __syncthreads();
     for (int width = blockDim.x / 2; width > 0; width /= 2) {
-      if (threadIdx.x < width && better(values[threadIdx.x + width], indices[threadIdx.x + width], values[threadIdx.x], indices[threadIdx.x])) {
+      if (threadIdx.x < width &&
+          better<is_max>(values[threadIdx.x + width], indices[threadIdx.x + width], values[threadIdx.x], indices[threadIdx.x])) {
         values[threadIdx.x] = values[threadIdx.x + width];
         indices[threadIdx.x] = indices[threadIdx.x + width];
       }
       __syncthreads();
     }
-    if (threadIdx.x == 0) out[o] = indices[0];
+    if (threadIdx.x == 0) {
+      out[o] = indices[0];
+      if (out_values != nullptr) out_values[o] = base[indices[0] * inner];
+    }
     __syncthreads();
   }
 }
@@ -190,6 +220,22 @@ __global__ void scatter_kernel(IndexGeometry g, int64_t slices, bool add, const 
   }
 }
 
+// One thread per (outer, inner) column walks the dim in order, as the CPU does: floating values
+// accumulate in double (PyTorch's CPU acc_type) and round at every step, integers wrap.
+template <typename T>
+__global__ void cumsum_kernel(int64_t columns, int64_t n, int64_t inner, bool reverse, const T* in, T* out) {
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, unsigned long long>;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < columns; c += int64_t(blockDim.x) * gridDim.x) {
+    const int64_t first = (c / inner) * n * inner + c % inner;
+    Acc acc = Acc(0);
+    for (int64_t step = 0; step < n; ++step) {
+      const int64_t k = first + (reverse ? n - 1 - step : step) * inner;
+      acc += static_cast<Acc>(in[k]);
+      out[k] = static_cast<T>(acc);
+    }
+  }
+}
+
 template <typename T>
 __global__ void sgd_kernel(int64_t numel, T* param, const T* grad, T* buffer, SgdStep step) {
   const T lr = static_cast<T>(step.lr), momentum = static_cast<T>(step.momentum), keep = static_cast<T>(1.0 - step.dampening);
@@ -211,28 +257,42 @@ const char* dispatch_index(bool index64, F&& f) {
 
 }  // namespace
 
-const char* sum_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, void* out) {
+const char* reduce_middle(ReduceOp op, ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, void* out) {
   const int64_t outputs = outer * inner;
   if (outputs == 0) return nullptr;
-  // 16-bit sums accumulate in float and round once.
+  // 16-bit sums accumulate in float and round once; max and min are exact in their own type.
   auto run = [&](auto tag) {
     using T = decltype(tag);
     using Acc = std::conditional_t<std::is_floating_point_v<T> || is_reduced_v<T>, compute_t<T>, int64_t>;
-    sum_kernel<T, Acc><<<blocks_for_outputs(outputs), kReduceThreads>>>(outputs, n, inner, static_cast<const T*>(in), static_cast<T*>(out));
+    reduce_kernel<T, Acc><<<blocks_for_outputs(outputs), kReduceThreads>>>(op, outputs, n, inner, static_cast<const T*>(in), static_cast<T*>(out));
     return launch_status();
   };
   return with_reduced(type, run, [](ScalarType t, auto& f) { return dispatch_numeric(t, f); });
 }
 
-const char* argmax_middle(ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, int64_t* out) {
+const char* extremum_index_middle(bool is_max, ScalarType type, int64_t outer, int64_t n, int64_t inner, const void* in, int64_t* out,
+                                  void* values) {
   const int64_t outputs = outer * inner;
   if (outputs == 0) return nullptr;
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    argmax_kernel<T><<<blocks_for_outputs(outputs), kReduceThreads>>>(outputs, n, inner, static_cast<const T*>(in), out);
+    const T* x = static_cast<const T*>(in);
+    T* v = static_cast<T*>(values);
+    if (is_max) extremum_index_kernel<T, true><<<blocks_for_outputs(outputs), kReduceThreads>>>(outputs, n, inner, x, out, v);
+    else extremum_index_kernel<T, false><<<blocks_for_outputs(outputs), kReduceThreads>>>(outputs, n, inner, x, out, v);
     return launch_status();
   };
   return with_reduced(type, run, [](ScalarType t, auto& f) { return dispatch_numeric(t, f); });
+}
+
+const char* cumsum_middle(ScalarType type, bool reverse, int64_t outer, int64_t n, int64_t inner, const void* in, void* out) {
+  const int64_t columns = outer * inner;
+  if (columns == 0 || n == 0) return nullptr;
+  return dispatch_numeric(type, [&](auto tag) {
+    using T = decltype(tag);
+    cumsum_kernel<T><<<blocks_for(columns), kThreads>>>(columns, n, inner, reverse, static_cast<const T*>(in), static_cast<T*>(out));
+    return launch_status();
+  });
 }
 
 const char* softmax_middle(ScalarType type, bool log_output, int64_t outer, int64_t n, int64_t inner, const void* in, void* out) {

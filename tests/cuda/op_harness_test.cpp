@@ -1,0 +1,303 @@
+// The CUDA op harness, in the spirit of ggml's test-backend-ops:
+// 1. a guard read from the op registry alone (it runs without a GPU, so CI enforces it): every op
+//    with a CPU kernel has a CUDA kernel, or is on kCpuOnlyOps with the reason;
+// 2. with a GPU, every sample case runs its op on CUDA and on the CPU and compares the outputs
+//    and, for differentiable cases, the gradients autograd computes through the op's vjp (which
+//    runs the gradient kernels on each device).
+// A kernel ported to CUDA leaves kCpuOnlyOps and gets sample cases in sample_cases().
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "common/reference.h"
+#include "common/test_util.h"
+#include "core/flow.h"
+#include "core/interpreter.h"
+
+using flow::DType;
+using flow::Shape;
+using flow::Tensor;
+using flow::TensorList;
+
+namespace {
+
+const flow::Device kCuda("cuda:0");
+
+// Ops with a CPU kernel and, on purpose or for now, no CUDA kernel: one place, a reason each.
+const std::map<std::string, std::string>& cpu_only_ops() {
+  static const std::map<std::string, std::string> ops = {
+      {"binary_cross_entropy", "not yet ported"},
+      {"flash_attention", "not yet ported (CUDA attention runs the composite matmul/softmax path)"},
+      {"flash_attention_dropout", "not yet ported"},
+      {"flash_attention_grad", "not yet ported"},
+      {"fused_elementwise", "not yet ported (a Graph pass fuses chains only where the kernel exists)"},
+      {"fused_elementwise_inplace", "not yet ported"},
+      {"fused_linear", "not yet ported"},
+      {"multinomial", "not yet ported"},
+      {"normal", "not yet ported (random: needs the CPU's Philox stream on the device)"},
+      {"randint", "not yet ported (random)"},
+      {"randperm", "not yet ported (random)"},
+      {"sort", "not yet ported"},
+      {"topk", "not yet ported"},
+      {"uniform", "not yet ported (random)"},
+  };
+  return ops;
+}
+
+bool has_kernel(const flow::OpDef& op, flow::DeviceType device) {
+  for (const auto& [key, kernel] : op.kernels) {
+    if (key.first == device) return true;
+  }
+  return false;
+}
+
+TEST(CudaOpHarness, EveryCpuOpHasACudaKernelOrAListedReason) {
+  const std::vector<std::string> names = flow::registered_ops();
+  const std::set<std::string> registered(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const flow::OpDef& op = flow::find_op(name);
+    const bool cpu = has_kernel(op, flow::DeviceType::kCPU), cuda = has_kernel(op, flow::DeviceType::kCUDA);
+    const bool listed = cpu_only_ops().count(name) != 0;
+    if (cpu && !cuda && !listed) {
+      ADD_FAILURE() << "op " << name << " has a CPU kernel and no CUDA kernel: port it (core/kernels/cuda/) or add it to "
+                    << "cpu_only_ops() with the reason";
+    }
+    if (listed && cuda) ADD_FAILURE() << "op " << name << " has a CUDA kernel now: remove it from cpu_only_ops()";
+  }
+  for (const auto& [name, reason] : cpu_only_ops()) {
+    EXPECT_TRUE(registered.count(name)) << "cpu_only_ops() lists " << name << ", which is no registered op";
+    EXPECT_FALSE(reason.empty()) << name;
+  }
+}
+
+// One sample: `run` builds the op's call from its inputs (views, attributes) and returns the
+// outputs to compare; inputs are CPU tensors, moved to CUDA for the other run.
+struct OpCase {
+  std::string op;  // the registered op the case exercises
+  std::string label;
+  TensorList inputs;
+  std::function<TensorList(const TensorList&)> run;
+  bool differentiable = false;  // floating inputs get gradients, compared too
+  double rtol = 1e-5, atol = 1e-6;
+};
+
+Tensor random(const Shape& shape, DType dtype) { return flow::randn(shape).to(dtype); }
+Tensor random_ints(const Shape& shape, int64_t low, int64_t high, DType dtype = flow::kInt64) {
+  return flow::randint(low, high, shape).to(dtype);
+}
+// reduce_max / reduce_min over dims through the registry (flow::max and flow::min take all dims).
+Tensor reduce_over(const char* op, const Tensor& input, const std::vector<int64_t>& dims) {
+  return flow::apply_one(flow::find_op(op), {input}, flow::Attrs().set("dims", dims).set("keepdim", false));
+}
+// Small integers as floating values: zeros and ties among them.
+Tensor whole_numbers(const Shape& shape, DType dtype) { return random_ints(shape, -2, 3).to(dtype); }
+// Looser bounds for float32 than for float64; 16-bit dtypes round each result once.
+double rtol_for(DType dtype) { return dtype == flow::kFloat64 ? 1e-10 : dtype == flow::kFloat32 ? 1e-5 : 1e-2; }
+
+std::vector<OpCase> sample_cases() {
+  flow::manual_seed(40);
+  std::vector<OpCase> cases;
+  auto add = [&](std::string op, std::string label, TensorList inputs, std::function<TensorList(const TensorList&)> run,
+                 bool differentiable, DType dtype) {
+    const double tol = rtol_for(dtype);
+    cases.push_back({std::move(op), std::move(label) + " " + flow::dtype_name(dtype), std::move(inputs), std::move(run),
+                     differentiable, tol, tol});
+  };
+  for (DType dtype : {flow::kFloat32, flow::kFloat64}) {
+    // layer_norm (and layer_norm_grad through its vjp): affine or not, one or two normalized dims.
+    add("layer_norm", "affine (4,5,32)", {random({4, 5, 32}, dtype), random({32}, dtype), random({32}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::layer_norm(in[0], {32}, in[1], in[2])}; }, true, dtype);
+    add("layer_norm", "plain (3,6,7) over 2 dims, transposed input", {random({3, 7, 6}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::layer_norm(in[0].transpose(1, 2), {6, 7})}; }, true, dtype);
+    add("layer_norm", "wide rows (2,1000)", {random({2, 1000}, dtype), random({1000}, dtype), random({1000}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::layer_norm(in[0], {1000}, in[1], in[2])}; }, true, dtype);
+    // softmax and log_softmax backward: softmax_grad / log_softmax_grad along inner and outer dims.
+    for (int64_t dim : {0, 1, 2}) {
+      add("softmax_grad", "softmax dim " + std::to_string(dim), {random({3, 300, 5}, dtype)},
+          [dim](const TensorList& in) { return TensorList{flow::softmax(in[0], dim)}; }, true, dtype);
+      add("log_softmax_grad", "log_softmax dim " + std::to_string(dim), {random({3, 300, 5}, dtype)},
+          [dim](const TensorList& in) { return TensorList{flow::log_softmax(in[0], dim)}; }, true, dtype);
+    }
+    add("gelu_grad", "gelu erf, broadcast grad", {random({4, 33}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::gelu(in[0])}; }, true, dtype);
+    add("gelu_grad", "gelu tanh on a transposed view", {random({33, 4}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::gelu(in[0].t(), "tanh")}; }, true, dtype);
+    add("softplus", "beta 2, threshold 3", {random({5, 40}, dtype) * 4.0},
+        [](const TensorList& in) { return TensorList{flow::softplus(in[0], 2.0, 3.0)}; }, false, dtype);
+    add("clamp", "both bounds, strided", {random({6, 20}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::clamp(in[0].slice(1, 0, 20, 3), -0.5, 0.5)}; }, true, dtype);
+    add("clamp", "min only", {random({64}, dtype)}, [](const TensorList& in) { return TensorList{flow::clamp(in[0], 0.1, std::nullopt)}; },
+        true, dtype);
+    add("sign", "with zeros", {whole_numbers({50}, dtype)}, [](const TensorList& in) { return TensorList{flow::sign(in[0])}; }, false,
+        dtype);
+    add("reduce_max", "over dims {0, 2}", {random({4, 6, 5}, dtype)},
+        [](const TensorList& in) { return TensorList{reduce_over("reduce_max", in[0], {0, 2})}; }, true, dtype);
+    add("reduce_min", "over all", {random({7, 9}, dtype)}, [](const TensorList& in) { return TensorList{flow::min(in[0])}; }, true, dtype);
+    add("reduce_min", "over dim 1 with NaN", {flow::where(flow::gt(flow::randn({5, 8}), 1.0), flow::full({5, 8}, NAN), flow::randn({5, 8})).to(dtype)},
+        [](const TensorList& in) { return TensorList{reduce_over("reduce_min", in[0], {1})}; }, false, dtype);
+    add("reduce_prod", "over dim 1", {random({5, 6}, dtype)}, [](const TensorList& in) { return TensorList{flow::prod(in[0], {1})}; }, true,
+        dtype);
+    add("max_dim", "values and indices along dim 1", {random({4, 300, 3}, dtype)},
+        [](const TensorList& in) {
+          const auto result = flow::max(in[0], 1);
+          return TensorList{result.values, result.indices};
+        },
+        true, dtype);
+    add("min_dim", "keepdim along dim 0", {random({300, 4}, dtype)},
+        [](const TensorList& in) {
+          const auto result = flow::min(in[0], 0, true);
+          return TensorList{result.values, result.indices};
+        },
+        true, dtype);
+    add("argmin", "along dim 2", {random({3, 4, 257}, dtype)}, [](const TensorList& in) { return TensorList{flow::argmin(in[0], 2)}; },
+        false, dtype);
+    add("cumsum", "forward along dim 1 (vjp: reverse)", {random({4, 50, 3}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::cumsum(in[0], 1)}; }, true, dtype);
+    add("index_select", "rows with repeats and a negative index", {random({6, 5}, dtype), flow::tensor<int64_t>({0, 5, -1, 2, 2})},
+        [](const TensorList& in) { return TensorList{flow::index_select(in[0], 0, in[1])}; }, true, dtype);
+    add("index_select", "inner dim, int32 index", {random({3, 8, 4}, dtype), flow::tensor<int32_t>({7, 0, 3})},
+        [](const TensorList& in) { return TensorList{flow::index_select(in[0], 1, in[1])}; }, true, dtype);
+    add("gather_grad", "gather backward with repeated indices", {random({4, 6}, dtype), random_ints({4, 9}, 0, 6)},
+        [](const TensorList& in) { return TensorList{flow::gather(in[0], 1, in[1])}; }, true, dtype);
+    add("cat", "three inputs along dim 1, one transposed", {random({2, 3, 4}, dtype), random({2, 1, 4}, dtype), random({4, 5, 2}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::cat({in[0], in[1], in[2].transpose(0, 2)}, 1)}; }, true, dtype);
+    add("cat", "along dim 0 with an empty input", {random({2, 3}, dtype), random({0, 3}, dtype), random({1, 3}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::cat({in[0], in[1], in[2]}, 0)}; }, true, dtype);
+    add("masked_fill", "broadcast mask", {random({3, 4, 5}, dtype), flow::gt(flow::randn({4, 1}), 0.0)},
+        [](const TensorList& in) { return TensorList{flow::masked_fill(in[0], in[1], -1.5)}; }, true, dtype);
+    add("tril", "diagonal -1, batched", {random({2, 5, 7}, dtype)}, [](const TensorList& in) { return TensorList{flow::tril(in[0], -1)}; },
+        true, dtype);
+    add("triu", "diagonal 2", {random({6, 4}, dtype)}, [](const TensorList& in) { return TensorList{flow::triu(in[0], 2)}; }, true, dtype);
+  }
+  // Integer, bool and 16-bit cases, forward only.
+  add("clamp", "int64", {random_ints({40}, -50, 50)},
+      [](const TensorList& in) { return TensorList{flow::clamp(in[0], -7, 9)}; }, false, flow::kInt64);
+  add("sign", "int32", {random_ints({40}, -3, 3, flow::kInt32)}, [](const TensorList& in) { return TensorList{flow::sign(in[0])}; }, false,
+      flow::kInt32);
+  add("reduce_prod", "int64 wraps", {random_ints({3, 40}, -9, 9)}, [](const TensorList& in) { return TensorList{flow::prod(in[0], {1})}; },
+      false, flow::kInt64);
+  add("reduce_max", "int32 over dim 0", {random_ints({30, 3}, -100, 100, flow::kInt32)},
+      [](const TensorList& in) { return TensorList{reduce_over("reduce_max", in[0], {0})}; }, false, flow::kInt32);
+  add("argmin", "int64 with ties (the first wins)", {random_ints({5, 40}, 0, 3)},
+      [](const TensorList& in) { return TensorList{flow::argmin(in[0], 1)}; }, false, flow::kInt64);
+  add("cumsum", "int64 along dim 0", {random_ints({3, 20}, -5, 5)},
+      [](const TensorList& in) { return TensorList{flow::cumsum(in[0], 0)}; }, false, flow::kInt64);
+  add("one_hot", "5 classes", {random_ints({4, 3}, 0, 5)}, [](const TensorList& in) { return TensorList{flow::one_hot(in[0], 5)}; }, false,
+      flow::kInt64);
+  add("logical_and", "broadcast", {flow::gt(flow::randn({3, 4}), 0.0), flow::gt(flow::randn({4}), 0.0)},
+      [](const TensorList& in) {
+        return TensorList{flow::logical_and(in[0], in[1]), flow::logical_or(in[0], in[1]), flow::logical_xor(in[0], in[1])};
+      },
+      false, flow::kBool);
+  add("logical_not", "float with zeros", {whole_numbers({30}, flow::kFloat32)},
+      [](const TensorList& in) { return TensorList{flow::logical_not(in[0])}; }, false, flow::kFloat32);
+  add("index_select", "bool", {flow::gt(flow::randn({5, 3}), 0.0), flow::tensor<int64_t>({4, 0})},
+      [](const TensorList& in) { return TensorList{flow::index_select(in[0], 0, in[1])}; }, false, flow::kBool);
+  for (DType dtype : {flow::kBFloat16, flow::kFloat16}) {
+    add("gelu_grad", "gelu backward", {random({4, 33}, dtype)}, [](const TensorList& in) { return TensorList{flow::gelu(in[0])}; }, true,
+        dtype);
+    add("masked_fill", "16-bit", {random({4, 6}, dtype), flow::gt(flow::randn({4, 6}), 0.0)},
+        [](const TensorList& in) { return TensorList{flow::masked_fill(in[0], in[1], 2.0)}; }, false, dtype);
+    add("cat", "16-bit", {random({2, 3}, dtype), random({2, 2}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::cat({in[0], in[1]}, 1)}; }, false, dtype);
+  }
+  // Sources take the device from a marker input.
+  add("eye", "3x5", {flow::zeros({1})},
+      [](const TensorList& in) { return TensorList{flow::eye(3, 5, flow::TensorOptions().device(in[0].device()))}; }, false, flow::kFloat32);
+  add("linspace", "9 steps", {flow::zeros({1})},
+      [](const TensorList& in) { return TensorList{flow::linspace(-1.5, 2.0, 9, flow::TensorOptions().device(in[0].device()))}; }, false,
+      flow::kFloat32);
+  return cases;
+}
+
+TensorList on(const TensorList& inputs, const flow::Device& device) {
+  TensorList moved;
+  for (const Tensor& t : inputs) moved.push_back(t.to(device));
+  return moved;
+}
+
+bool is_floating_dtype(DType dtype) { return flow::is_floating(dtype); }
+
+// Inputs as leaves that require grad where they are floating (for differentiable cases).
+TensorList leaves(const TensorList& inputs, bool differentiable) {
+  TensorList result;
+  for (const Tensor& t : inputs) {
+    Tensor leaf = t.detach();
+    if (differentiable && is_floating_dtype(t.dtype())) leaf.requires_grad_(true);
+    result.push_back(leaf);
+  }
+  return result;
+}
+
+// Gradients of sum(out_i * w_i) over the floating outputs with fixed weights w_i.
+TensorList gradients(const TensorList& inputs, const TensorList& outputs, const TensorList& weights) {
+  Tensor loss;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].requires_grad()) continue;
+    const Tensor term = flow::sum(outputs[i] * weights[i].to(outputs[i].device()).to(outputs[i].dtype()));
+    loss = loss.defined() ? loss + term : term;
+  }
+  TensorList wanted;
+  for (const Tensor& t : inputs) {
+    if (t.requires_grad()) wanted.push_back(t);
+  }
+  if (!loss.defined() || wanted.empty()) return {};
+  return flow::autograd::grad({loss}, wanted, {}, false, false, true);
+}
+
+// The CPU reference: in the case's dtypes where the CPU has the kernel, else in float32 (CUDA
+// registers some 16-bit kernels the CPU lacks).
+TensorList reference_inputs(const OpCase& c) {
+  const flow::OpDef& op = flow::find_op(c.op);
+  TensorList inputs;
+  for (const Tensor& t : c.inputs) {
+    const bool widen = flow::is_reduced_floating(t.dtype()) && op.kernels.count({flow::DeviceType::kCPU, t.dtype()}) == 0;
+    inputs.push_back(widen ? t.to(flow::kFloat32) : t);
+  }
+  return inputs;
+}
+
+TEST(CudaOpHarness, SampleCasesNameOpsWithCudaKernels) {
+  for (const OpCase& c : sample_cases()) {
+    EXPECT_TRUE(has_kernel(flow::find_op(c.op), flow::DeviceType::kCUDA)) << c.label << ": " << c.op << " has no CUDA kernel";
+  }
+}
+
+TEST(CudaOpHarness, CudaMatchesCpuOnSampleCases) {
+  REQUIRE_CUDA();
+  for (const OpCase& c : sample_cases()) {
+    SCOPED_TRACE(c.op + ": " + c.label);
+    const TensorList cpu_inputs = leaves(reference_inputs(c), c.differentiable);
+    const TensorList cuda_inputs = leaves(on(c.inputs, kCuda), c.differentiable);
+    const TensorList expected = c.run(cpu_inputs), actual = c.run(cuda_inputs);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      EXPECT_EQ(actual[i].device(), kCuda);
+      flow::testing::expect_close(actual[i].cpu(), expected[i], c.rtol, c.atol);
+    }
+    if (!c.differentiable) continue;
+    TensorList weights;
+    for (const Tensor& out : expected) weights.push_back(flow::randn(out.shape(), flow::kFloat64));
+    const TensorList expected_grads = gradients(cpu_inputs, expected, weights), actual_grads = gradients(cuda_inputs, actual, weights);
+    ASSERT_EQ(actual_grads.size(), expected_grads.size());
+    for (size_t i = 0; i < actual_grads.size(); ++i) {
+      ASSERT_EQ(actual_grads[i].defined(), expected_grads[i].defined());
+      if (actual_grads[i].defined()) flow::testing::expect_close(actual_grads[i].cpu(), expected_grads[i], c.rtol * 10, c.atol * 10);
+    }
+  }
+}
+
+TEST(CudaOpHarness, IndexErrorsNameTheOp) {
+  REQUIRE_CUDA();
+  const Tensor x = flow::randn({4, 3}).to(kCuda);
+  EXPECT_THROW_MSG(flow::index_select(x, 0, flow::tensor<int64_t>({1, 4}).to(kCuda)), "[index_select] index 4 is out of bounds");
+  EXPECT_THROW_MSG(flow::one_hot(flow::tensor<int64_t>({0, 7}).to(kCuda), 5), "[one_hot] class index 7 is out of range [0, 5)");
+}
+
+}  // namespace
