@@ -33,10 +33,10 @@ const std::set<std::string>& float32_ops() {
   return ops;
 }
 
-// float32 ops whose CPU kernels read a 16-bit input themselves and write float32 (their "dtype"
-// attribute): the same values as on a widened copy of the input, without making that copy.
+// float32 ops whose CPU kernels read a 16-bit first input themselves and write float32 (their
+// "dtype" attribute): the same values as on a widened copy of the input, without making that copy.
 const std::set<std::string>& widening_ops() {
-  static const std::set<std::string> ops{"softmax", "log_softmax"};
+  static const std::set<std::string> ops{"softmax", "log_softmax", "sparse_softmax_cross_entropy"};
   return ops;
 }
 
@@ -80,7 +80,7 @@ std::optional<AutocastCall> autocast_call(const OpDef& op, const TensorList& inp
   if (first == inputs.end()) return std::nullopt;
   const AutocastState& state = state_of(first->device().type);
   if (!state.enabled) return std::nullopt;
-  if (widening_ops().count(op.name) != 0 && inputs.size() == 1 && is_reduced_floating(first->dtype()) && !first->device().is_cuda()) {
+  if (widening_ops().count(op.name) != 0 && first == inputs.begin() && is_reduced_floating(first->dtype()) && !first->device().is_cuda()) {
     return AutocastCall{inputs, Attrs(attrs).set("dtype", kFloat32)};
   }
   DType target;

@@ -3,7 +3,7 @@
 // active on a thread, the ops it dispatches follow a policy by op. Matrix products and
 // convolutions run in the autocast dtype (their floating inputs are cast to it); ops that need
 // range or accumulate many terms (exp/log/pow, softmax, sums and products, normalisations) run
-// in float32 (softmax and log_softmax read a 16-bit input directly on the CPU, writing float32); every other op runs in the dtype of its inputs. The casts are ordinary ops, so
+// in float32 (softmax, log_softmax and sparse_softmax_cross_entropy read a 16-bit input directly on the CPU, writing float32); every other op runs in the dtype of its inputs. The casts are ordinary ops, so
 // autograd differentiates through them: float32 parameters receive float32 gradients, and the
 // optimizer updates float32 master weights. Backward passes run without autocast, in the dtypes
 // the forward chose. A Graph with config().enable_amp() traces build() under this guard.
@@ -51,7 +51,7 @@ DType autocast_dtype(const Device& device_type = kCPU);
 
 // The inputs and attributes `op` runs with under the calling thread's autocast policy for its
 // inputs' device type, or nullopt where it changes nothing (autocast off there, the op runs in its
-// inputs' dtype, or the inputs already have the target dtype). softmax and log_softmax of a 16-bit
+// inputs' dtype, or the inputs already have the target dtype). softmax, log_softmax and sparse_softmax_cross_entropy of a 16-bit
 // input on the CPU keep that input and get a float32 "dtype" attribute (their kernels widen it).
 // Called by apply() before the interpreter sees the op.
 struct AutocastCall {

@@ -319,6 +319,13 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
   FLOW_ARG_CHECK(options.label_smoothing_ >= 0 && options.label_smoothing_ <= 1, "cross_entropy",
                  "label_smoothing must be in [0, 1], got ", options.label_smoothing_);
   if (input.dim() < 1) fail("cross_entropy", "input must have at least one dimension, got a 0-d tensor");
+  if (options.label_smoothing_ == 0 && input.dim() <= 2 && !input.device().is_cuda()) {
+    // One fused op per row (no (N, C) log-probabilities kept for backward): the same losses.
+    auto [logits, classes] = flatten_classes(input, target, "cross_entropy");
+    const Tensor losses = sparse_softmax_cross_entropy(logits, classes, options.ignore_index_);
+    if (options.reduction_ == Reduction::kMean) return sum(losses) / sum(to(validity(classes, options.ignore_index_), losses.dtype()));
+    return reduce(target.dim() == 0 ? losses.reshape({}) : losses, options.reduction_);
+  }
   const int64_t class_dim = input.dim() == 1 ? 0 : 1;
   const Tensor log_probs = log_softmax(input, class_dim);
   const NLLLossOptions nll = NLLLossOptions().ignore_index(options.ignore_index_).reduction(options.reduction_);

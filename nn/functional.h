@@ -84,6 +84,8 @@ struct CrossEntropyLossOptions {
 // input: log-probabilities (N, C) or (N, C, d1, ...); target: int64 class indices (N) or (N, d1, ...).
 Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions& options = {});
 // input: logits of the same layouts; log_softmax over dim 1, then nll_loss (with label smoothing).
+// Logits (N, C) or (C) off CUDA without label smoothing take the fused
+// sparse_softmax_cross_entropy op (the same losses, no log-probabilities kept for backward).
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& options = {});
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
 // 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta.

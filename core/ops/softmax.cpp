@@ -7,6 +7,7 @@
 
 #include "core/interpreter.h"
 #include "core/ops/binary.h"
+#include "core/ops/index.h"
 #include "core/ops/checks.h"
 #include "core/ops/flops.h"
 #include "core/ops/reduce.h"
@@ -138,6 +139,100 @@ const OpDef& kLogSoftmax = softmax_op("log_softmax", [](const VjpContext& ctx) {
   return TensorList{ctx.grad() - exp(y) * sum(ctx.grad(), {dim}, true)};
 });
 
+// Sparse softmax cross-entropy. Outputs: the losses (N) and, for the gradient, each row's max and
+// log of the sum of exp(x - max) in the compute type (float, double for float64): the gradient
+// recomputes log_softmax as (x - max) - log_sum_exp, the forward's float operations, so that the
+// fused op gives the bits log_softmax + gather gave.
+constexpr const char* kCrossEntropy = "sparse_softmax_cross_entropy";
+constexpr const char* kCrossEntropyGrad = "sparse_softmax_cross_entropy_grad";
+
+DType statistics_dtype(DType logits) { return logits == kFloat64 ? kFloat64 : kFloat32; }
+
+void check_logits_and_labels(const char* name, const TensorMeta& logits, const TensorMeta& labels) {
+  checks::check_floating(name, logits, "logits");
+  if (logits.shape.ndim() != 2) fail(name, "expects logits of shape (N, C), got ", logits.shape);
+  if (labels.dtype != kInt64) fail(name, "expects int64 labels, got ", dtype_name(labels.dtype));
+  const Shape rows{logits.shape[0]};
+  if (!(labels.shape == rows)) fail(name, "expects labels of shape ", rows, ", got ", labels.shape);
+}
+
+// Rows split: every input and output on dim 0.
+std::vector<SbpSignature> rows_sbp(size_t inputs, size_t outputs) {
+  return {{std::vector<Sbp>(inputs, Sbp::split(0)), std::vector<Sbp>(outputs, Sbp::split(0))},
+          {std::vector<Sbp>(inputs, Sbp::broadcast()), std::vector<Sbp>(outputs, Sbp::broadcast())}};
+}
+
+// The gradient: grad_logits = (softmax(x) - one_hot(label)) * grad[n], zero on ignored rows.
+// Inputs: grad (N), logits, labels, max, log_sum_exp. Its own gradient treats the statistics as
+// the functions of the logits they are: for g's incoming gradient u, logits get
+// grad[n] p (u - sum(u p)) and grad gets sum(u (p - one_hot)) per row.
+const OpDef& kSparseCrossEntropyGrad =
+    OpBuilder(kCrossEntropyGrad)
+        .inputs({"grad", "logits", "labels", "max", "log_sum_exp"})
+        .outputs({"grad_logits"})
+        .attrs({{"ignore_index", AttrType::kInt}})
+        .infer([](const std::vector<TensorMeta>& in, const Attrs&) {
+          check_logits_and_labels(kCrossEntropyGrad, in[1], in[2]);
+          const Shape rows{in[1].shape[0]};
+          if (!(in[0].shape == rows) || !is_floating(in[0].dtype)) fail(kCrossEntropyGrad, "grad must be floating of shape ", rows, ", got ", in[0].shape);
+          for (size_t i : {3, 4}) {
+            if (!(in[i].shape == rows) || in[i].dtype != statistics_dtype(in[1].dtype)) fail(kCrossEntropyGrad, "row statistics do not match the logits");
+          }
+          return std::vector<TensorMeta>{in[1]};
+        })
+        .sbp([](const std::vector<TensorMeta>&, const Attrs&) { return rows_sbp(5, 1); })
+        .flops(flops::per_input_element)
+        .profile_cost([](const std::vector<TensorMeta>&, const std::vector<TensorMeta>&, const Attrs&) {
+          return ProfileCost{{0, 1, 2, 3, 4}, {}, 0, 0};
+        })
+        .vjp([](const VjpContext& ctx) {
+          const Tensor &g = ctx.input(0), &x = ctx.input(1), &labels = ctx.input(2), &u = ctx.grad();
+          const int64_t ignore_index = ctx.attrs.get<int64_t>("ignore_index");
+          const Tensor valid = ne(labels, ignore_index);
+          const Tensor p = exp((x.to(ctx.input(3).dtype()) - ctx.input(3).unsqueeze(1)) - ctx.input(4).unsqueeze(1));
+          const Tensor uw = u.to(p.dtype());
+          TensorList grads(5);
+          if (ctx.needs_input_grad[0]) {
+            const Tensor hot = one_hot(where(valid, labels, 0), x.size(1)).to(p.dtype());
+            grads[0] = where(valid, sum(uw * (p - hot), {1}), 0).to(g.dtype());
+          }
+          if (ctx.needs_input_grad[1]) {
+            const Tensor scale = where(valid, g.to(p.dtype()), 0).unsqueeze(1);
+            grads[1] = (scale * p * (uw - sum(uw * p, {1}, true))).to(x.dtype());
+          }
+          return grads;
+        })
+        .def();
+
+const OpDef& kSparseCrossEntropy =
+    OpBuilder(kCrossEntropy)
+        .inputs({"logits", "labels"})
+        .outputs({"loss", "max", "log_sum_exp"})
+        .attrs({{"ignore_index", AttrType::kInt}})
+        .infer([](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+          check_logits_and_labels(kCrossEntropy, in[0], in[1]);
+          const Shape rows{in[0].shape[0]};
+          const DType loss_dtype = attr_dtype(attrs, in[0].dtype);
+          check_widening(kCrossEntropy, in[0], loss_dtype, in[0].dtype);
+          const TensorMeta statistics{rows, statistics_dtype(in[0].dtype), in[0].device};
+          return std::vector<TensorMeta>{{rows, loss_dtype, in[0].device}, statistics, statistics};
+        })
+        .sbp([](const std::vector<TensorMeta>&, const Attrs&) { return rows_sbp(2, 3); })
+        .flops(flops::per_input_element)
+        // The gradient reads the logits, labels and the row statistics, never an (N, C) output.
+        .profile_cost([](const std::vector<TensorMeta>&, const std::vector<TensorMeta>&, const Attrs&) {
+          return ProfileCost{{0, 1}, {1, 2}, 0, 0};
+        })
+        .vjp([](const VjpContext& ctx) {
+          TensorList grads(2);
+          if (ctx.needs_input_grad[0]) {
+            grads[0] = apply_one(kSparseCrossEntropyGrad, {ctx.grad(0), ctx.input(0), ctx.input(1), ctx.output(1), ctx.output(2)},
+                                 Attrs().set("ignore_index", ctx.attrs.get<int64_t>("ignore_index")));
+          }
+          return grads;
+        })
+        .def();
+
 Tensor run(const OpDef& op, const Tensor& input, int64_t dim, const char* name) {
   return apply_one(op, {input}, Attrs().set("dim", wrap_dim(dim, input.dim(), name)));
 }
@@ -155,6 +250,9 @@ Tensor softmax(const Tensor& input, int64_t dim) { return run(kSoftmax, input, d
 Tensor log_softmax(const Tensor& input, int64_t dim) { return run(kLogSoftmax, input, dim, "log_softmax"); }
 Tensor softmax(const Tensor& input, int64_t dim, DType dtype) { return run(kSoftmax, input, dim, dtype, "softmax"); }
 Tensor log_softmax(const Tensor& input, int64_t dim, DType dtype) { return run(kLogSoftmax, input, dim, dtype, "log_softmax"); }
+Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
+  return apply(kSparseCrossEntropy, {logits, labels}, Attrs().set("ignore_index", ignore_index))[0];
+}
 Tensor Tensor::softmax(int64_t dim) const { return flow::softmax(*this, dim); }
 
 }  // namespace flow

@@ -44,6 +44,8 @@ const std::map<std::string, std::string>& cpu_only_ops() {
       {"randint", "not yet ported (random)"},
       {"randperm", "not yet ported (random)"},
       {"sort", "not yet ported"},
+      {"sparse_softmax_cross_entropy", "not yet ported (cross_entropy takes log_softmax + nll on CUDA)"},
+      {"sparse_softmax_cross_entropy_grad", "not yet ported (cross_entropy takes log_softmax + nll on CUDA)"},
       {"topk", "not yet ported"},
       {"uniform", "not yet ported (random)"},
   };

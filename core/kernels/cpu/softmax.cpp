@@ -6,7 +6,7 @@
 // 64-term sums. The gradient kernels (softmax_grad, log_softmax_grad) sum the same way.
 // float16/bfloat16 rows are read and written in place of float32 ones (Compute below), also with
 // a float32 output from a 16-bit input (the ops' "dtype", autocast's choice) and, in the gradients,
-// the reverse.
+// the reverse. The sparse softmax cross-entropy and its gradient read rows the same way.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -54,9 +54,10 @@ template <typename T>
   return static_cast<Compute<T>>(x);
 }
 
-// A contiguous row: x[0..n) in, y[0..n) out.
-template <bool log_output, typename In, typename Out>
-void contiguous_row(const In* x, Out* y, int64_t n) {
+// The largest element of a contiguous row, 0 when it is infinite (all -inf: keeps exp finite,
+// which gives nan like PyTorch).
+template <typename In>
+Compute<In> row_max(const In* x, int64_t n) {
   using C = Compute<In>;
   std::array<C, kLanes> lanes;
   lanes.fill(-std::numeric_limits<C>::infinity());
@@ -66,11 +67,24 @@ void contiguous_row(const In* x, Out* y, int64_t n) {
   }
   C max_value = *std::max_element(lanes.begin(), lanes.end());
   for (; i < n; ++i) max_value = std::max(max_value, wide(x[i]));
-  if (std::isinf(max_value)) max_value = 0;  // all -inf: keep exp finite (gives nan like PyTorch)
+  return std::isinf(max_value) ? C(0) : max_value;
+}
+
+// log of the sum of exp(x - max_value) over a contiguous row.
+template <typename In>
+Compute<In> log_sum_exp_shifted(const In* x, int64_t n, Compute<In> max_value) {
+  using C = Compute<In>;
+  return static_cast<C>(std::log(blocked_sum<C>(n, [&](int64_t j) { return math::exp(wide(x[j]) - max_value); })));
+}
+
+// A contiguous row: x[0..n) in, y[0..n) out.
+template <bool log_output, typename In, typename Out>
+void contiguous_row(const In* x, Out* y, int64_t n) {
+  using C = Compute<In>;
+  const C max_value = row_max(x, n);
   if constexpr (log_output) {
-    const double total = blocked_sum<C>(n, [&](int64_t j) { return math::exp(wide(x[j]) - max_value); });
     // (x - max) first: exact for the large entries, where folding max into the log would round.
-    const auto log_total = static_cast<C>(std::log(total));
+    const C log_total = log_sum_exp_shifted(x, n, max_value);
     for (int64_t k = 0; k < n; ++k) y[k] = static_cast<Out>((wide(x[k]) - max_value) - log_total);
   } else if constexpr (std::is_same_v<Out, C>) {
     for (int64_t j = 0; j < n; ++j) y[j] = math::exp(wide(x[j]) - max_value);
@@ -194,12 +208,101 @@ void softmax_grad_kernel(KernelContext& ctx) {
   });
 }
 
+// Sparse softmax cross-entropy (core/ops/softmax.cpp): per row of logits (N, C), log_softmax's
+// statistics as contiguous_row computes them and loss = -((x[label] - max) - log_sum_exp), the
+// float operations of log_softmax + gather, so the losses are those bits.
+void check_labels(const char* name, const Tensor& labels, int64_t classes, int64_t ignore_index) {
+  const int64_t* label = labels.data_ptr<int64_t>();
+  for (int64_t n = 0; n < labels.numel(); ++n) {
+    if (label[n] != ignore_index && (label[n] < 0 || label[n] >= classes)) {
+      fail(name, "label ", label[n], " of row ", n, " is outside [0, ", classes, ") and is not ignore_index (", ignore_index, ")");
+    }
+  }
+}
+
+// Rows of `classes` elements split over the thread pool.
+template <typename Row>
+void for_each_logits_row(int64_t rows, int64_t classes, Row row) {
+  parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(classes, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) row(n);
+  });
+}
+
+void sparse_cross_entropy_kernel(KernelContext& ctx) {
+  constexpr const char* kName = "sparse_softmax_cross_entropy";
+  const Tensor& logits = ctx.inputs[0];
+  const int64_t classes = logits.size(1), ignore_index = ctx.attrs.get<int64_t>("ignore_index");
+  check_labels(kName, ctx.inputs[1], classes, ignore_index);
+  const int64_t* labels = ctx.inputs[1].data_ptr<int64_t>();
+  const bool avx512 = dnnl_util::has_avx512_core();
+  dispatch_in_out(kName, logits.dtype(), ctx.outputs[0].dtype(), [&]<typename In, typename Out>() {
+    using C = Compute<In>;
+    const In* x_all = static_cast<const In*>(logits.data_ptr());
+    Out* loss = static_cast<Out*>(ctx.outputs[0].data_ptr());
+    C* max_out = static_cast<C*>(ctx.outputs[1].data_ptr());
+    C* log_total_out = static_cast<C*>(ctx.outputs[2].data_ptr());
+    for_each_logits_row(logits.size(0), classes, [&](int64_t n) {
+      const In* x = x_all + n * classes;
+      C max_value = 0, log_total = 0;
+      if constexpr (kAvx512Rows<In, Out>) {
+        if (avx512) avx512::log_sum_exp_row(x, classes, &max_value, &log_total);
+      }
+      if (!(kAvx512Rows<In, Out> && avx512)) {
+        max_value = row_max(x, classes);
+        log_total = log_sum_exp_shifted(x, classes, max_value);
+      }
+      max_out[n] = max_value;
+      log_total_out[n] = log_total;
+      loss[n] = labels[n] == ignore_index ? Out(0) : static_cast<Out>(-((wide(x[labels[n]]) - max_value) - log_total));
+    });
+  });
+}
+
+// grad_logits = (softmax - one_hot(label)) * grad[n] per row, zero on ignored rows: with s = grad[n]
+// and y = (x - max) - log_sum_exp, exp(y) s, and at the label -s - exp(y) (-s), log_softmax_grad's
+// operations on the one-hot gradient gather_grad made.
+void sparse_cross_entropy_grad_kernel(KernelContext& ctx) {
+  constexpr const char* kName = "sparse_softmax_cross_entropy_grad";
+  const Tensor& logits = ctx.inputs[1];
+  const int64_t classes = logits.size(1), ignore_index = ctx.attrs.get<int64_t>("ignore_index");
+  check_labels(kName, ctx.inputs[2], classes, ignore_index);
+  const int64_t* labels = ctx.inputs[2].data_ptr<int64_t>();
+  const bool avx512 = dnnl_util::has_avx512_core();
+  dispatch_in_out(kName, logits.dtype(), ctx.inputs[0].dtype(), [&]<typename In, typename G>() {
+    using C = Compute<In>;
+    const In* x_all = static_cast<const In*>(logits.data_ptr());
+    const G* grad = static_cast<const G*>(ctx.inputs[0].data_ptr());
+    const C* max_all = static_cast<const C*>(ctx.inputs[3].data_ptr());
+    const C* log_total_all = static_cast<const C*>(ctx.inputs[4].data_ptr());
+    In* result = static_cast<In*>(ctx.outputs[0].data_ptr());
+    for_each_logits_row(logits.size(0), classes, [&](int64_t n) {
+      const In* x = x_all + n * classes;
+      In* r = result + n * classes;
+      if (labels[n] == ignore_index) {
+        std::fill(r, r + classes, In(0));
+        return;
+      }
+      const C s = static_cast<C>(wide(grad[n])), max_value = max_all[n], log_total = log_total_all[n];
+      if constexpr (kAvx512Rows<In, In>) {
+        if (avx512) avx512::cross_entropy_grad_row(x, max_value, log_total, s, r, classes);
+      }
+      if (!(kAvx512Rows<In, In> && avx512)) {
+        for (int64_t i = 0; i < classes; ++i) r[i] = static_cast<In>(math::exp((wide(x[i]) - max_value) - log_total) * s);
+      }
+      const C label_log_probability = (wide(x[labels[n]]) - max_value) - log_total;
+      r[labels[n]] = static_cast<In>(-s - math::exp(label_log_probability) * (-s));
+    });
+  });
+}
+
 const std::vector<DType> kDtypes{kFloat32, kFloat64, kBFloat16, kFloat16};
 
 FLOW_REGISTER_KERNEL("softmax", DeviceType::kCPU, kDtypes, softmax_kernel<false>);
 FLOW_REGISTER_KERNEL("softmax_grad", DeviceType::kCPU, kDtypes, softmax_grad_kernel<false>);
 FLOW_REGISTER_KERNEL("log_softmax_grad", DeviceType::kCPU, kDtypes, softmax_grad_kernel<true>);
 FLOW_REGISTER_KERNEL("log_softmax", DeviceType::kCPU, kDtypes, softmax_kernel<true>);
+FLOW_REGISTER_KERNEL("sparse_softmax_cross_entropy", DeviceType::kCPU, kDtypes, sparse_cross_entropy_kernel);
+FLOW_REGISTER_KERNEL("sparse_softmax_cross_entropy_grad", DeviceType::kCPU, kDtypes, sparse_cross_entropy_grad_kernel);
 
 }  // namespace
 }  // namespace flow::cpu

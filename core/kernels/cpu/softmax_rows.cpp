@@ -156,6 +156,24 @@ FLOW_AVX512_CORE_TARGET void grad_row(const T* g, const T* y, R* r, int64_t n) {
   }
 }
 
+template <typename In>
+FLOW_AVX512_CORE_TARGET void statistics_row(const In* x, int64_t n, float* max_out, float* log_total_out) {
+  const float max_value = row_max(x, n);
+  const __m512 max_vector = splat(max_value);
+  *max_out = max_value;
+  *log_total_out = static_cast<float>(
+      std::log(blocked_sum(n, [&](int64_t j, __mmask16 m) FLOW_AVX512_CORE_TARGET { return exp16(_mm512_sub_ps(load(x + j, m), max_vector)); })));
+}
+
+template <typename In>
+FLOW_AVX512_CORE_TARGET void softmax_scaled_row(const In* x, float max_value, float log_total, float scale, In* r, int64_t n) {
+  const __m512 max_vector = splat(max_value), log_total_vector = splat(log_total), scale_vector = splat(scale);
+  for_each_vector(n, [&](int64_t j, __mmask16 m) FLOW_AVX512_CORE_TARGET {
+    const __m512 log_probability = _mm512_sub_ps(_mm512_sub_ps(load(x + j, m), max_vector), log_total_vector);
+    store(r + j, m, _mm512_mul_ps(exp16(log_probability), scale_vector));
+  });
+}
+
 }  // namespace
 
 // The entry points have no target attribute: GCC would take a target on a redeclaration for
@@ -169,6 +187,21 @@ template <bool log_output, typename T, typename R>
 void softmax_grad_row(const T* g, const T* y, R* r, int64_t n) {
   grad_row<log_output>(g, y, r, n);
 }
+
+template <typename In>
+void log_sum_exp_row(const In* x, int64_t n, float* max_value, float* log_total) {
+  statistics_row(x, n, max_value, log_total);
+}
+
+template <typename In>
+void cross_entropy_grad_row(const In* x, float max_value, float log_total, float scale, In* r, int64_t n) {
+  softmax_scaled_row(x, max_value, log_total, scale, r, n);
+}
+
+template void log_sum_exp_row<float>(const float*, int64_t, float*, float*);
+template void log_sum_exp_row<BFloat16>(const BFloat16*, int64_t, float*, float*);
+template void cross_entropy_grad_row<float>(const float*, float, float, float, float*, int64_t);
+template void cross_entropy_grad_row<BFloat16>(const BFloat16*, float, float, float, BFloat16*, int64_t);
 
 // Every float/bfloat16 pair: softmax.cpp's dtype dispatch instantiates its callers for each.
 template void softmax_row<false, float, float>(const float*, float*, int64_t);

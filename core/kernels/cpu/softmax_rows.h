@@ -29,4 +29,14 @@ void softmax_row(const In* x, Out* y, int64_t n);
 template <bool log_output, typename T, typename R>
 void softmax_grad_row(const T* g, const T* y, R* r, int64_t n);
 
+// The statistics of log_softmax's row as softmax_row<true> computes them: the max (0 when it is
+// infinite) and log of the blocked sum of exp(x - max).
+template <typename In>
+void log_sum_exp_row(const In* x, int64_t n, float* max_value, float* log_total);
+
+// r[0..n) = exp((x - max_value) - log_total) * scale: the softmax part of the sparse softmax
+// cross-entropy's gradient (the caller subtracts the one-hot term).
+template <typename In>
+void cross_entropy_grad_row(const In* x, float max_value, float log_total, float scale, In* r, int64_t n);
+
 }  // namespace flow::cpu::avx512
