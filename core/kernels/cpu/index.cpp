@@ -1,5 +1,6 @@
 // CPU kernels of the indexing ops. Index values are checked here (they are data); an index
 // out of range raises flow::Error naming the op, the value and the dim's size.
+#include <algorithm>
 #include <cstring>
 
 #include "core/kernels/cpu/convert.h"
@@ -121,34 +122,63 @@ void gather_kernel(KernelContext& ctx) {
   });
 }
 
-// Writes (or adds) src's elements into out at index along dim. Sequential: several index entries
-// may name one output element, so the order must be fixed.
+// Writes (or adds) src's elements into out at index along dim (all three contiguous). Sequential:
+// several index entries may name one output element, so the order must be fixed. The index is
+// walked in runs along its last dim; when that dim is not `dim` and a run's entries are all equal
+// (an index expanded over it, as a KV cache write's is over head_dim), the run's targets are one
+// contiguous stretch of out and its sources one of src, so it is copied (or added) as a block.
+// Within a run the targets are distinct, so the block keeps the element-wise order's result.
 void scatter_into(Tensor& out, const Tensor& index, const Tensor& src, int64_t dim, bool add, const char* op) {
+  const int64_t positions = index.numel();
+  if (positions == 0) return;
   const int64_t size = out.dim() == 0 ? 1 : out.size(dim);
   const Strides out_strides = contiguous_strides(out.shape()), src_strides = contiguous_strides(src.shape());
+  const Shape& shape = index.shape();
+  const auto ndim = static_cast<size_t>(shape.ndim());
+  // The run: index's last dim (a single entry for a 0-d index). Along it, out moves by its stride
+  // unless it is `dim` (then the entries themselves place it), src by its own.
+  const size_t last = ndim == 0 ? 0 : ndim - 1;
+  const int64_t run = ndim == 0 ? 1 : shape[last];
+  const int64_t out_run_step = ndim == 0 || last == static_cast<size_t>(dim) ? 0 : out_strides[last];
+  const int64_t src_run_step = ndim == 0 ? 0 : src_strides[last];
+  const int64_t dim_stride = ndim == 0 ? 0 : out_strides[static_cast<size_t>(dim)];
+  const bool blocks = out_run_step == 1 && src_run_step == 1;
   FLOW_DISPATCH_ALL(out.dtype(), op, [&]<typename T>() {
     T* dst = static_cast<T*>(out.data_ptr());
     const T* values = static_cast<const T*>(src.data_ptr());
+    auto put = [&](T* target, const T* value) {
+      if (add) *target = convert<T>(convert<double>(*target) + convert<double>(*value));
+      else *target = *value;
+    };
     dispatch_index(index.dtype(), [&]<typename I>() {
       const I* idx = static_cast<const I*>(index.data_ptr());
-      const Shape& shape = index.shape();
-      const auto ndim = static_cast<size_t>(shape.ndim());
-      // An odometer over index's positions keeps src's offset and out's offset along the other
-      // dims; the index entry gives out's offset along dim.
-      const int64_t dim_stride = ndim == 0 ? 0 : out_strides[static_cast<size_t>(dim)];
-      std::vector<int64_t> position(ndim, 0), out_step(ndim, 0);
-      for (size_t d = 0; d < ndim; ++d) out_step[d] = static_cast<int64_t>(d) == dim ? 0 : out_strides[d];
-      int64_t out_base = 0, src_off = 0;
-      for (int64_t k = 0; k < index.numel(); ++k) {
-        const int64_t out_off = out_base + checked_index(idx[k], size, dim, op) * dim_stride;
-        if (add) dst[out_off] = convert<T>(convert<double>(dst[out_off]) + convert<double>(values[src_off]));
-        else dst[out_off] = values[src_off];
-        for (size_t d = ndim; d-- > 0;) {
+      // An odometer over the dims before the last keeps out's offset (dim excluded: the entries
+      // give it) and src's offset at the start of each run.
+      std::vector<int64_t> position(last, 0), out_step(last, 0);
+      for (size_t d = 0; d < last; ++d) out_step[d] = static_cast<int64_t>(d) == dim ? 0 : out_strides[d];
+      int64_t out_base = 0, src_base = 0;
+      for (int64_t first = 0; first < positions; first += run) {
+        const I* entries = idx + first;
+        const bool one_target = blocks && std::all_of(entries, entries + run, [&](I e) { return e == entries[0]; });
+        if (one_target) {
+          T* target = dst + out_base + checked_index(entries[0], size, dim, op) * dim_stride;
+          const T* source = values + src_base;
+          if (add) {
+            for (int64_t j = 0; j < run; ++j) put(target + j, source + j);
+          } else {
+            std::memmove(target, source, static_cast<size_t>(run) * sizeof(T));  // src may alias out
+          }
+        } else {
+          for (int64_t j = 0; j < run; ++j) {
+            put(dst + out_base + checked_index(entries[j], size, dim, op) * dim_stride + j * out_run_step, values + src_base + j * src_run_step);
+          }
+        }
+        for (size_t d = last; d-- > 0;) {
           out_base += out_step[d];
-          src_off += src_strides[d];
+          src_base += src_strides[d];
           if (++position[d] < shape[d]) break;
           out_base -= out_step[d] * shape[d];
-          src_off -= src_strides[d] * shape[d];
+          src_base -= src_strides[d] * shape[d];
           position[d] = 0;
         }
       }
