@@ -101,12 +101,13 @@ std::vector<float> scatter_by_definition(const Tensor& input, int64_t dim, const
 
 // The kernel copies a run of the index's last dim as one block when its entries are all equal (a
 // KV cache write: a position per row expanded over head_dim) and goes element by element
-// otherwise; both must give the definition's result along every dim, for index and src of any
-// strides (the op hands the kernel contiguous copies), with repeated targets written in order.
+// otherwise; both must give the definition's result along every dim, for input, index and src
+// as the kernel reads them, through their strides, with repeated targets written in order.
 TEST(Index, ScatterAlongEachDimMatchesItsDefinition) {
   flow::manual_seed(11);
   const Shape shape{4, 5, 6};
-  const Tensor input = flow::randn(shape);
+  const Tensor input = flow::randn({6, 4, 5}).permute({1, 2, 0});
+  ASSERT_FALSE(input.is_contiguous());
   for (int64_t dim = 0; dim < 3; ++dim) {
     const int64_t size = shape[dim];
     // Runs of one entry: an index expanded along the last dim (of size 1 along it, then widened).
@@ -117,9 +118,11 @@ TEST(Index, ScatterAlongEachDimMatchesItsDefinition) {
     const Tensor expanded = flow::randint(-size, size, one_per_run).expand(narrow);
     // Any entries, repeats included (int32 this time).
     const Tensor scattered = flow::randint(0, size, narrow).to(flow::kInt32);
+    // Any entries through a permuted view.
+    const Tensor permuted = flow::randint(0, size, {narrow[2], narrow[1], narrow[0]}).permute({2, 1, 0});
     // A src larger than the index, read through a permuted view.
     const Tensor src = flow::randn({6, 5, 4}).permute({2, 1, 0});
-    for (const Tensor& index : {expanded, scattered}) {
+    for (const Tensor& index : {expanded, scattered, permuted}) {
       for (bool add : {false, true}) {
         const Tensor got = add ? flow::scatter_add(input, dim, index, src) : flow::scatter(input, dim, index, src);
         EXPECT_EQ(got.tolist<float>(), scatter_by_definition(input, dim, index, src, add)) << "dim " << dim << " add " << add;
