@@ -2,7 +2,7 @@
 // masked_fill, softmax, matmul: the formula GPT-2 used before), float32 or bfloat16, timed; and the
 // process's peak resident memory, so run one configuration per process (bench/attention_bench.sh).
 // Prints: "attention <impl> <dtype> dropout <p> B <b> H <h> T <t> D <d> threads <n> ms <median> peak_rss_mb <mb>"; with
-// --queries, the decode shape: "attention decode <dtype> B <b> H <h> queries <q> keys <s> D <d> threads <n> us_per_call <median>".
+// --queries, the decode shape: "attention decode <dtype> B <b> H <h> queries <q> keys <s> D <d> caches <c> threads <n> us_per_call <median>".
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@ struct Options {
   double dropout = 0.0;
   int steps = 5;
   int64_t queries = 0;  // > 0: decode-shaped forward instead (see --queries)
+  int64_t caches = 1;   // decode: key/value caches called in turn (see --caches)
 };
 
 flow::Tensor composite(const flow::Tensor& q, const flow::Tensor& k, const flow::Tensor& v, double dropout) {
@@ -41,8 +42,11 @@ int decode(const Options& o) {
   flow::manual_seed(0);
   const flow::DType dtype = o.dtype == "bfloat16" ? flow::kBFloat16 : flow::kFloat32;
   const flow::Tensor q = flow::randn({o.batch, o.heads, o.queries, o.head_dim}).to(dtype);
-  const flow::Tensor k = flow::randn({o.batch, o.heads, o.length, o.head_dim}).to(dtype);
-  const flow::Tensor v = flow::randn({o.batch, o.heads, o.length, o.head_dim}).to(dtype);
+  std::vector<flow::Tensor> keys, values;
+  for (int64_t c = 0; c < o.caches; ++c) {
+    keys.push_back(flow::randn({o.batch, o.heads, o.length, o.head_dim}).to(dtype));
+    values.push_back(flow::randn({o.batch, o.heads, o.length, o.head_dim}).to(dtype));
+  }
   std::vector<int64_t> row_lengths;
   for (int64_t b = 0; b < o.batch; ++b) row_lengths.push_back((b + 1) * o.length / o.batch);
   const flow::Tensor lengths = flow::tensor<int64_t>(row_lengths, flow::Shape{o.batch});
@@ -51,12 +55,15 @@ int decode(const Options& o) {
   std::vector<double> us;
   for (int step = 0; step <= o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    for (int call = 0; call < kCalls; ++call) flow::flash_attention(q, k, v, mask);
+    for (int call = 0; call < kCalls; ++call) {
+      const auto c = static_cast<size_t>(call % o.caches);
+      flow::flash_attention(q, keys[c], values[c], mask);
+    }
     if (step > 0) us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kCalls);
   }
   std::sort(us.begin(), us.end());
   std::cout << "attention decode " << o.dtype << " B " << o.batch << " H " << o.heads << " queries " << o.queries << " keys " << o.length
-            << " D " << o.head_dim << " threads " << flow::get_num_threads() << " us_per_call " << us[us.size() / 2] << std::endl;
+            << " D " << o.head_dim << " caches " << o.caches << " threads " << flow::get_num_threads() << " us_per_call " << us[us.size() / 2] << std::endl;
   return 0;
 }
 
@@ -77,6 +84,11 @@ int main(int argc, char** argv) {
                  "decode shape instead: this many query rows per head attend to --length cached keys under a mask of per-row lengths "
                  "(row b sees its first (b + 1) * length / batch keys), forward only, fused; the median of --steps x 100 calls")
       ->check(flow::cli::at_least<int64_t>(1));
+  app.add_option("--caches", o.caches,
+                 "with --queries: key/value caches called in turn, as a model's layers are (several make each call read its cache "
+                 "from further out in the memory hierarchy)")
+      ->check(flow::cli::at_least<int64_t>(1))
+      ->capture_default_str();
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
   if (o.queries > 0) return decode(o);
 
