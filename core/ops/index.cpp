@@ -223,6 +223,7 @@ const OpDef& kScatter =
         .inputs({"input", "index", "src"})
         .outputs({"out"})
         .attrs({{"dim", AttrType::kInt}, {"reduce", AttrType::kString}})
+        .strided_inputs()  // the CPU kernel reads strides: an expanded index is not copied out
         .infer(scatter_infer)
         .sbp(scatter_sbp)
         .vjp(scatter_vjp)
@@ -236,6 +237,7 @@ const OpDef& kScatterInplace =
         .outputs({"out"})
         .attrs({{"dim", AttrType::kInt}, {"reduce", AttrType::kString}})
         .inplace()
+        .strided_inputs()  // index and src as given (the written input is contiguous regardless)
         .infer(scatter_infer)
         .sbp(scatter_sbp)
         .vjp(scatter_vjp)

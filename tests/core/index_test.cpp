@@ -72,6 +72,77 @@ TEST(Index, ScatterMaskedFillOneHot) {
   EXPECT_EQ(flow::one_hot(flow::tensor<int64_t>({1}), 4).shape(), (Shape{1, 4}));
 }
 
+namespace {
+
+// scatter by its definition, one index entry after another in index order:
+// out[p with p[dim] = index[p]] = src[p] (or +=), over float values in row-major order.
+std::vector<float> scatter_by_definition(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& src, bool add) {
+  std::vector<float> out = input.contiguous().tolist<float>();
+  const std::vector<int64_t> entries = index.contiguous().to(flow::kInt64).tolist<int64_t>();
+  const std::vector<float> sources = src.contiguous().tolist<float>();
+  const Shape& shape = index.shape();
+  const flow::Strides out_strides = flow::contiguous_strides(input.shape()), src_strides = flow::contiguous_strides(src.shape());
+  for (int64_t k = 0; k < index.numel(); ++k) {
+    int64_t rest = k, out_at = 0, src_at = 0;
+    for (int64_t d = shape.ndim() - 1; d >= 0; --d) {
+      const int64_t position = rest % shape[d];
+      rest /= shape[d];
+      const int64_t entry = entries[static_cast<size_t>(k)];
+      out_at += (d == dim ? (entry < 0 ? entry + input.size(dim) : entry) : position) * out_strides[static_cast<size_t>(d)];
+      src_at += position * src_strides[static_cast<size_t>(d)];
+    }
+    float& target = out[static_cast<size_t>(out_at)];
+    target = add ? target + sources[static_cast<size_t>(src_at)] : sources[static_cast<size_t>(src_at)];
+  }
+  return out;
+}
+
+}  // namespace
+
+// The kernel copies a run of the index's last dim as one block when its entries are all equal (a
+// KV cache write: a position per row expanded over head_dim) and goes element by element
+// otherwise; both must give the definition's result along every dim, for input, index and src
+// as the kernel reads them, through their strides, with repeated targets written in order.
+TEST(Index, ScatterAlongEachDimMatchesItsDefinition) {
+  flow::manual_seed(11);
+  const Shape shape{4, 5, 6};
+  const Tensor input = flow::randn({6, 4, 5}).permute({1, 2, 0});
+  ASSERT_FALSE(input.is_contiguous());
+  for (int64_t dim = 0; dim < 3; ++dim) {
+    const int64_t size = shape[dim];
+    // Runs of one entry: an index expanded along the last dim (of size 1 along it, then widened).
+    Shape narrow{3, 4, 6};
+    narrow[static_cast<size_t>(dim)] = 3;
+    Shape one_per_run = narrow;
+    one_per_run[2] = 1;
+    const Tensor expanded = flow::randint(-size, size, one_per_run).expand(narrow);
+    // Any entries, repeats included (int32 this time).
+    const Tensor scattered = flow::randint(0, size, narrow).to(flow::kInt32);
+    // Any entries through a permuted view.
+    const Tensor permuted = flow::randint(0, size, {narrow[2], narrow[1], narrow[0]}).permute({2, 1, 0});
+    // A src larger than the index, read through a permuted view.
+    const Tensor src = flow::randn({6, 5, 4}).permute({2, 1, 0});
+    for (const Tensor& index : {expanded, scattered, permuted}) {
+      for (bool add : {false, true}) {
+        const Tensor got = add ? flow::scatter_add(input, dim, index, src) : flow::scatter(input, dim, index, src);
+        EXPECT_EQ(got.tolist<float>(), scatter_by_definition(input, dim, index, src, add)) << "dim " << dim << " add " << add;
+      }
+      Tensor written = input.clone();
+      flow::scatter_(written, dim, index, src);
+      EXPECT_EQ(written.tolist<float>(), scatter_by_definition(input, dim, index, src, false)) << "scatter_ along dim " << dim;
+    }
+  }
+  // Two whole runs naming one row: the later one wins, or both add up.
+  const Tensor base = flow::zeros({3, 4});
+  const Tensor both_at_row_1 = flow::full({2, 1}, 1, flow::TensorOptions(flow::kInt64)).expand({2, 4});
+  const Tensor rows = flow::arange(1, 9, 1, flow::TensorOptions(flow::kFloat32)).reshape({2, 4});
+  EXPECT_EQ(flow::scatter(base, 0, both_at_row_1, rows).tolist<float>(), (std::vector<float>{0, 0, 0, 0, 5, 6, 7, 8, 0, 0, 0, 0}));
+  EXPECT_EQ(flow::scatter_add(base, 0, both_at_row_1, rows).tolist<float>(), (std::vector<float>{0, 0, 0, 0, 6, 8, 10, 12, 0, 0, 0, 0}));
+  // A run's index is checked once for the whole block.
+  EXPECT_THROW_MSG(flow::scatter(base, 0, flow::full({1, 4}, 3, flow::TensorOptions(flow::kInt64)), rows),
+                   "[scatter] index 3 is out of bounds for dimension 0 with size 3");
+}
+
 TEST(Index, Errors) {
   Tensor x = flow::zeros({5, 2});
   EXPECT_THROW_MSG(flow::index_select(x, 0, flow::tensor<int64_t>({7})), "[index_select] index 7 is out of bounds for dimension 0 with size 5");

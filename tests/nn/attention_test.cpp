@@ -40,6 +40,14 @@ const std::vector<Case> kCases = {
     {"bool_mask_broadcast", {2, 3, 6, 4}, {2, 3, 9, 4}, {2, 3, 9, 5}, false, {6, 9}, true},
     {"additive_mask_per_batch", {2, 3, 6, 4}, {2, 3, 9, 4}, {2, 3, 9, 5}, false, {2, 1, 6, 9}, false},
     {"no_batch_dims", {5, 4}, {6, 4}, {6, 3}, false, {}, false},
+    // Up to 4 query rows take the few-query path (dot products, no BLAS): head dims off the
+    // 16-lane steps, masks that hide whole rows, causal with more and fewer keys than rows.
+    {"one_query", {3, 2, 1, 13}, {3, 2, 97, 13}, {3, 2, 97, 11}, false, {}, false},
+    {"few_queries_bool_mask_per_batch", {3, 2, 3, 19}, {3, 2, 37, 19}, {3, 2, 37, 7}, false, {3, 1, 3, 37}, true},
+    {"few_queries_additive_mask", {2, 2, 4, 32}, {2, 2, 70, 32}, {2, 2, 70, 5}, false, {2, 2, 4, 70}, false},
+    {"few_queries_causal_more_keys", {2, 2, 4, 9}, {2, 2, 6, 9}, {2, 2, 6, 9}, true, {}, false},
+    {"few_queries_causal_fewer_keys", {1, 1, 4, 5}, {1, 1, 2, 5}, {1, 1, 2, 3}, true, {}, false},
+    {"one_query_no_batch_dims", {1, 4}, {6, 4}, {6, 3}, false, {}, false},
 };
 
 Tensor make_mask(const Case& c, flow::DType dtype) {
@@ -168,6 +176,42 @@ TEST(ScaledDotProductAttention, FusedDropoutPassesTheGradientChecker) {
         },
         inputs));
   }
+}
+
+// A decode step: one or two new tokens per row over a KV cache narrowed to the positions in use,
+// rows of different lengths (a bool mask of per-row lengths), float32 against the float64
+// composite. Cache positions past a row's length hold huge values that the mask must hide.
+TEST(ScaledDotProductAttention, DecodeStepOverPerRowLengthsMatchesTheComposite) {
+  flow::manual_seed(12);
+  constexpr int64_t kRows = 5, kHeads = 3, kCache = 50, kUsed = 41, kHeadDim = 24;
+  const Tensor lengths = flow::tensor<int64_t>({41, 1, 17, 33, 40});
+  const Tensor free_positions = flow::ge(flow::arange(kCache).reshape({1, 1, kCache, 1}), lengths.reshape({kRows, 1, 1, 1}));
+  const Tensor cache_k = flow::where(free_positions, 1e30, flow::randn({kRows, kHeads, kCache, kHeadDim}));
+  const Tensor cache_v = flow::where(free_positions, 1e30, flow::randn({kRows, kHeads, kCache, kHeadDim}));
+  const Tensor k = cache_k.slice(2, 0, kUsed), v = cache_v.slice(2, 0, kUsed);
+  const Tensor visible = flow::lt(flow::arange(kUsed).reshape({1, 1, 1, kUsed}), lengths.reshape({kRows, 1, 1, 1}));
+  for (int64_t queries : {1, 2}) {
+    const Tensor q = flow::randn({kRows, queries, kHeads, kHeadDim}).permute({0, 2, 1, 3});
+    const Tensor got = F::scaled_dot_product_attention(q, k, v, visible);
+    const Tensor hidden_zeroed = flow::where(visible.transpose(-2, -1), k, 0.0);
+    const Tensor expected = flow::testing::reference_attention(q.to(flow::kFloat64), hidden_zeroed.to(flow::kFloat64),
+                                                               flow::where(visible.transpose(-2, -1), v, 0.0).to(flow::kFloat64), visible,
+                                                               false, 1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+    expect_close(got, expected, 1e-5, 1e-5);
+  }
+}
+
+// Dropout's weight (b, i, j) reads the same Philox word on either path: row 0 of one batch element
+// is element j of the weights whether the call has 1 query row (few-query path) or 70 (tiled).
+TEST(ScaledDotProductAttention, FewQueryDropoutDrawsTheTiledPathsWeights) {
+  flow::manual_seed(13);
+  const Tensor q = flow::randn({1, 1, 70, 8}, flow::kFloat64), k = flow::randn({1, 1, 90, 8}, flow::kFloat64),
+               v = flow::randn({1, 1, 90, 6}, flow::kFloat64);
+  flow::manual_seed(14);
+  const Tensor tiled = F::scaled_dot_product_attention(q, k, v, Tensor(), 0.4);
+  flow::manual_seed(14);
+  const Tensor few = F::scaled_dot_product_attention(q.slice(2, 0, 1), k, v, Tensor(), 0.4);
+  expect_close(few, tiled.slice(2, 0, 1), 1e-12, 1e-12);
 }
 
 // The forward kernel reads batch-strided inputs in place (a KV cache narrowed to the positions in

@@ -7,6 +7,9 @@
 // inputs are computed in float32, float64 in float64. Dropout of the weights (flash_attention_dropout)
 // is drawn per weight from Philox counters, the same in forward and backward.
 #include <cblas.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -186,6 +189,101 @@ struct Dropout {
 // Keys [0, end) that query rows [i0, i0 + rows) may see.
 int64_t visible_keys(const Problem& p, int64_t i0, int64_t rows) { return p.causal ? std::min(p.s, i0 + rows) : p.s; }
 
+// At most this many query rows per batch element take the few-query path (decoding: one new token
+// per row). BLAS packs every key and value tile it is handed, a cost the single query row of a
+// decode step never earns back; direct dot products and weighted sums over the keys do not copy.
+constexpr int64_t kFewQueries = 4;
+// Multiply-adds below which a chunk of few-query batch elements is not worth a thread.
+constexpr int64_t kFewQueryGrain = 1 << 16;
+
+// sum_x a[x] * b[x] in the compute type, b converted from its storage type.
+template <typename C, typename T>
+[[gnu::always_inline]] inline C dot(const C* a, const T* b, int64_t n) {
+  int64_t x = 0;
+  C sum = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<C, float> && std::is_same_v<T, float>) {
+    __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+    for (; x + 16 <= n; x += 16) {
+      even = _mm256_fmadd_ps(_mm256_loadu_ps(a + x), _mm256_loadu_ps(b + x), even);
+      odd = _mm256_fmadd_ps(_mm256_loadu_ps(a + x + 8), _mm256_loadu_ps(b + x + 8), odd);
+    }
+    const __m256 both = _mm256_add_ps(even, odd);
+    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(both), _mm256_extractf128_ps(both, 1));
+    const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    sum = _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
+  }
+#endif
+  for (; x < n; ++x) sum += a[x] * to_compute<C>(b[x]);  // the tail, or every element off the AVX2 path
+  return sum;
+}
+
+// Query rows [0, p.l) of batch elements [begin, end), p.l <= kFewQueries: per row, the scores of
+// every visible key by dot products, then softmax weights and their weighted sum of value rows.
+// The same result as the tiled path up to float rounding (one softmax over all keys where the
+// tiled one rescales per key tile).
+template <typename T, typename C>
+void few_query_rows(const Problem& p, const Dropout& dropout, int64_t begin, int64_t end, const T* q, const std::vector<int64_t>& q_at,
+                    const T* k, const std::vector<int64_t>& k_at, const T* v, const std::vector<int64_t>& v_at, T* out,
+                    C* lse) {
+  // Grown to the largest call a thread has seen, then reused: no allocation per decode step.
+  thread_local std::vector<C> query, scores, acc, keep;
+  query.resize(static_cast<size_t>(p.e));
+  scores.resize(static_cast<size_t>(p.s));
+  acc.resize(static_cast<size_t>(p.ev));
+  if (dropout.active()) keep.resize(static_cast<size_t>(p.s));
+  const T* mask = p.mask != nullptr ? static_cast<const T*>(p.mask->data_ptr()) : nullptr;
+  for (int64_t b = begin; b < end; ++b) {
+    const auto at = static_cast<size_t>(b);
+    const T* k_b = k + k_at[at];
+    const T* v_b = v + v_at[at];
+    for (int64_t i = 0; i < p.l; ++i) {
+      const T* q_row = q + q_at[at] + i * p.e;
+      for (int64_t x = 0; x < p.e; ++x) query[static_cast<size_t>(x)] = to_compute<C>(q_row[x]) * static_cast<C>(p.scale);
+      const int64_t keys = visible_keys(p, i, 1);
+      C* s = scores.data();
+      if (mask != nullptr) {
+        // A key the mask hides (-inf) is not read: a decode step over a whole cache skips the free
+        // positions past each row's length, which are most of the memory traffic.
+        const T* mask_row = mask + p.mask_offsets[at] + i * p.mask_row_stride;
+        for (int64_t j = 0; j < keys; ++j) {
+          const C bias = to_compute<C>(mask_row[j * p.mask_col_stride]);
+          s[j] = bias == -std::numeric_limits<C>::infinity() ? bias : dot(query.data(), k_b + j * p.e, p.e) + bias;
+        }
+      } else {
+        for (int64_t j = 0; j < keys; ++j) s[j] = dot(query.data(), k_b + j * p.e, p.e);
+      }
+      C row_max = -std::numeric_limits<C>::infinity();
+      for (int64_t j = 0; j < keys; ++j) row_max = std::max(row_max, s[j]);
+      T* out_row = out + (b * p.l + i) * p.ev;
+      if (row_max == -std::numeric_limits<C>::infinity()) {  // a row that sees no key gives zeros
+        std::fill(out_row, out_row + p.ev, static_cast<T>(C(0)));
+        lse[b * p.l + i] = -std::numeric_limits<C>::infinity();
+        continue;
+      }
+      // The exps in a loop of their own, which vectorises (math::exp); the sum after it.
+      for (int64_t j = 0; j < keys; ++j) s[j] = math::exp(s[j] - row_max);
+      C total = 0;
+      for (int64_t j = 0; j < keys; ++j) total += s[j];
+      // The total normalises all weights; only the kept ones (scaled) reach the output.
+      if (dropout.active()) {
+        dropout.row_scales(p, b, i, 0, keys, keep.data());
+        for (int64_t j = 0; j < keys; ++j) s[j] *= keep[static_cast<size_t>(j)];
+      }
+      std::fill(acc.begin(), acc.end(), C(0));
+      for (int64_t j = 0; j < keys; ++j) {
+        const C weight = s[j];
+        if (weight == C(0)) continue;  // masked (or dropped) keys add nothing
+        const T* v_row = v_b + j * p.ev;
+        for (int64_t x = 0; x < p.ev; ++x) acc[static_cast<size_t>(x)] += weight * to_compute<C>(v_row[x]);
+      }
+      const C inverse = C(1) / total;
+      for (int64_t x = 0; x < p.ev; ++x) out_row[x] = static_cast<T>(acc[static_cast<size_t>(x)] * inverse);
+      lse[b * p.l + i] = row_max + std::log(total);
+    }
+  }
+}
+
 // The forward op takes strided inputs: query, key and value are read in place when each batch
 // element's matrix is contiguous (decoding reads a narrowed KV cache without copying it).
 template <typename T, typename C>
@@ -212,6 +310,13 @@ void forward(KernelContext& ctx) {
   auto* rng_state = static_cast<int64_t*>(ctx.outputs[2].data_ptr());
   rng_state[0] = static_cast<int64_t>(dropout.seed);
   rng_state[1] = static_cast<int64_t>(dropout.offset);
+  if (p.l <= kFewQueries) {
+    const int64_t work = std::max<int64_t>(1, p.l * p.s * (p.e + p.ev));
+    parallel_for(0, p.batch, std::max<int64_t>(1, kFewQueryGrain / work), [&](int64_t begin, int64_t end) {
+      few_query_rows<T, C>(p, dropout, begin, end, q, q_at, k, k_at, v, v_at, out, lse);
+    });
+    return;
+  }
   const int64_t query_tiles = (p.l + kQueryTile - 1) / kQueryTile;
   parallel_for(0, p.batch * query_tiles, 1, [&](int64_t begin, int64_t end) {
     std::vector<C> q_buf, k_buf, v_buf, scores(static_cast<size_t>(kQueryTile * kKeyTile)), acc, row_max, row_sum, keep(kKeyTile);

@@ -1,10 +1,12 @@
 // CPU kernels of the indexing ops. Index values are checked here (they are data); an index
 // out of range raises flow::Error naming the op, the value and the dim's size.
+#include <algorithm>
 #include <cstring>
 
 #include "core/kernels/cpu/convert.h"
 #include "core/kernels/cpu/loop.h"
 #include "core/op.h"
+#include "core/ops/copy.h"
 
 namespace flow::cpu {
 namespace {
@@ -82,23 +84,32 @@ void index_select_kernel(KernelContext& ctx) {
 }
 
 // Walks every element of `index` (contiguous, rank r) with its position's offsets into `a`
-// (input, for gather) and `b` (src or out), both contiguous with their own shapes.
+// (input, for gather) and `b` (src or out), both contiguous with their own shapes. Each chunk finds
+// its first position by division, then steps an odometer (no allocation per element).
 template <typename F>
 void for_each_index(const Tensor& index, const Shape& a_shape, const Shape& b_shape, F f) {
   const Shape& shape = index.shape();
   const Strides a_strides = contiguous_strides(a_shape), b_strides = contiguous_strides(b_shape);
   const int64_t n = index.numel();
   parallel_for(0, n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> position(shape.size());
+    int64_t rest = begin, a_off = 0, b_off = 0;
+    for (size_t d = shape.size(); d-- > 0;) {
+      position[d] = rest % shape[d];
+      rest /= shape[d];
+      a_off += position[d] * a_strides[d];
+      b_off += position[d] * b_strides[d];
+    }
     for (int64_t k = begin; k < end; ++k) {
-      int64_t rest = k, a_off = 0, b_off = 0;
-      std::vector<int64_t> position(shape.size());
-      for (size_t d = shape.size(); d-- > 0;) {
-        position[d] = rest % shape[d];
-        rest /= shape[d];
-        a_off += position[d] * a_strides[d];
-        b_off += position[d] * b_strides[d];
-      }
       f(k, a_off, b_off, position);
+      for (size_t d = shape.size(); d-- > 0;) {
+        a_off += a_strides[d];
+        b_off += b_strides[d];
+        if (++position[d] < shape[d]) break;
+        a_off -= a_strides[d] * shape[d];
+        b_off -= b_strides[d] * shape[d];
+        position[d] = 0;
+      }
     }
   });
 }
@@ -121,34 +132,70 @@ void gather_kernel(KernelContext& ctx) {
   });
 }
 
-// Writes (or adds) src's elements into out at index along dim. Sequential: several index entries
-// may name one output element, so the order must be fixed.
+// Writes (or adds) src's elements into out at index along dim; all three are read through their
+// strides (scatter_ takes a KV cache step's index expanded over heads and head_dim, and its keys
+// as a permuted view, without copies). Sequential: several index entries may name one output
+// element, so the order must be fixed. The index is walked in runs along its last dim; when that
+// dim is not `dim`, out and src are unit-strided along it and the run's entries are all equal (an
+// index expanded over it: stride 0), the run's targets are one contiguous stretch of out and its
+// sources one of src, so it is copied (or added) as a block. Within a run the targets are distinct,
+// so the block keeps the element-wise order's result.
 void scatter_into(Tensor& out, const Tensor& index, const Tensor& src, int64_t dim, bool add, const char* op) {
+  const int64_t positions = index.numel();
+  if (positions == 0) return;
   const int64_t size = out.dim() == 0 ? 1 : out.size(dim);
-  const Strides out_strides = contiguous_strides(out.shape()), src_strides = contiguous_strides(src.shape());
+  const Shape& shape = index.shape();
+  const Strides &out_strides = out.strides(), &index_strides = index.strides(), &src_strides = src.strides();
+  const auto ndim = static_cast<size_t>(shape.ndim());
+  // The run: index's last dim (a single entry for a 0-d index). Along it, out moves by its stride
+  // unless it is `dim` (then the entries themselves place it), index and src by their own.
+  const size_t last = ndim == 0 ? 0 : ndim - 1;
+  const int64_t run = ndim == 0 ? 1 : shape[last];
+  const int64_t out_run_step = ndim == 0 || last == static_cast<size_t>(dim) ? 0 : out_strides[last];
+  const int64_t index_run_step = ndim == 0 ? 0 : index_strides[last];
+  const int64_t src_run_step = ndim == 0 ? 0 : src_strides[last];
+  const int64_t dim_stride = ndim == 0 ? 0 : out_strides[static_cast<size_t>(dim)];
+  const bool blocks = out_run_step == 1 && src_run_step == 1;
   FLOW_DISPATCH_ALL(out.dtype(), op, [&]<typename T>() {
     T* dst = static_cast<T*>(out.data_ptr());
     const T* values = static_cast<const T*>(src.data_ptr());
+    auto put = [&](T* target, const T* value) {
+      if (add) *target = convert<T>(convert<double>(*target) + convert<double>(*value));
+      else *target = *value;
+    };
     dispatch_index(index.dtype(), [&]<typename I>() {
       const I* idx = static_cast<const I*>(index.data_ptr());
-      const Shape& shape = index.shape();
-      const auto ndim = static_cast<size_t>(shape.ndim());
-      // An odometer over index's positions keeps src's offset and out's offset along the other
-      // dims; the index entry gives out's offset along dim.
-      const int64_t dim_stride = ndim == 0 ? 0 : out_strides[static_cast<size_t>(dim)];
-      std::vector<int64_t> position(ndim, 0), out_step(ndim, 0);
-      for (size_t d = 0; d < ndim; ++d) out_step[d] = static_cast<int64_t>(d) == dim ? 0 : out_strides[d];
-      int64_t out_base = 0, src_off = 0;
-      for (int64_t k = 0; k < index.numel(); ++k) {
-        const int64_t out_off = out_base + checked_index(idx[k], size, dim, op) * dim_stride;
-        if (add) dst[out_off] = convert<T>(convert<double>(dst[out_off]) + convert<double>(values[src_off]));
-        else dst[out_off] = values[src_off];
-        for (size_t d = ndim; d-- > 0;) {
+      // An odometer over the dims before the last keeps out's offset (dim excluded: the entries
+      // give it), index's and src's at the start of each run.
+      std::vector<int64_t> position(last, 0), out_step(last, 0);
+      for (size_t d = 0; d < last; ++d) out_step[d] = static_cast<int64_t>(d) == dim ? 0 : out_strides[d];
+      int64_t out_base = 0, index_base = 0, src_base = 0;
+      for (int64_t first = 0; first < positions; first += run) {
+        const I* entries = idx + index_base;
+        bool one_target = blocks;
+        for (int64_t j = 1; one_target && index_run_step != 0 && j < run; ++j) one_target = entries[j * index_run_step] == entries[0];
+        if (one_target) {
+          T* target = dst + out_base + checked_index(entries[0], size, dim, op) * dim_stride;
+          const T* source = values + src_base;
+          if (add) {
+            for (int64_t j = 0; j < run; ++j) put(target + j, source + j);
+          } else {
+            std::memmove(target, source, static_cast<size_t>(run) * sizeof(T));  // src may alias out
+          }
+        } else {
+          for (int64_t j = 0; j < run; ++j) {
+            put(dst + out_base + checked_index(entries[j * index_run_step], size, dim, op) * dim_stride + j * out_run_step,
+                values + src_base + j * src_run_step);
+          }
+        }
+        for (size_t d = last; d-- > 0;) {
           out_base += out_step[d];
-          src_off += src_strides[d];
+          index_base += index_strides[d];
+          src_base += src_strides[d];
           if (++position[d] < shape[d]) break;
           out_base -= out_step[d] * shape[d];
-          src_off -= src_strides[d] * shape[d];
+          index_base -= index_strides[d] * shape[d];
+          src_base -= src_strides[d] * shape[d];
           position[d] = 0;
         }
       }
@@ -157,9 +204,8 @@ void scatter_into(Tensor& out, const Tensor& index, const Tensor& src, int64_t d
 }
 
 void scatter_kernel(KernelContext& ctx) {
-  const Tensor& input = ctx.inputs[0];
   const bool add = ctx.attrs.get<std::string>("reduce") == "add";
-  std::memcpy(ctx.outputs[0].data_ptr(), input.data_ptr(), static_cast<size_t>(input.numel()) * itemsize(input.dtype()));
+  detail::copy_into(ctx.outputs[0], ctx.inputs[0]);  // the input may be a strided view
   scatter_into(ctx.outputs[0], ctx.inputs[1], ctx.inputs[2], ctx.attrs.get<int64_t>("dim"), add, add ? "scatter_add" : "scatter");
 }
 

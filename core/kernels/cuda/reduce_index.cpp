@@ -130,7 +130,11 @@ void gather_kernel(KernelContext& ctx) {
 }
 
 void scatter_kernel(KernelContext& ctx) {
-  const Tensor &input = ctx.inputs[0], &index = ctx.inputs[1], &src = ctx.inputs[2];
+  // The scatter ops hand their inputs with any strides (the CPU kernel reads them in place);
+  // these kernels read index and src contiguous. The input is copied into out through its strides.
+  const Tensor& input = ctx.inputs[0];
+  const Tensor index = ctx.inputs[1].is_contiguous() ? ctx.inputs[1] : detail::contiguous_copy(ctx.inputs[1]);
+  const Tensor src = ctx.inputs[2].is_contiguous() ? ctx.inputs[2] : detail::contiguous_copy(ctx.inputs[2]);
   Tensor& out = ctx.outputs[0];
   const bool add = ctx.attrs.get<std::string>("reduce") == "add";
   const char* op = add ? "scatter_add" : "scatter";
