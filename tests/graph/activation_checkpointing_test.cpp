@@ -59,12 +59,12 @@ TEST(ActivationCheckpointing, MlpTrainsLikePlainGraphWithSmallerPeak) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(flow::allclose(b[i].second, a[i].second, 0, 1e-6)) << a[i].first;
   EXPECT_LT(checked.plan().block_bytes.at("cpu"), plain.plan().block_bytes.at("cpu"));
 
-  // The clones outlive CSE and DCE and come after the forward (the loss's log_softmax).
+  // The clones outlive CSE and DCE and come after the forward (the loss: the fused cross-entropy).
   const auto& job = checked.job();
   int clones = 0, loss = -1, first_clone = -1;
   for (int p = 0; p < job.nodes_size(); ++p) {
     const auto& node = job.nodes(p);
-    if (node.op() == "log_softmax") loss = p;
+    if (node.op() == "sparse_softmax_cross_entropy") loss = p;
     if (node.name().find(".recompute") == std::string::npos) continue;
     ++clones;
     if (first_clone < 0) first_clone = p;
