@@ -111,7 +111,7 @@ class Widening {
     }
     const bool on_cpu = !recorded.empty() && recorded[0].device.is_cpu();
     const bool widened_product =
-        is_widenable(node.op()) && reads_bfloat16 && on_cpu && inputs.size() >= 2 && widen(node.op(), inputs[1].shape.numel());
+        is_widenable(node.op()) && reads_bfloat16 && on_cpu && inputs.size() >= 2 && widen({node.op(), inputs, graph::attrs_of(node)});
     const bool passes_on = !is_product(node.op()) && reads_widened;
     if (!(widened_product || passes_on) || graph::has_side_effects(node)) return std::nullopt;
     std::vector<TensorMeta> outputs;
@@ -264,10 +264,19 @@ Bfloat16Hardware cpu_bfloat16_hardware() {
   return hardware;
 }
 
-bool bfloat16_pays_off(const std::string& op, int64_t weight_elements, Bfloat16Hardware hardware) {
-  if (op == "conv2d") return hardware.matrix_tiles;
-  if (op == "linear" || op == "fused_linear" || op == "matmul") return hardware.dot_products && weight_elements >= kMinBfloat16ProductWeights;
-  return true;
+bool bfloat16_pays_off(const Bfloat16Product& product, Bfloat16Hardware hardware) {
+  const std::string& op = product.op;
+  if (op == "linear" || op == "fused_linear" || op == "matmul") {
+    return hardware.dot_products && product.inputs.at(1).shape.numel() >= kMinBfloat16ProductWeights;
+  }
+  if (op != "conv2d" || hardware.matrix_tiles) return true;
+  if (!hardware.dot_products) return false;
+  const Shape& x = product.inputs.at(0).shape;
+  const Shape& weight = product.inputs.at(1).shape;  // (out, in / groups, kh, kw)
+  const auto stride = product.attrs.get<std::vector<int64_t>>("stride");
+  const int64_t window = weight[2] * weight[3], pixels = (x[2] / stride.at(0)) * (x[3] / stride.at(1));
+  if (product.attrs.get<int64_t>("groups") != 1 || weight[1] * window < kMinBfloat16ConvReduction || pixels < kMinBfloat16ConvPixels) return false;
+  return window > 1 || weight[0] >= kMinBfloat16PointwiseChannels;
 }
 
 Bfloat16Products bfloat16_choice(Bfloat16Products option, const char* env) {

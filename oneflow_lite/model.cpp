@@ -272,8 +272,8 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
 
 void Model::Impl::widen_bfloat16_products(Bfloat16Products choice) {
   const Bfloat16Hardware hardware = cpu_bfloat16_hardware();
-  auto widen = [&](const std::string& op, int64_t weight_elements) {
-    return choice == Bfloat16Products::kFloat32 || (choice == Bfloat16Products::kAuto && !bfloat16_pays_off(op, weight_elements, hardware));
+  auto widen = [&](const Bfloat16Product& product) {
+    return choice == Bfloat16Products::kFloat32 || (choice == Bfloat16Products::kAuto && !bfloat16_pays_off(product, hardware));
   };
   std::map<std::string, int64_t> widened;
   try {

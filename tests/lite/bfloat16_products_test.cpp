@@ -27,18 +27,46 @@ using flow::lite::Model;
 
 namespace {
 
-TEST(Bfloat16Decision, ConvolutionsNeedMatrixTilesAndProductsDotProducts) {
+// A bfloat16 product with bfloat16 inputs of these shapes.
+flow::lite::Bfloat16Product product(const std::string& op, const flow::Shape& x, const flow::Shape& weight, flow::Attrs attrs = {}) {
+  const flow::TensorMeta x_meta{x, flow::kBFloat16, flow::kCPU}, weight_meta{weight, flow::kBFloat16, flow::kCPU};
+  return {op, {x_meta, weight_meta}, std::move(attrs)};
+}
+
+flow::lite::Bfloat16Product conv(const flow::Shape& x, const flow::Shape& weight, int64_t stride = 1, int64_t groups = 1) {
+  return product("conv2d", x, weight, flow::Attrs().set("stride", std::vector<int64_t>{stride, stride}).set("groups", groups));
+}
+
+TEST(Bfloat16Decision, ConvolutionsPayOffWithMatrixTilesOrOnLargeShapes) {
   using flow::lite::bfloat16_pays_off;
   const Bfloat16Hardware none{}, zen4{true, false}, sapphire_rapids{true, true};
-  for (const Bfloat16Hardware& cpu : {none, zen4}) EXPECT_FALSE(bfloat16_pays_off("conv2d", 1 << 20, cpu));
-  EXPECT_TRUE(bfloat16_pays_off("conv2d", 9, sapphire_rapids));
-  for (const char* op : {"linear", "fused_linear", "matmul"}) {
-    EXPECT_FALSE(bfloat16_pays_off(op, 1 << 20, none)) << op;
-    EXPECT_TRUE(bfloat16_pays_off(op, 1 << 20, zen4)) << op;
-    EXPECT_TRUE(bfloat16_pays_off(op, flow::lite::kMinBfloat16ProductWeights, zen4)) << op;
-    EXPECT_FALSE(bfloat16_pays_off(op, flow::lite::kMinBfloat16ProductWeights - 1, sapphire_rapids)) << op << ": too small";
+  const auto resnet_3x3 = conv({1, 64, 56, 56}, {64, 64, 3, 3});
+  EXPECT_FALSE(bfloat16_pays_off(resnet_3x3, none));
+  EXPECT_TRUE(bfloat16_pays_off(resnet_3x3, zen4));
+  EXPECT_TRUE(bfloat16_pays_off(conv({1, 256, 14, 14}, {256, 256, 3, 3}), zen4));
+  EXPECT_TRUE(bfloat16_pays_off(conv({1, 1024, 14, 14}, {256, 1024, 1, 1}), zen4)) << "a wide 1x1";
+  EXPECT_FALSE(bfloat16_pays_off(conv({1, 512, 7, 7}, {512, 512, 3, 3}), zen4)) << "7x7 pixels";
+  EXPECT_FALSE(bfloat16_pays_off(conv({1, 64, 56, 56}, {128, 64, 1, 1}, 2), zen4)) << "64 input channels, 1x1";
+  EXPECT_FALSE(bfloat16_pays_off(conv({1, 256, 56, 56}, {64, 256, 1, 1}), zen4)) << "64 output channels, 1x1";
+  EXPECT_FALSE(bfloat16_pays_off(conv({1, 96, 56, 56}, {96, 1, 3, 3}, 1, 96), zen4)) << "depthwise";
+  EXPECT_FALSE(bfloat16_pays_off(conv({1, 8, 28, 28}, {16, 8, 3, 3}), zen4)) << "the test nets' few channels";
+  EXPECT_FALSE(bfloat16_pays_off(conv({1, 3, 224, 224}, {64, 3, 7, 7}, 2), zen4)) << "a stem on 3 channels";
+  for (const auto& shapes : {conv({1, 8, 28, 28}, {16, 8, 3, 3}), conv({1, 96, 56, 56}, {96, 1, 3, 3}, 1, 96)}) {
+    EXPECT_TRUE(bfloat16_pays_off(shapes, sapphire_rapids)) << "AMX";
   }
-  EXPECT_TRUE(bfloat16_pays_off("relu", 0, none)) << "not a product: kept as exported";
+}
+
+TEST(Bfloat16Decision, MatmulsPayOffWithDotProductsAboveAFewWeights) {
+  using flow::lite::bfloat16_pays_off;
+  using flow::lite::kMinBfloat16ProductWeights;
+  const Bfloat16Hardware none{}, zen4{true, false}, sapphire_rapids{true, true};
+  for (const char* op : {"linear", "fused_linear", "matmul"}) {
+    EXPECT_FALSE(bfloat16_pays_off(product(op, {1, 784}, {512, 784}), none)) << op;
+    EXPECT_TRUE(bfloat16_pays_off(product(op, {1, 784}, {512, 784}), zen4)) << op;
+    EXPECT_TRUE(bfloat16_pays_off(product(op, {1, 128}, {kMinBfloat16ProductWeights / 128, 128}), zen4)) << op;
+    EXPECT_FALSE(bfloat16_pays_off(product(op, {64, 16}, {10, 16}), sapphire_rapids)) << op << ": too small";
+  }
+  EXPECT_TRUE(bfloat16_pays_off(product("relu", {4}, {4}), none)) << "not a product: kept as exported";
 }
 
 TEST(Bfloat16Decision, TheEnvironmentDecidesOnlyWhatTheOptionLeavesToIt) {
@@ -119,8 +147,8 @@ TEST_P(Bfloat16ExportTest, AutoWidensWhatThisCpuRunsSlowerInBfloat16) {
   const auto model = Model::load(dir(true));
   const Bfloat16Hardware cpu = flow::lite::cpu_bfloat16_hardware();
   const bool cnn = GetParam() == "cnn";
-  // Convolutions without AMX; the CNN's 400 -> 32 linear without AVX512-BF16; the last linear
-  // (32 -> 10, 16 -> 10) is under kMinBfloat16ProductWeights everywhere.
+  // The convolutions (8 and 16 channels) without AMX; the CNN's 400 -> 32 linear without
+  // AVX512-BF16; the last linear (32 -> 10, 16 -> 10) is under kMinBfloat16ProductWeights.
   const int64_t expected = (cpu.matrix_tiles ? 0 : cnn ? 2 : 6) + (cnn && !cpu.dot_products ? 1 : 0) + 1;
   EXPECT_EQ(model->float32_products(), expected);
   expect_like_float32(*model);
