@@ -106,7 +106,8 @@ struct Model::Impl {
   std::shared_ptr<CachedProgram> program_for(int64_t batch) const;
   std::shared_ptr<const Program> make_program(int64_t batch) const;
   // Rewrites the exported Job (and weights) so that its bfloat16 products `choice` does not keep
-  // run in float32 (bfloat16_products.h), and logs what it changed.
+  // run in float32 (bfloat16_products.h), and logs what it changed. A Job without bfloat16 values
+  // is not copied.
   void widen_bfloat16_products(Bfloat16Products choice);
   // Whether the model's rows are independent (batch_buckets.h), from a program at 2+ rows.
   bool rows_independent() const;
