@@ -2,6 +2,12 @@
 // becomes conv2d(x, w * s, (b - mean) * s + beta) with s = gamma / sqrt(var + eps). The folded
 // weights are computed by ops in the Job (not baked in at compile time), so the graph keeps
 // following the modules' parameters and buffers; they cost one pass over the weights per call.
+// Under AMP the conv computes in 16 bits on casts of the weights and the batch norm in float32 on
+// a cast of its result: batch_norm_eval(cast32(conv2d(x, cast16(w), cast16(b)))) becomes
+// cast32(conv2d(x, cast16(w * s), cast16((b - mean) * s + beta))), the folding done in float32
+// on the weights behind the casts, so that an AMP export loses its batch norms too.
+#include <optional>
+
 #include "graph/passes.h"
 
 namespace flow::graph {
@@ -31,7 +37,6 @@ class NodeWriter {
     return value;
   }
 
- private:
   TensorMeta meta(const std::string& value) const {
     auto it = metas_.find(value);
     if (it != metas_.end()) return it->second;
@@ -39,6 +44,7 @@ class NodeWriter {
     return meta_of(index_.node(producer).outputs(output));
   }
 
+ private:
   const JobIndex& index_;
   const proto::Node& like_;
   std::vector<proto::Node>& nodes_;
@@ -48,6 +54,26 @@ class NodeWriter {
 bool is_state(const JobIndex& index, const std::string& value) {
   const std::string& op = index.node(parse_value_name(value).first).op();
   return op == kVariableOp || op == kConstantOp;
+}
+
+TensorMeta meta_of_value(const JobIndex& index, const std::string& value) {
+  const auto [producer, output] = parse_value_name(value);
+  return meta_of(index.node(producer).outputs(output));
+}
+
+// The node producing `value` when it is a dtype cast (a copy that keeps the device), else null.
+const proto::Node* cast_producing(const JobIndex& index, const std::string& value) {
+  const proto::Node& node = index.node(parse_value_name(value).first);
+  if (node.op() != "copy" || !(meta_of(node.outputs(0)).device == meta_of_value(index, node.inputs(0)).device)) return nullptr;
+  return &node;
+}
+
+// The variable or constant `value` is, or is a cast of (AMP's cast of a weight), or nullopt.
+std::optional<std::string> state_behind_cast(const JobIndex& index, const std::string& value) {
+  if (is_state(index, value)) return value;
+  const proto::Node* cast = cast_producing(index, value);
+  if (cast && is_state(index, cast->inputs(0))) return cast->inputs(0);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -61,11 +87,22 @@ void conv_batch_norm_folding(proto::Job& job, PassContext& context) {
   for (int p = 0; p < job.nodes_size(); ++p) {
     const proto::Node& bn = job.nodes(p);
     if (bn.op() != "batch_norm_eval") continue;
-    const std::string& conv_value = bn.inputs(0);
+    // The batch norm reads the conv's result, or (AMP) a cast of it that nothing else reads.
+    std::string conv_value = bn.inputs(0);
+    const proto::Node* result_cast = cast_producing(index, conv_value);
+    if (result_cast) {
+      if (index.consumers(conv_value).size() != 1 || written.count(conv_value)) continue;
+      conv_value = result_cast->inputs(0);
+    }
     const int conv_position = index.position(parse_value_name(conv_value).first);
     const proto::Node& conv = job.nodes(conv_position);
     if (conv.op() != "conv2d" || index.consumers(conv_value).size() != 1 || written.count(conv_value)) continue;
-    bool foldable = is_state(index, conv.inputs(1)) && (conv.inputs_size() < 3 || is_state(index, conv.inputs(2)));
+    const std::optional<std::string> conv_weight = state_behind_cast(index, conv.inputs(1));
+    const std::optional<std::string> conv_bias = conv.inputs_size() < 3 ? std::nullopt : state_behind_cast(index, conv.inputs(2));
+    // The folding computes in the batch norm's dtype (float32 under AMP) on the weights behind the casts.
+    const DType bn_dtype = meta_of(bn.outputs(0)).dtype;
+    bool foldable = conv_weight && meta_of_value(index, *conv_weight).dtype == bn_dtype &&
+                    (conv.inputs_size() < 3 || (conv_bias && meta_of_value(index, *conv_bias).dtype == bn_dtype));
     for (int i = 1; i < bn.inputs_size(); ++i) foldable = foldable && is_state(index, bn.inputs(i)) && !written.count(bn.inputs(i));
     if (!foldable) continue;
 
@@ -78,14 +115,27 @@ void conv_batch_norm_folding(proto::Job& job, PassContext& context) {
     if (affine) scale = writer.add("scale", "mul", {bn.inputs(3), scale});
     const int64_t channels = meta_of(conv.outputs(0)).shape[1];
     const std::string scale_4d = writer.add("scale_4d", "view", {scale}, Attrs().set("shape", std::vector<int64_t>{channels, 1, 1, 1}));
-    const std::string weight = writer.add("weight", "mul", {conv.inputs(1), scale_4d});
-    const std::string centred = conv.inputs_size() == 3 ? writer.add("centred", "sub", {conv.inputs(2), mean}) : writer.add("centred", "neg", {mean});
+    std::string weight = writer.add("weight", "mul", {*conv_weight, scale_4d});
+    const std::string centred = conv_bias ? writer.add("centred", "sub", {*conv_bias, mean}) : writer.add("centred", "neg", {mean});
     std::string bias = writer.add("shift", "mul", {centred, scale});
     if (affine) bias = writer.add("bias", "add", {bias, bn.inputs(4)});
+    // Under AMP: the weights folded in float32 and rounded once to the conv's dtype.
+    if (conv.inputs(1) != *conv_weight) weight = writer.add("weight_cast", "copy", {weight}, attrs_of(*cast_producing(index, conv.inputs(1))));
+    const TensorMeta conv_meta = meta_of(conv.outputs(0));
+    if (writer.meta(bias).dtype != conv_meta.dtype) {
+      bias = writer.add("bias_cast", "copy", {bias}, Attrs().set("dtype", conv_meta.dtype).set("device", conv_meta.device));
+    }
     const std::string folded = writer.add("conv", "conv2d", {conv.inputs(0), weight, bias}, attrs_of(conv));
+    FusedGroup group{{parse_value_name(folded).first, "conv2d"}, {{conv.name(), conv.op()}}};
     renamed[value_name(bn.name(), 0)] = folded;
+    if (result_cast) {
+      renamed[value_name(bn.name(), 0)] = writer.add("result_cast", "copy", {folded}, attrs_of(*result_cast));
+      removed.insert(index.position(result_cast->name()));
+      group.members.push_back({result_cast->name(), result_cast->op()});
+    }
     removed.insert(conv_position);
-    context.record.fused.push_back({{parse_value_name(folded).first, "conv2d"}, {{conv.name(), conv.op()}, {bn.name(), bn.op()}}});
+    group.members.push_back({bn.name(), bn.op()});
+    context.record.fused.push_back(std::move(group));
   }
   if (inserted.empty()) return;
   proto::Job rewritten;

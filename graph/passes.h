@@ -96,7 +96,9 @@ void common_subexpression_elimination(proto::Job& job, PassContext& context);
 void constant_folding(proto::Job& job, PassContext& context);
 // Folds batch_norm_eval into the conv2d feeding it (when that conv has no other reader and all
 // weights and statistics are variables or constants): the conv gets scaled weights and a bias
-// computed by ops on the variables, and the batch norm disappears.
+// computed by ops on the variables, and the batch norm disappears. Under AMP (the batch norm
+// reading a float32 cast of a 16-bit conv on casts of the weights) the weights are folded in
+// float32 and cast to the conv's dtype, and the cast of the result stays.
 void conv_batch_norm_folding(proto::Job& job, PassContext& context);
 // Lets the readers of a same-dtype, same-device copy read its source instead, when neither is
 // ever written in place, the source is not a view's (possibly strided) output and the copy is

@@ -417,8 +417,15 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->primitive.emplace(dnnl::eltwise_forward(pd));
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
         kernel->out_layout = pd.dst_desc();
-      } else if (const std::optional<bool> relu = residual_add(name, *step.attrs, in_metas, out_meta)) {
+      } else if (std::optional<bool> relu = residual_add(name, *step.attrs, in_metas, out_meta)) {
         if (!blocked[in[0]] && !blocked[in[1]]) continue;
+        // A ReLU step alone reading a plain add (unfused: an AMP export's add of two casts, run
+        // in float32 by lite) is applied with the sum, as the fused relu(a + b).
+        const std::vector<size_t>& next = readers[out];
+        if (!*relu && next.size() == 1 && !is_model_output[out] && steps[next[0]].op->name == "relu") {
+          relu = true;
+          fused_relu_step[next[0]] = true;
+        }
         cap.reset();
         const int summed = sum_into_convolution(s, in, *relu);
         if (kernel->single_thread) cap.emplace(1);

@@ -57,7 +57,10 @@ inline std::optional<bool> residual_add(const std::string& name, const Attrs& at
   if (attrs.has("destinations")) return std::nullopt;
   const fused::Program program = fused::decode(attrs.get<std::string>("program"));
   const auto& steps = program.steps;
-  if (steps.empty() || steps.size() > 2 || steps[0].op != "add" || steps[0].args != std::vector<int>{0, 1} || !steps[0].attrs.values().empty()) {
+  // a + b or b + a: the same sum.
+  const bool sums_operands = steps.size() <= 2 && !steps.empty() && steps[0].op == "add" &&
+                             (steps[0].args == std::vector<int>{0, 1} || steps[0].args == std::vector<int>{1, 0});
+  if (!sums_operands || !steps[0].attrs.values().empty()) {
     return std::nullopt;
   }
   const bool relu = steps.size() == 2;

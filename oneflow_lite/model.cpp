@@ -1,5 +1,10 @@
 #include "oneflow_lite/model.h"
 
+#include <glog/logging.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -7,8 +12,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-
-#include <unistd.h>
 
 #include "core/interpreter.h"
 #include "core/lru_cache.h"
@@ -19,6 +22,7 @@
 #include "job/export.pb.h"
 #include "job/job.h"
 #include "job/plan.h"
+#include "oneflow_lite/bfloat16_products.h"
 #include "oneflow_lite/model_impl.h"
 
 namespace flow::lite {
@@ -267,6 +271,42 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
   return program;
 }
 
+void Model::Impl::widen_bfloat16_products(Bfloat16Products choice) {
+  const auto& nodes = exported.job().nodes();
+  const bool has_bfloat16 = std::any_of(nodes.begin(), nodes.end(), [](const graph::proto::Node& node) {
+    return std::any_of(node.outputs().begin(), node.outputs().end(), [](const auto& desc) { return desc.dtype() == dtype_name(kBFloat16); });
+  });
+  if (choice == Bfloat16Products::kKeep || !has_bfloat16) return;
+  const Bfloat16Hardware hardware = cpu_bfloat16_hardware();
+  auto widen = [&](const Bfloat16Product& product) {
+    return choice == Bfloat16Products::kFloat32 || (choice == Bfloat16Products::kAuto && !bfloat16_pays_off(product, hardware));
+  };
+  // On a copy: a Job the rewrite cannot read is left as it is, for make_program's checks to name
+  // what is wrong with it.
+  graph::proto::Job job = exported.job();
+  std::map<std::string, Tensor> widened_weights = weights;
+  std::map<std::string, int64_t> widened;
+  try {
+    widened = lite::widen_bfloat16_products(job, widened_weights, widen);
+  } catch (const std::exception& e) {
+    VLOG(1) << "[oneflow_lite] " << dir << ": bfloat16 products left as exported: " << e.what();
+    return;
+  }
+  exported.mutable_job()->Swap(&job);
+  weights.swap(widened_weights);
+  std::ostringstream ops;
+  for (const auto& [op, count] : widened) {
+    ops << (float32_products ? ", " : "") << count << " " << op;
+    float32_products += count;
+  }
+  if (float32_products == 0) return;
+  VLOG(1) << "[oneflow_lite] " << dir << ": " << ops.str() << " of the bfloat16 export run in float32 ("
+          << (choice == Bfloat16Products::kFloat32 ? "asked for"
+                                                   : std::string("this CPU has ") + (hardware.dot_products ? "AVX512-BF16" : "no AVX512-BF16") +
+                                                         (hardware.matrix_tiles ? " and AMX" : " and no AMX"))
+          << "; FLOW_LITE_BFLOAT16=keep keeps bfloat16)";
+}
+
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
@@ -330,6 +370,7 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const LoadOptio
     }
     impl->weights[node.name()] = weight.device() == expected.device ? weight : weight.to(expected.device);
   }
+  impl->widen_bfloat16_products(bfloat16_choice(options.bfloat16_products_choice, std::getenv("FLOW_LITE_BFLOAT16")));
   // Checks every op, kernel and meta now, and plans the exported batch size once.
   impl->program_for(impl->exported.batch_size());
   impl->batch_buckets = options.batch_buckets_enabled && impl->exported.dynamic_batch() && impl->rows_independent();
@@ -376,6 +417,7 @@ int64_t Model::blocked_steps(int64_t batch) const {
   const auto program = impl_->program_for(batch)->program;
   return program->blocked ? program->blocked->blocked_steps() : 0;
 }
+int64_t Model::float32_products() const { return impl_->float32_products; }
 bool Model::batch_buckets() const { return impl_->batch_buckets; }
 int64_t Model::cached_programs() const { return static_cast<int64_t>(impl_->programs->size()); }
 

@@ -19,6 +19,15 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 
+// Where an export computes products in bfloat16 (an AMP export: flow::save of a Graph with
+// config().enable_amp()), the precision lite runs them in (oneflow_lite/bfloat16_products.h).
+enum class Bfloat16Products {
+  kAuto,     // per op kind, bfloat16 only where this CPU's bfloat16 kernel beats float32: convolutions
+             // with AMX, matmuls and linears with AVX512-BF16; the others in float32
+  kKeep,     // every one in bfloat16, as exported
+  kFloat32,  // every convolution, matmul and linear in float32
+};
+
 struct LoadOptions {
   // The most memory one run may need: its planned intermediates and outputs (and, for the trial
   // run at load, its inputs). A model, or a batch size, needing more is refused with flow::Error
@@ -54,6 +63,18 @@ struct LoadOptions {
   bool batch_buckets_enabled = true;
   LoadOptions& batch_buckets(bool enabled) {
     batch_buckets_enabled = enabled;
+    return *this;
+  }
+  // The precision of an AMP export's bfloat16 products. A product run in float32 reads weights
+  // widened once at load, and the ops after it that only pass its result on (ReLU, pooling,
+  // views, residual adds) run in float32 with it; a cast to bfloat16 goes before each product
+  // kept in bfloat16 and each model output that reads such a value, so inputs and outputs keep
+  // their dtypes. Results differ from the bfloat16 run's within bfloat16's rounding. With kAuto,
+  // the environment variable FLOW_LITE_BFLOAT16=auto|keep|float32 decides instead. The choice
+  // is logged at verbosity 1 (GLOG_v=1); Model::float32_products() counts the products widened.
+  Bfloat16Products bfloat16_products_choice = Bfloat16Products::kAuto;
+  LoadOptions& bfloat16_products(Bfloat16Products choice) {
+    bfloat16_products_choice = choice;
     return *this;
   }
 };
@@ -93,6 +114,9 @@ class Model {
   int64_t run_bytes(int64_t batch) const;
   // How many of the Job's ops at `batch` run on blocked layouts (0 with blocked_layouts(false)).
   int64_t blocked_steps(int64_t batch) const;
+  // How many of the export's bfloat16 products (convolutions, matmuls, linears) run in float32
+  // here (LoadOptions::bfloat16_products).
+  int64_t float32_products() const;
   // Whether runs use batch buckets: LoadOptions::batch_buckets on, a dynamic batch, and rows
   // that every op treats independently.
   bool batch_buckets() const;

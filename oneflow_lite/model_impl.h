@@ -87,6 +87,7 @@ struct Model::Impl {
   int64_t memory_limit = 0;
   bool blocked_layouts = true;
   bool batch_buckets = false;
+  int64_t float32_products = 0;  // bfloat16 products of the export run in float32 (LoadOptions::bfloat16_products)
 
   // By batch size and, with blocked layouts, the calling thread's kernel threads
   // (current_num_threads()): oneDNN fixes a primitive's threads when it is created.
@@ -104,6 +105,10 @@ struct Model::Impl {
   // the memory limit, else its own (flow::Error where that one does not fit).
   std::shared_ptr<CachedProgram> program_for(int64_t batch) const;
   std::shared_ptr<const Program> make_program(int64_t batch) const;
+  // Rewrites the exported Job (and weights) so that its bfloat16 products `choice` does not keep
+  // run in float32 (bfloat16_products.h), and logs what it changed. A Job without bfloat16 values
+  // is not copied.
+  void widen_bfloat16_products(Bfloat16Products choice);
   // Whether the model's rows are independent (batch_buckets.h), from a program at 2+ rows.
   bool rows_independent() const;
   // Checks one node of the Job and adds its values (and its step) to the program.

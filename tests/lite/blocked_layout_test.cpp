@@ -319,8 +319,10 @@ TEST_F(BlockedLayoutTest, BFloat16LinearsRunPackedAndMatchThePlainKernels) {
   graph.config().enable_amp();
   graph(flow::randn({8, 1, 28, 28}));
   flow::save(graph, dir_.string(), flow::ExportOptions().input_names({"image"}).output_names({"out"}));
-  blocked_ = flow::lite::Model::load(dir_.string());
-  plain_ = flow::lite::Model::load(dir_.string(), flow::lite::LoadOptions().blocked_layouts(false));
+  // Kept in bfloat16 (tests/lite/bfloat16_products_test.cpp covers the choice).
+  const auto keep = flow::lite::LoadOptions().bfloat16_products(flow::lite::Bfloat16Products::kKeep);
+  blocked_ = flow::lite::Model::load(dir_.string(), keep);
+  plain_ = flow::lite::Model::load(dir_.string(), flow::lite::LoadOptions(keep).blocked_layouts(false));
   const int64_t packed = onednn_multiplies_bfloat16() ? 3 : 0;
   for (int64_t batch : {1, 8, 65}) EXPECT_EQ(blocked_->blocked_steps(batch), packed) << batch;
   for (int64_t batch : {1, 3, 65}) {
