@@ -299,7 +299,7 @@ std::vector<OpCase> sample_cases() {
         [](const TensorList& in) { return TensorList{flow::binary_cross_entropy_elementwise(in[0], in[1])}; }, false, dtype);
   }
   for (DType dtype : {flow::kInt64, flow::kInt32, flow::kUInt8, flow::kFloat32}) {
-    add("randint", "[-5, 100) (7,9)", {flow::zeros({1})},
+    add("randint", "[low, 100) (7,9), low -5 (0 for uint8)", {flow::zeros({1})},
         [dtype](const TensorList& in) {
           flow::manual_seed(13);
           const int64_t low = dtype == flow::kUInt8 ? 0 : -5;

@@ -75,6 +75,7 @@ template <typename T>
 __global__ void multinomial_kernel(int64_t rows, int64_t categories, int64_t num_samples, bool replacement, bool per_entry, uint64_t seed,
                                    uint64_t offset, const T* weights, double* workspace, int64_t* out, int64_t* error) {
   __shared__ int64_t first_bad[kThreads];
+  __shared__ int64_t positive_counts[kThreads];
   __shared__ double best_key[kThreads];
   __shared__ int64_t best_index[kThreads];
   __shared__ double row_total;
@@ -92,7 +93,7 @@ __global__ void multinomial_kernel(int64_t rows, int64_t categories, int64_t num
       positive += w[c] > T(0);
     }
     first_bad[threadIdx.x] = bad;
-    positive = block_sum(positive, best_index);  // its barriers also publish first_bad
+    positive = block_sum(positive, positive_counts);  // its barriers also publish first_bad
     for (int width = blockDim.x / 2; width > 0; width /= 2) {
       if (threadIdx.x < width && first_bad[threadIdx.x + width] < first_bad[threadIdx.x]) first_bad[threadIdx.x] = first_bad[threadIdx.x + width];
       __syncthreads();
