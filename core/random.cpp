@@ -1,5 +1,8 @@
 #include "core/random.h"
 
+#include <numeric>
+#include <utility>
+
 namespace flow {
 
 void Generator::manual_seed(uint64_t seed) {
@@ -48,6 +51,18 @@ void Philox::block(uint64_t seed, uint64_t counter, uint32_t out[4]) {
   out[1] = c1;
   out[2] = c2;
   out[3] = c3;
+}
+
+std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t offset) {
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t i = n - 1; i > 0; --i) {
+    uint32_t words[4];
+    Philox::block(seed, offset + static_cast<uint64_t>(i), words);
+    const uint64_t bits = (static_cast<uint64_t>(words[0]) << 32) | words[1];
+    std::swap(perm[static_cast<size_t>(i)], perm[bits % static_cast<uint64_t>(i + 1)]);
+  }
+  return perm;
 }
 
 }  // namespace flow

@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 namespace flow {
 
@@ -25,6 +26,10 @@ class Generator {
 Generator& default_generator();
 // Seeds the default generator, like torch.manual_seed / oneflow.manual_seed.
 void manual_seed(uint64_t seed);
+
+// randperm's permutation of 0..n-1: Fisher-Yates from the last position down, swap i reading
+// Philox counter offset + i. A chain of swaps, each on the result of the ones before.
+std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t offset);
 
 // Philox4x32-10 block: four 32-bit random words for (seed, counter).
 struct Philox {

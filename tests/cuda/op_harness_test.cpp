@@ -32,22 +32,13 @@ const flow::Device kCuda("cuda:0");
 // Ops with a CPU kernel and, on purpose or for now, no CUDA kernel: one place, a reason each.
 const std::map<std::string, std::string>& cpu_only_ops() {
   static const std::map<std::string, std::string> ops = {
-      {"binary_cross_entropy", "not yet ported"},
-      {"flash_attention", "not yet ported (CUDA attention runs the composite matmul/softmax path)"},
-      {"flash_attention_dropout", "not yet ported"},
-      {"flash_attention_grad", "not yet ported"},
-      {"fused_elementwise", "not yet ported (a Graph pass fuses chains only where the kernel exists)"},
-      {"fused_elementwise_inplace", "not yet ported"},
-      {"fused_linear", "not yet ported"},
-      {"multinomial", "not yet ported"},
-      {"normal", "not yet ported (random: needs the CPU's Philox stream on the device)"},
-      {"randint", "not yet ported (random)"},
-      {"randperm", "not yet ported (random)"},
-      {"sort", "not yet ported"},
+      {"fused_elementwise",
+       "not yet ported: graph/fusion.cpp fuses a group only where fused_elementwise has a kernel for its device and dtype, so CUDA "
+       "graphs keep the unfused ops"},
+      {"fused_elementwise_inplace", "not yet ported (as fused_elementwise, which the fusion pass checks for in-place groups too)"},
+      {"fused_linear", "not yet ported: the fusion pass absorbs a linear only where fused_linear has a kernel"},
       {"sparse_softmax_cross_entropy", "not yet ported (cross_entropy takes log_softmax + nll on CUDA)"},
       {"sparse_softmax_cross_entropy_grad", "not yet ported (cross_entropy takes log_softmax + nll on CUDA)"},
-      {"topk", "not yet ported"},
-      {"uniform", "not yet ported (random)"},
   };
   return ops;
 }
@@ -209,6 +200,133 @@ std::vector<OpCase> sample_cases() {
     add("cat", "16-bit", {random({2, 3}, dtype), random({2, 2}, dtype)},
         [](const TensorList& in) { return TensorList{flow::cat({in[0], in[1]}, 1)}; }, false, dtype);
   }
+  // Attention (flash_attention_grad through the vjp of every differentiable case): several key
+  // tiles, masks that broadcast, a row that sees no key, strided views, dropout (seeded in the
+  // call, so both devices read the same Philox counters).
+  auto attention_cases = [&](DType dtype) {
+    add("flash_attention", "causal (2,3,150,16), two key tiles", {random({2, 3, 150, 16}, dtype), random({2, 3, 150, 16}, dtype),
+                                                                   random({2, 3, 150, 16}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::flash_attention(in[0], in[1], in[2], Tensor(), true)}; }, true, dtype);
+    add("flash_attention_dropout", "dropout 0.3, causal, L 9 S 9", {random({2, 9, 8}, dtype), random({2, 9, 8}, dtype), random({2, 9, 8}, dtype)},
+        [](const TensorList& in) {
+          flow::manual_seed(5);
+          return TensorList{flow::flash_attention(in[0], in[1], in[2], Tensor(), true, std::nullopt, 0.3)};
+        },
+        true, dtype);
+  };
+  for (DType dtype : {flow::kFloat32, flow::kFloat64}) {
+    attention_cases(dtype);
+    add("flash_attention_grad", "additive mask over keys (1,9), L 5 S 9 Ev 7, scale 0.3",
+        {random({2, 5, 4}, dtype), random({2, 9, 4}, dtype), random({2, 9, 7}, dtype), random({1, 9}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::flash_attention(in[0], in[1], in[2], in[3].detach(), false, 0.3)}; }, true, dtype);
+    add("flash_attention", "bool mask (4,6), row 2 sees no key",
+        {random({1, 2, 4, 8}, dtype), random({1, 2, 6, 8}, dtype), random({1, 2, 6, 8}, dtype),
+         flow::logical_and(flow::gt(flow::randn({4, 6}), 0.0), flow::gt(flow::tensor<int64_t>({1, 1, 0, 1}).reshape({4, 1}), 0))},
+        [](const TensorList& in) { return TensorList{flow::flash_attention(in[0], in[1], in[2], in[3])}; }, true, dtype);
+    add("flash_attention", "transposed-head query (copied), narrowed KV cache (read in place)",
+        {random({2, 7, 3, 8}, dtype), random({2, 3, 20, 8}, dtype), random({2, 3, 20, 5}, dtype)},
+        [](const TensorList& in) {
+          return TensorList{flow::flash_attention(in[0].transpose(1, 2), in[1].slice(2, 0, 11), in[2].slice(2, 0, 11))};
+        },
+        true, dtype);
+    add("flash_attention", "decode: one query, 33 keys", {random({3, 1, 16}, dtype), random({3, 33, 16}, dtype), random({3, 33, 16}, dtype)},
+        [](const TensorList& in) { return TensorList{flow::flash_attention(in[0], in[1], in[2])}; }, true, dtype);
+    // Random fills: both devices draw element i from the same Philox counter.
+    add("uniform", "rand (5,37)", {flow::zeros({1})},
+        [dtype](const TensorList& in) {
+          flow::manual_seed(11);
+          return TensorList{flow::rand({5, 37}, flow::TensorOptions(dtype).device(in[0].device()))};
+        },
+        false, dtype);
+    add("normal", "randn (3,41)", {flow::zeros({1})},
+        [dtype](const TensorList& in) {
+          flow::manual_seed(12);
+          return TensorList{flow::randn({3, 41}, flow::TensorOptions(dtype).device(in[0].device()))};
+        },
+        false, dtype);
+    // sort and topk: ties keep input order, NaN is the largest value.
+    add("sort", "ascending along dim 1 with ties", {whole_numbers({4, 37, 3}, dtype)},
+        [](const TensorList& in) {
+          const auto result = flow::sort(in[0], 1);
+          return TensorList{result.values, result.indices};
+        },
+        true, dtype);
+    add("sort", "descending, 1000 values (several tiles)", {random({1000}, dtype)},
+        [](const TensorList& in) {
+          const auto result = flow::sort(in[0], 0, true);
+          return TensorList{result.values, result.indices};
+        },
+        true, dtype);
+    add("sort", "descending with NaN and ties", {flow::where(flow::gt(flow::randn({6, 30}), 1.0), flow::full({6, 30}, NAN), whole_numbers({6, 30}, flow::kFloat32)).to(dtype)},
+        [](const TensorList& in) {
+          const auto result = flow::sort(in[0], -1, true);
+          return TensorList{result.values, result.indices};
+        },
+        false, dtype);
+    add("topk", "5 largest along dim 0", {random({40, 6}, dtype)},
+        [](const TensorList& in) {
+          const auto result = flow::topk(in[0], 5, 0);
+          return TensorList{result.values, result.indices};
+        },
+        true, dtype);
+    add("topk", "3 smallest with NaN and ties, transposed", {flow::where(flow::gt(flow::randn({20, 5}), 1.0), flow::full({20, 5}, NAN), whole_numbers({20, 5}, flow::kFloat32)).to(dtype)},
+        [](const TensorList& in) {
+          const auto result = flow::topk(in[0].t(), 3, 1, false);
+          return TensorList{result.values, result.indices};
+        },
+        false, dtype);
+    // multinomial: weights with zeros, draws with and without replacement.
+    add("multinomial", "with replacement, (3,7) weights with zeros, 20 samples",
+        {flow::cat({flow::ones({3, 1}), flow::rand({3, 6}) * flow::gt(flow::randn({3, 6}), 0.0).to(flow::kFloat32)}, 1).to(dtype)},
+        [](const TensorList& in) {
+          flow::manual_seed(15);
+          return TensorList{flow::multinomial(in[0], 20, true)};
+        },
+        false, dtype);
+    add("multinomial", "without replacement, (2,9), 5 samples; 1-d, 1 sample", {flow::rand({2, 9}).to(dtype)},
+        [](const TensorList& in) {
+          flow::manual_seed(16);
+          return TensorList{flow::multinomial(in[0], 5, false), flow::multinomial(in[0][0], 1, false)};
+        },
+        false, dtype);
+    add("binary_cross_entropy", "probabilities and soft targets", {flow::sigmoid(random({4, 33}, dtype)), flow::rand({4, 33}).to(dtype)},
+        [](const TensorList& in) { return TensorList{flow::binary_cross_entropy_elementwise(in[0], in[1])}; }, true, dtype);
+    add("binary_cross_entropy", "inputs at 0 and 1 (logs clamped at -100)",
+        {flow::tensor<double>({0, 1, 0.5, 0, 1}).to(dtype), flow::tensor<double>({1, 0, 0.25, 0, 1}).to(dtype)},
+        [](const TensorList& in) { return TensorList{flow::binary_cross_entropy_elementwise(in[0], in[1])}; }, false, dtype);
+  }
+  for (DType dtype : {flow::kBFloat16, flow::kFloat16}) {
+    attention_cases(dtype);
+    add("binary_cross_entropy", "16-bit", {flow::sigmoid(random({40}, flow::kFloat32)).to(dtype), flow::rand({40}).to(dtype)},
+        [](const TensorList& in) { return TensorList{flow::binary_cross_entropy_elementwise(in[0], in[1])}; }, false, dtype);
+  }
+  for (DType dtype : {flow::kInt64, flow::kInt32, flow::kUInt8, flow::kFloat32}) {
+    add("randint", "[low, 100) (7,9), low -5 (0 for uint8)", {flow::zeros({1})},
+        [dtype](const TensorList& in) {
+          flow::manual_seed(13);
+          const int64_t low = dtype == flow::kUInt8 ? 0 : -5;
+          return TensorList{flow::randint(low, 100, {7, 9}, flow::TensorOptions(dtype).device(in[0].device()))};
+        },
+        false, dtype);
+    add("randperm", "n 200", {flow::zeros({1})},
+        [dtype](const TensorList& in) {
+          flow::manual_seed(14);
+          return TensorList{flow::randperm(200, flow::TensorOptions(dtype).device(in[0].device()))};
+        },
+        false, dtype);
+  }
+  add("sort", "int32 descending along dim 0", {random_ints({50, 3}, -4, 4, flow::kInt32)},
+      [](const TensorList& in) {
+        const auto result = flow::sort(in[0], 0, true);
+        return TensorList{result.values, result.indices};
+      },
+      false, flow::kInt32);
+  add("topk", "int64 k 0 and k n", {random_ints({3, 8}, 0, 5)},
+      [](const TensorList& in) {
+        const auto none = flow::topk(in[0], 0), all = flow::topk(in[0], 8);
+        return TensorList{none.values, none.indices, all.values, all.indices};
+      },
+      false, flow::kInt64);
   // Sources take the device from a marker input.
   add("eye", "3x5", {flow::zeros({1})},
       [](const TensorList& in) { return TensorList{flow::eye(3, 5, flow::TensorOptions().device(in[0].device()))}; }, false, flow::kFloat32);
@@ -293,6 +411,16 @@ TEST(CudaOpHarness, CudaMatchesCpuOnSampleCases) {
       if (actual_grads[i].defined()) flow::testing::expect_close(actual_grads[i].cpu(), expected_grads[i], c.rtol * 10, c.atol * 10);
     }
   }
+}
+
+TEST(CudaOpHarness, ValueChecksNameTheOp) {
+  REQUIRE_CUDA();
+  EXPECT_THROW_MSG(flow::binary_cross_entropy_elementwise(flow::tensor<float>({0.5f, 1.5f}).to(kCuda), flow::tensor<float>({1, 0}).to(kCuda)),
+                   "[binary_cross_entropy] all elements of input should be between 0 and 1");
+  const Tensor weights = flow::tensor<float>({0.5f, 1, 0.5f, -1}, Shape{2, 2}).to(kCuda);
+  EXPECT_THROW_MSG(flow::multinomial(weights, 1), "[multinomial] probability tensor contains either `inf`, `nan` or element < 0");
+  EXPECT_THROW_MSG(flow::multinomial(weights, 2, true), "[multinomial] invalid multinomial distribution (encountering probability entry < 0)");
+  EXPECT_THROW_MSG(flow::multinomial(flow::zeros({3}).to(kCuda), 1), "[multinomial] invalid multinomial distribution (sum of probabilities <= 0)");
 }
 
 TEST(CudaOpHarness, IndexErrorsNameTheOp) {

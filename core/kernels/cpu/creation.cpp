@@ -1,7 +1,7 @@
 // CPU kernels of the creation ops. Random kernels index Philox by element, so results depend
 // only on (seed, offset), not on the number of threads.
 #include <cmath>
-#include <numeric>
+#include <vector>
 
 #include "core/kernels/cpu/convert.h"
 #include "core/op.h"
@@ -114,15 +114,7 @@ void randint_kernel(KernelContext& ctx) {
 
 void randperm_kernel(KernelContext& ctx) {
   const int64_t n = ctx.outputs[0].numel();
-  const uint64_t seed = seed_of(ctx.attrs), offset = offset_of(ctx.attrs);
-  std::vector<int64_t> perm(static_cast<size_t>(n));
-  std::iota(perm.begin(), perm.end(), 0);
-  for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates, one Philox counter per swap
-    uint32_t words[4];
-    Philox::block(seed, offset + static_cast<uint64_t>(i), words);
-    const uint64_t bits = (static_cast<uint64_t>(words[0]) << 32) | words[1];
-    std::swap(perm[static_cast<size_t>(i)], perm[bits % static_cast<uint64_t>(i + 1)]);
-  }
+  const std::vector<int64_t> perm = random_permutation(n, seed_of(ctx.attrs), offset_of(ctx.attrs));
   FLOW_DISPATCH_NUMERIC(ctx.outputs[0].dtype(), "randperm", [&]<typename T>() {
     T* data = static_cast<T*>(ctx.outputs[0].data_ptr());
     for (int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(perm[static_cast<size_t>(i)]);

@@ -141,6 +141,66 @@ const char* triangular(bool lower, int item, int64_t numel, int64_t rows, int64_
 const char* eye(ScalarType type, int64_t rows, int64_t cols, void* out);
 const char* linspace(ScalarType type, int64_t steps, double start, double end, void* out);
 
+// Scaled dot-product attention (attention.cu): `batch` problems of query (L, E), key (S, E) and
+// value (S, Ev), each problem's matrices contiguous (rows E or Ev apart) and found through the
+// batch layout; the outputs (out, logsumexp) and the gradients are contiguous.
+struct AttentionBatch {
+  int ndim = 0;  // batch dims
+  int64_t sizes[kMaxDims] = {};
+  // Strides in elements per batch dim; the mask's are 0 along the dims it broadcasts.
+  int64_t query[kMaxDims] = {}, key[kMaxDims] = {}, value[kMaxDims] = {}, mask[kMaxDims] = {};
+};
+struct AttentionProblem {
+  int64_t batch = 1, l = 0, s = 0, e = 0, ev = 0;
+  double scale = 1;
+  bool causal = false;  // query row i sees keys 0..i
+  int64_t mask_row_stride = 0, mask_col_stride = 0;  // of the optional additive mask
+  // Weight (b, i, j) is element (b * L + i) * S + j, read as word element % 4 of Philox counter
+  // offset + element / 4 (the CPU kernel's Dropout); p = 0: no dropout.
+  double dropout_p = 0;
+};
+// Online softmax per query row: out = softmax(scale * q k^T + mask) v (the kept weights scaled
+// by 1 / (1 - p) under dropout), logsumexp (float32 for 16-bit inputs) of each row's scores (-inf,
+// and zeros out, for a row that sees no key); writes (seed, offset) to rng_state.
+const char* attention_forward(ScalarType type, const AttentionProblem& p, const AttentionBatch& layout, const void* query, const void* key,
+                              const void* value, const void* mask, void* out, void* logsumexp, int64_t* rng_state, uint64_t seed,
+                              uint64_t offset);
+// Its gradients, recomputing each weight from the saved logsumexp; (seed, offset) are read from
+// the forward's rng_state. row_dot is a workspace of batch * L values of logsumexp's dtype.
+const char* attention_backward(ScalarType type, const AttentionProblem& p, const AttentionBatch& layout, const void* grad_out,
+                               const void* query, const void* key, const void* value, const void* out, const void* logsumexp,
+                               const int64_t* rng_state, const void* mask, void* row_dot, void* grad_query, void* grad_key,
+                               void* grad_value);
+
+// Random fills of contiguous outputs (random.cu): element i from Philox counter offset + i with
+// the CPU kernels' formulas (core/kernels/cpu/creation.cpp), so uniform and randint give the CPU's
+// values exactly and normal up to the last bits of the device's log and cos. uniform and normal
+// take float32 and float64, randint the numeric dtypes.
+const char* random_uniform(ScalarType type, int64_t numel, void* out, double low, double high, uint64_t seed, uint64_t offset);
+const char* random_normal(ScalarType type, int64_t numel, void* out, double mean, double std, uint64_t seed, uint64_t offset);
+const char* random_int(ScalarType type, int64_t numel, void* out, int64_t low, uint64_t range, uint64_t seed, uint64_t offset);
+
+// sort and topk (sorting.cu) of the contiguous (outer, n, inner) input along its middle dim: the
+// first k positions of each line in the CPU's strict order (largest first when descending, NaN
+// above every number, equal values in position order), their values and int64 positions written
+// to the contiguous (outer, k, inner) outputs. Numeric dtypes.
+const char* sort_lines(ScalarType type, int64_t outer, int64_t n, int64_t inner, int64_t k, bool descending, const void* in, void* values,
+                       int64_t* indices);
+// multinomial over contiguous (rows, categories) float32/float64 weights (sorting.cu), the CPU
+// kernel's draws (core/kernels/cpu/sorting.cpp): with replacement, sample s of row r inverts the
+// row's cumulative weights (summed in order, in double) at the uniform of Philox counter offset + r
+// * num_samples + s; without, the num_samples largest keys w_c / -log(u_c + 2^-54), u_c from counter
+// offset + r * categories + c, in order (ties to the lower category). workspace holds rows *
+// categories doubles. The weights are checked as the CPU checks them, per entry where
+// per_entry_checks: error[0] = 1 and error[1] = ((rows - r) << 3) | failure for the first failing row r.
+enum class MultinomialFailure : int { kNone, kNotFiniteOrNegative, kNegativeEntry, kNonFiniteEntry, kNoPositiveWeight };
+const char* multinomial(ScalarType type, int64_t rows, int64_t categories, int64_t num_samples, bool replacement, bool per_entry_checks,
+                        uint64_t seed, uint64_t offset, const void* weights, double* workspace, int64_t* out, int64_t* error);
+// binary_cross_entropy of contiguous input and target (pointwise.cu): (target - 1) *
+// max(log1p(-input), -100) - target * max(log(input), -100); an input outside [0, 1] (or NaN)
+// sets error[0] = 1. Floating dtypes, 16-bit ones computed in float.
+const char* binary_cross_entropy(ScalarType type, int64_t numel, const void* input, const void* target, void* out, int64_t* error);
+
 struct SgdStep {
   double lr, momentum, dampening, weight_decay;
   bool nesterov, buffer_initialized;

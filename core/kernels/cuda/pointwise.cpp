@@ -74,6 +74,19 @@ void masked_fill_kernel(KernelContext& ctx) {
   });
 }
 
+// inputs: input, target (contiguous, one shape). The CPU checks the range before computing; here
+// the check rides along and is read back after the launch (a synchronising copy).
+void binary_cross_entropy_kernel(KernelContext& ctx) {
+  const char* op = "binary_cross_entropy";
+  Tensor& out = ctx.outputs[0];
+  set_device(out, op);
+  const Tensor error = error_cell(out, op);
+  check(binary_cross_entropy(scalar_type(out.dtype(), op), out.numel(), ctx.inputs[0].data_ptr(), ctx.inputs[1].data_ptr(), out.data_ptr(),
+                             static_cast<int64_t*>(error.data_ptr())),
+        op);
+  if (recorded_error(error, op)) fail(op, "all elements of input should be between 0 and 1");
+}
+
 const std::vector<DType> kNumeric = {kFloat32, kFloat64, kInt64, kInt32, kUInt8, kInt8};
 const std::vector<DType> kAllDtypes = and_reduced(kCudaDtypes);
 
@@ -87,6 +100,7 @@ FLOW_REGISTER_KERNEL("logical_or", DeviceType::kCUDA, {kBool}, logical_kernel(Lo
 FLOW_REGISTER_KERNEL("logical_xor", DeviceType::kCUDA, {kBool}, logical_kernel(LogicalOp::kXor, "logical_xor"));
 FLOW_REGISTER_KERNEL("logical_not", DeviceType::kCUDA, kAllDtypes, logical_not_kernel);
 FLOW_REGISTER_KERNEL("masked_fill", DeviceType::kCUDA, kAllDtypes, masked_fill_kernel);
+FLOW_REGISTER_KERNEL("binary_cross_entropy", DeviceType::kCUDA, and_reduced(floating_dtypes()), binary_cross_entropy_kernel);
 
 }  // namespace
 }  // namespace flow::cuda

@@ -1,6 +1,6 @@
 // Device code of the element-wise ops with parameters or operand dtypes of their own (sign,
-// softplus, clamp, gelu_grad, the logical ops, masked_fill), over map.cuh's launchers. Each
-// functor follows the CPU kernel's formula (core/kernels/cpu/unary.cpp, elementwise_math.h,
+// softplus, clamp, gelu_grad, the logical ops, masked_fill, binary_cross_entropy), mostly over
+// map.cuh's launchers. Each functor follows the CPU kernel's formula (core/kernels/cpu/unary.cpp, elementwise_math.h,
 // binary.cpp, index.cpp), so NaN and the bounds behave as there.
 #include <cuda_runtime.h>
 
@@ -93,6 +93,16 @@ __global__ void masked_fill_kernel(Geometry g, int64_t numel, Operand out, Opera
   }
 }
 
+template <typename T>
+__global__ void binary_cross_entropy_kernel(int64_t numel, const T* input, const T* target, T* out, int64_t* error) {
+  using C = compute_t<T>;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < numel; i += int64_t(blockDim.x) * gridDim.x) {
+    const C x = static_cast<C>(input[i]), t = static_cast<C>(target[i]);
+    if (!(x >= C(0) && x <= C(1))) error[0] = 1;  // every offending thread stores the same 1
+    out[i] = static_cast<T>((t - C(1)) * fmax(log1p(-x), C(-100)) - t * fmax(log(x), C(-100)));
+  }
+}
+
 // The dtypes of the CPU's numeric_dtypes(): all but bool and the 16-bit floats.
 template <typename F>
 const char* dispatch_numeric(ScalarType type, F&& f) {
@@ -160,6 +170,16 @@ const char* masked_fill(ScalarType type, const Geometry& g, int64_t numel, Opera
   return dispatch_with_reduced(type, [&](auto tag) {
     using T = decltype(tag);
     masked_fill_kernel<T><<<blocks_for(numel), kThreads>>>(g, numel, out, input, mask, scalar_as<T>(value));
+    return launch_status();
+  });
+}
+
+const char* binary_cross_entropy(ScalarType type, int64_t numel, const void* input, const void* target, void* out, int64_t* error) {
+  if (numel == 0) return nullptr;
+  return dispatch_floating_with_reduced(type, [&](auto tag) {
+    using T = decltype(tag);
+    binary_cross_entropy_kernel<T><<<blocks_for(numel), kThreads>>>(numel, static_cast<const T*>(input), static_cast<const T*>(target),
+                                                                      static_cast<T*>(out), error);
     return launch_status();
   });
 }
