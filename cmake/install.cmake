@@ -47,7 +47,7 @@ install(TARGETS ${flow_programs} flow_trace_diff_lib flow_serving flow_serving_p
 set(flow_header_dirs core autograd nn optim data job graph fx models distributed oneflow_lite)
 list(TRANSFORM flow_header_dirs PREPEND ${PROJECT_SOURCE_DIR}/)
 # (Names of files and directories: none is used twice in these directories.)
-set(flow_private_headers cuda dnnl_util.h blocked_layout_steps.h gloo_process_group.h gloo_reduce.h nccl_process_group.h store_client.h store_server.h)
+set(flow_private_headers cuda dnnl_util.h blocked_layout_steps.h blocked_layout_kernel.h gloo_process_group.h gloo_reduce.h nccl_process_group.h store_client.h store_server.h)
 if(NOT TARGET flow_onnx)
   list(APPEND flow_private_headers onnx)
 endif()

@@ -5,132 +5,12 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
-#include <unordered_map>
 
-#include "core/kernels/cpu/conv_blocked.h"
-#include "core/kernels/cpu/conv_shallow_pool.h"
-#include "core/kernels/cpu/dnnl_util.h"
-#include "core/kernels/cpu/elementwise_math.h"
-#include "core/kernels/cpu/linear_packed.h"
-#include "core/kernels/cpu/pool_loop.h"
-#include "job/blocked_layout_steps.h"
+#include "job/blocked_layout_kernel.h"
 
 namespace flow::graph {
-namespace {
 
-using namespace blocked_steps;
-
-using namespace cpu::dnnl_util;
-using Pair = std::vector<int64_t>;
-
-// kShallowConvPool: a first-layer convolution (+ ReLU) + 2x2 max pooling as one pass; the
-// convolution's and ReLU's steps become kComputedLater (no memory, nothing to run).
-enum class Kind { kConv, kDirectConv, kPackedLinear, kMatmul, kPool, kMaxPool, kShallowConvPool, kRelu, kAdd, kAlias, kComputedLater };
-
-// Where a primitive reads one input: a blocked value's memory or a plain tensor, reordered into
-// the primitive's layout when the two differ.
-struct Operand {
-  int value = -1;
-  bool blocked = false;
-  memory::desc layout;  // the value's layout
-  memory::desc wanted;  // the primitive's
-  std::optional<dnnl::reorder> reorder;
-  int scratch = -1;  // the arena buffer the reorder writes
-};
-
-struct Kernel {
-  Kind kind = Kind::kAlias;
-  std::optional<dnnl::primitive> primitive;
-  // Convolution: what the primitive was made from, to remake it with a sum post-op (sum_into).
-  std::optional<dnnl::convolution_forward::desc> conv_desc;
-  std::vector<Operand> operands;
-  // oneDNN's convolution: the weights reordered once (unless already in the primitive's layout)
-  // and the bias as exported; the tensors keep the buffers those may point into alive.
-  memory weights, bias;
-  Tensor weight_values, bias_values;
-  int output = -1;
-  TensorMeta out_meta;
-  memory::desc out_layout;
-  bool plain_needed = false;  // an op's kernel or a model output reads the result
-  std::optional<dnnl::reorder> to_plain;
-  // Max pooling runs flow's loop over the channel blocks (cpu/pool_loop.h), not oneDNN's: oneDNN
-  // skips NaN and gives the lowest finite value for a window of -inf where flow propagates NaN
-  // and keeps -inf, and it measured 7x slower here.
-  cpu::PoolGeometry pool{};
-  cpu::BlockedPlanes planes{};  // nChw<block>c, or NHWC (oneDNN's choice with AVX-512)
-  int block = 0;
-  // Convolutions from nChw8c to nChw8c on AVX2 run flow's direct convolution (cpu/conv_blocked.h),
-  // which applies the ReLU after and the residual sum itself.
-  std::optional<cpu::BlockedConv> direct_conv;
-  // A network's first convolution, its ReLU (relu_after) and a 2x2 max pooling on AVX-512
-  // (cpu/conv_shallow_pool.h), from the plain NCHW input to the pooled result channels-last.
-  std::optional<cpu::ShallowConvPool> shallow_conv_pool;
-  // Linears of a few rows on constant weights: flow's product on the weights packed once
-  // (cpu/linear_packed.h), the ReLU after in it; plain row-major in and out.
-  std::optional<cpu::PackedLinear> packed_linear;
-  // Too little work to be worth a fork-join: created and run on the calling thread alone.
-  bool single_thread = false;
-  // Convolution, linear, residual add, max pooling: the ReLU that alone reads the result (or the
-  // fused add's, or the one moved from before the pooling), applied in place by flow's own loop
-  // right after the primitive (by the kernel itself for flow's convolution and linear). Not a
-  // oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT code) turns NaN into 0, where flow's
-  // relu, like PyTorch's, keeps it.
-  bool relu_after = false;
-  // Convolution: the clamp (ReLU6) that alone reads the result, applied in place by flow's loop
-  // right after it, for the same reason (oneDNN's clip post-op turns NaN into the lower bound).
-  std::optional<ClampBounds> clamp_after;
-  // Convolution: the value whose buffer the result is added onto and written to (a residual add
-  // folded into the convolution as oneDNN's sum post-op); -1 for none.
-  int sum_into = -1;
-};
-
-Dims dims_of(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
-
-// The 4-d layout nChw<block>c (block 1: plain NCHW).
-memory::desc channel_blocked(const Dims& dims, int block) {
-  const auto tag = block == 1 ? memory::format_tag::abcd : block == 8 ? memory::format_tag::aBcd8b : memory::format_tag::aBcd16b;
-  return memory::desc(dims, memory::data_type::f32, tag);
-}
-
-// The 4-d layout NHWC, which oneDNN's convolutions choose on AVX-512.
-memory::desc channels_last_layout(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::acdb); }
-
-// The channel block of a 4-d layout nChw<block>c (1: plain NCHW); 0 for any other layout.
-int channel_block(const memory::desc& layout) {
-  for (int block : {1, 8, 16}) {
-    if (layout == channel_blocked(layout.dims(), block)) return block;
-  }
-  return 0;
-}
-
-// The plain layout of a value (NCHW for 4-d), in its dtype.
-memory::desc plain_of(const TensorMeta& meta) { return plain(dims_of(meta.shape), data_type_of(meta.dtype).value_or(memory::data_type::f32)); }
-
-// A plain operand as the primitive reads it: a value an op's kernel made may be a strided view.
-Tensor& contiguous(Tensor& value) {
-  if (!value.is_contiguous()) value = value.contiguous();
-  return value;
-}
-
-}  // namespace
-
-struct BlockedLayouts::Impl {
-  std::vector<std::unique_ptr<Kernel>> kernels;  // by step; null: the op's kernel runs it
-  std::vector<TensorMeta> metas;                 // by value
-  std::vector<int> slot_of;                      // by value: its arena buffer, -1 when plain
-  std::vector<size_t> slot_bytes;
-  std::vector<size_t> scratch_bytes;
-  int64_t blocked_steps = 0;
-};
-
-class BlockedArena {
- public:
-  std::vector<memory> slots;
-  std::vector<memory> values;  // by value id; blocked values only
-  std::vector<memory> scratch;
-};
-
-void BlockedArenaDeleter::operator()(BlockedArena* arena) const { delete arena; }
+using namespace blocked_kernels;
 
 namespace {
 
@@ -155,6 +35,52 @@ void bind_parameters(Kernel& kernel, const memory::desc& weight_plain, const mem
   if (!bias_desc.is_zero()) {
     kernel.bias_values = *constant_of[in[2]];
     kernel.bias = memory(bias_desc, engine(), kernel.bias_values.data_ptr());
+  }
+}
+
+// A core's L2 cache (1 MiB on this Zen 4 and on Skylake-SP Xeons, 2 MiB on later ones), and what
+// one chunk's input and output may take of it (the rest: the weights' panel, the stack).
+constexpr size_t kCoreCacheBytes = size_t{1} << 20;
+constexpr size_t kChunkBytes = kCoreCacheBytes / 2;
+
+// Sets kernel.row_chunks for a pointwise convolution (with its ReLU or clamp after it) on
+// channels-last values whose result is larger than a core's cache; leaves it unset when oneDNN
+// would run the chunk shape on its reference kernel or refuses it.
+void plan_row_chunks(Kernel& kernel) {
+  const memory::desc &src = kernel.operands[0].wanted, &dst = kernel.out_layout;
+  if (!(src == channels_last_layout(src.dims())) || !(dst == channels_last_layout(dst.dims())) || dst.get_size() <= kCoreCacheBytes) return;
+  const Dims in = src.dims(), out = dst.dims();  // N, C, H, W
+  const int64_t rows = in[0] * in[2], width = in[3];
+  const auto row_bytes = static_cast<size_t>((in[1] + out[1]) * width) * sizeof(float);
+  int64_t chunk_rows = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / row_bytes));
+  while (rows % chunk_rows != 0) --chunk_rows;  // one primitive for every chunk
+  if (chunk_rows == rows) return;
+  std::optional<ThreadCapScope> cap;
+  if (kernel.single_thread) cap.emplace(1);
+  const memory::desc chunk_src = channels_last_layout({1, in[1], chunk_rows, width}), chunk_dst = channels_last_layout({1, out[1], chunk_rows, width});
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, chunk_src,
+                                       any(kernel.weights.get_desc().dims()), kernel.bias_values.defined() ? kernel.bias.get_desc() : memory::desc(),
+                                       chunk_dst, {1, 1}, {0, 0}, {0, 0}, {0, 0});
+  dnnl::primitive_attr attr = user_scratchpad();
+  if (kernel.sum_into >= 0) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.f);
+    attr.set_post_ops(sum);
+  }
+  try {
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
+    if (is_reference_implementation(pd.impl_info_str()) || !(pd.src_desc() == chunk_src) || !(pd.dst_desc() == chunk_dst)) return;
+    RowChunks chunks{dnnl::convolution_forward(pd), kernel.weights, chunk_src, chunk_dst, rows / chunk_rows, chunk_src.get_size(), chunk_dst.get_size()};
+    if (!(pd.weights_desc() == kernel.weights.get_desc())) {
+      chunks.weights = memory(pd.weights_desc(), engine());
+      dnnl::stream stream(engine());
+      dnnl::reorder(kernel.weights, chunks.weights).execute(stream, kernel.weights, chunks.weights);
+      stream.wait();
+    }
+    VLOG(1) << "blocked layouts: a pointwise convolution to " << out[1] << " channels runs in " << chunks.chunks << " row chunks";
+    kernel.row_chunks.emplace(std::move(chunks));
+  } catch (const dnnl::error& e) {
+    VLOG(1) << "blocked layouts: a pointwise convolution runs at once: oneDNN refuses its row chunks (" << e.what() << ")";
   }
 }
 
@@ -351,6 +277,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         } else {
           kernel->kind = Kind::kConv;
           kernel->conv_desc.emplace(desc);
+          kernel->pointwise = groups == 1 && w[2] == 1 && w[3] == 1 && stride == Pair{1, 1} && padding == Pair{0, 0} && dilation == Pair{1, 1};
           kernel->primitive.emplace(dnnl::convolution_forward(pd));
           kernel->operands.push_back(operand(in[0], pd.src_desc()));
           bind_parameters(*kernel, plain(weight_dims), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
@@ -458,6 +385,11 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     ++impl->blocked_steps;
   }
 
+  // Decided once the sums and ReLUs are placed: a ReLU moved to a pooling leaves its convolution.
+  for (const auto& kernel : impl->kernels) {
+    if (kernel && kernel->kind == Kind::kConv && kernel->pointwise && (kernel->relu_after || kernel->clamp_after)) plan_row_chunks(*kernel);
+  }
+
   // Results read by an op's kernel or returned by the model are also written in plain NCHW.
   for (size_t s = 0; s < steps.size(); ++s) {
     Kernel* kernel = impl->kernels[s].get();
@@ -511,127 +443,6 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     }
   }
   return std::shared_ptr<const BlockedLayouts>(new BlockedLayouts(std::move(impl)));
-}
-
-BlockedLayouts::BlockedLayouts(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-BlockedLayouts::~BlockedLayouts() = default;
-
-bool BlockedLayouts::runs(size_t s) const { return impl_->kernels[s] != nullptr; }
-int64_t BlockedLayouts::blocked_steps() const { return impl_->blocked_steps; }
-
-std::vector<int> BlockedLayouts::blocked_only_values() const {
-  std::vector<int> values;
-  for (const auto& kernel : impl_->kernels) {
-    if (kernel && !kernel->plain_needed) values.push_back(kernel->output);
-  }
-  return values;
-}
-
-int64_t BlockedLayouts::arena_bytes() const {
-  int64_t bytes = 0;
-  for (size_t size : impl_->slot_bytes) bytes += static_cast<int64_t>(size);
-  for (size_t size : impl_->scratch_bytes) bytes += static_cast<int64_t>(size);
-  return bytes;
-}
-
-BlockedArenaPtr BlockedLayouts::make_arena() const {
-  BlockedArenaPtr arena(new BlockedArena);
-  for (size_t size : impl_->slot_bytes) arena->slots.emplace_back(memory::desc({static_cast<int64_t>(size)}, memory::data_type::u8, memory::format_tag::a), engine());
-  arena->scratch.resize(impl_->scratch_bytes.size());
-  arena->values.resize(impl_->metas.size());
-  for (const auto& kernel : impl_->kernels) {
-    if (!kernel || kernel->kind == Kind::kComputedLater) continue;
-    const int slot = impl_->slot_of[kernel->output];
-    arena->values[kernel->output] = memory(kernel->out_layout, engine(), arena->slots[slot].get_data_handle());
-    for (const Operand& operand : kernel->operands) {
-      if (operand.scratch >= 0) arena->scratch[operand.scratch] = memory(operand.wanted, engine());
-    }
-  }
-  return arena;
-}
-
-void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, const Tensor& plain_output) const {
-  const Kernel& kernel = *impl_->kernels[s];
-  if (kernel.kind == Kind::kComputedLater) return;
-  std::optional<ThreadCapScope> cap;
-  if (kernel.single_thread) cap.emplace(1);
-  dnnl::stream stream = stream_for_call();
-  memory& out = arena.values[kernel.output];
-  if (kernel.kind != Kind::kAlias) {
-    std::vector<memory> sources;
-    for (const Operand& operand : kernel.operands) {
-      memory source = operand.blocked ? arena.values[operand.value] : memory(operand.layout, engine(), contiguous(values[operand.value]).data_ptr());
-      if (operand.reorder) {
-        memory& reordered = arena.scratch[operand.scratch];
-        run_primitive(*operand.reorder, stream, {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, reordered}});
-        source = reordered;
-      }
-      sources.push_back(source);
-    }
-    if (kernel.kind == Kind::kMaxPool) {
-      cpu::max_pool_blocked(kernel.pool, kernel.planes, kernel.block, static_cast<const float*>(sources[0].get_data_handle()),
-                            static_cast<float*>(out.get_data_handle()));
-    } else if (kernel.kind == Kind::kShallowConvPool) {
-      kernel.shallow_conv_pool->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),
-                                    kernel.relu_after);
-    } else if (kernel.kind == Kind::kDirectConv) {
-      stream.wait();  // the source's reorder, if any
-      kernel.direct_conv->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),
-                              kernel.sum_into >= 0, kernel.relu_after);
-    } else if (kernel.kind == Kind::kPackedLinear) {
-      const Shape& x = impl_->metas[kernel.operands[0].value].shape;
-      kernel.packed_linear->run(static_cast<const float*>(sources[0].get_data_handle()), x[0], x[1], static_cast<float*>(out.get_data_handle()),
-                                kernel.relu_after);
-    } else {
-      std::unordered_map<int, memory> args{{DNNL_ARG_DST, out}};
-      switch (kernel.kind) {
-        case Kind::kConv:
-        case Kind::kMatmul:
-          args.emplace(DNNL_ARG_SRC, sources[0]);
-          args.emplace(DNNL_ARG_WEIGHTS, kernel.weights);
-          if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);
-          break;
-        case Kind::kAdd:
-          args.emplace(DNNL_ARG_SRC_0, sources[0]);
-          args.emplace(DNNL_ARG_SRC_1, sources[1]);
-          break;
-        default:
-          args.emplace(DNNL_ARG_SRC, sources[0]);
-      }
-      run_primitive(*kernel.primitive, stream, std::move(args));
-    }
-    if (kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear && kernel.kind != Kind::kShallowConvPool) {
-      stream.wait();
-      // Every element of the layout: padding channels of a blocked one hold zeros, kept zero.
-      const auto relu_all = [&]<typename T>() {
-        T* data = static_cast<T*>(out.get_data_handle());
-        parallel_for(0, static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(T)), kElementwiseGrain, [data](int64_t lo, int64_t hi) {
-          for (int64_t i = lo; i < hi; ++i) data[i] = cpu::math::relu(data[i]);
-        });
-      };
-      // A bfloat16 linear's ReLU runs on its rounded result: rounding keeps signs, zeros and NaN.
-      if (kernel.out_meta.dtype == kBFloat16) {
-        relu_all.operator()<BFloat16>();
-      } else {
-        relu_all.operator()<float>();
-      }
-    }
-    if (kernel.clamp_after) {
-      stream.wait();
-      float* data = static_cast<float*>(out.get_data_handle());
-      const ClampBounds bounds = *kernel.clamp_after;
-      parallel_for(0, static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(float)), kElementwiseGrain, [data, bounds](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) data[i] = cpu::math::clamp(data[i], bounds.lo, bounds.hi);
-      });
-    }
-  }
-  if (kernel.plain_needed) {
-    Tensor result = plain_output.defined() ? plain_output : make_tensor(kernel.out_meta.shape, kernel.out_meta.dtype, kernel.out_meta.device);
-    memory result_plain(plain_of(kernel.out_meta), engine(), result.data_ptr());
-    run_primitive(*kernel.to_plain, stream, {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, result_plain}});
-    values[kernel.output] = std::move(result);
-  }
-  stream.wait();
 }
 
 }  // namespace flow::graph

@@ -1,0 +1,147 @@
+#pragma once
+// The layout pass's per-step kernels as planned (job/blocked_layout.cpp) and run
+// (job/blocked_layout_run.cpp). Used by those two files alone.
+#include <optional>
+#include <vector>
+
+#include "core/kernels/cpu/conv_blocked.h"
+#include "core/kernels/cpu/conv_shallow_pool.h"
+#include "core/kernels/cpu/dnnl_util.h"
+#include "core/kernels/cpu/linear_packed.h"
+#include "core/kernels/cpu/pool_loop.h"
+#include "job/blocked_layout.h"
+#include "job/blocked_layout_steps.h"
+
+namespace flow::graph {
+namespace blocked_kernels {
+
+using namespace blocked_steps;
+using namespace cpu::dnnl_util;
+using Pair = std::vector<int64_t>;
+
+// kShallowConvPool: a first-layer convolution (+ ReLU) + 2x2 max pooling as one pass; the
+// convolution's and ReLU's steps become kComputedLater (no memory, nothing to run).
+enum class Kind { kConv, kDirectConv, kPackedLinear, kMatmul, kPool, kMaxPool, kShallowConvPool, kRelu, kAdd, kAlias, kComputedLater };
+
+// Where a primitive reads one input: a blocked value's memory or a plain tensor, reordered into
+// the primitive's layout when the two differ.
+struct Operand {
+  int value = -1;
+  bool blocked = false;
+  memory::desc layout;  // the value's layout
+  memory::desc wanted;  // the primitive's
+  std::optional<dnnl::reorder> reorder;
+  int scratch = -1;  // the arena buffer the reorder writes
+};
+
+// A pointwise convolution (1x1, stride 1, no padding, one group) on channels-last values, run
+// over chunks of its output rows with its ReLU or clamp applied to each chunk while the chunk is
+// still in the core's cache. Channels-last, the batch's images are one (1, C, N * H, W) image whose
+// rows are contiguous, so one primitive made for `rows` rows serves every chunk. Measured on
+// resnet50 at batch 8 (1 thread): the separate pass over a result larger than the cache cost as
+// much as a third of its convolution (64 -> 256 channels on 56x56).
+struct RowChunks {
+  dnnl::primitive primitive;
+  memory weights;  // in the chunk primitive's layout (it may differ from the whole one's)
+  memory::desc src, dst;
+  int64_t chunks = 0;
+  size_t src_bytes = 0, dst_bytes = 0;  // one chunk's
+};
+
+struct Kernel {
+  Kind kind = Kind::kAlias;
+  std::optional<dnnl::primitive> primitive;
+  // Convolution: what the primitive was made from, to remake it with a sum post-op (sum_into).
+  std::optional<dnnl::convolution_forward::desc> conv_desc;
+  // Convolution: 1x1, stride 1, no padding, one group; and, when its result is larger than a
+  // core's cache and a ReLU or clamp follows, how it runs in row chunks instead of at once.
+  bool pointwise = false;
+  std::optional<RowChunks> row_chunks;
+  std::vector<Operand> operands;
+  // oneDNN's convolution: the weights reordered once (unless already in the primitive's layout)
+  // and the bias as exported; the tensors keep the buffers those may point into alive.
+  memory weights, bias;
+  Tensor weight_values, bias_values;
+  int output = -1;
+  TensorMeta out_meta;
+  memory::desc out_layout;
+  bool plain_needed = false;  // an op's kernel or a model output reads the result
+  std::optional<dnnl::reorder> to_plain;
+  // Max pooling runs flow's loop over the channel blocks (cpu/pool_loop.h), not oneDNN's: oneDNN
+  // skips NaN and gives the lowest finite value for a window of -inf where flow propagates NaN
+  // and keeps -inf, and it measured 7x slower here.
+  cpu::PoolGeometry pool{};
+  cpu::BlockedPlanes planes{};  // nChw<block>c, or NHWC (oneDNN's choice with AVX-512)
+  int block = 0;
+  // Convolutions from nChw8c to nChw8c on AVX2 run flow's direct convolution (cpu/conv_blocked.h),
+  // which applies the ReLU after and the residual sum itself.
+  std::optional<cpu::BlockedConv> direct_conv;
+  // A network's first convolution, its ReLU (relu_after) and a 2x2 max pooling on AVX-512
+  // (cpu/conv_shallow_pool.h), from the plain NCHW input to the pooled result channels-last.
+  std::optional<cpu::ShallowConvPool> shallow_conv_pool;
+  // Linears of a few rows on constant weights: flow's product on the weights packed once
+  // (cpu/linear_packed.h), the ReLU after in it; plain row-major in and out.
+  std::optional<cpu::PackedLinear> packed_linear;
+  // Too little work to be worth a fork-join: created and run on the calling thread alone.
+  bool single_thread = false;
+  // Convolution, linear, residual add, max pooling: the ReLU that alone reads the result (or the
+  // fused add's, or the one moved from before the pooling), applied in place by flow's own loop
+  // right after the primitive (by the kernel itself for flow's convolution and linear). Not a
+  // oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT code) turns NaN into 0, where flow's
+  // relu, like PyTorch's, keeps it.
+  bool relu_after = false;
+  // Convolution: the clamp (ReLU6) that alone reads the result, applied in place by flow's loop
+  // right after it, for the same reason (oneDNN's clip post-op turns NaN into the lower bound).
+  std::optional<ClampBounds> clamp_after;
+  // Convolution: the value whose buffer the result is added onto and written to (a residual add
+  // folded into the convolution as oneDNN's sum post-op); -1 for none.
+  int sum_into = -1;
+};
+
+inline Dims dims_of(const Shape& shape) { return Dims(shape.begin(), shape.end()); }
+
+// The 4-d layout nChw<block>c (block 1: plain NCHW).
+inline memory::desc channel_blocked(const Dims& dims, int block) {
+  const auto tag = block == 1 ? memory::format_tag::abcd : block == 8 ? memory::format_tag::aBcd8b : memory::format_tag::aBcd16b;
+  return memory::desc(dims, memory::data_type::f32, tag);
+}
+
+// The 4-d layout NHWC, which oneDNN's convolutions choose on AVX-512.
+inline memory::desc channels_last_layout(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::acdb); }
+
+// The channel block of a 4-d layout nChw<block>c (1: plain NCHW); 0 for any other layout.
+inline int channel_block(const memory::desc& layout) {
+  for (int block : {1, 8, 16}) {
+    if (layout == channel_blocked(layout.dims(), block)) return block;
+  }
+  return 0;
+}
+
+// The plain layout of a value (NCHW for 4-d), in its dtype.
+inline memory::desc plain_of(const TensorMeta& meta) { return plain(dims_of(meta.shape), data_type_of(meta.dtype).value_or(memory::data_type::f32)); }
+
+// A plain operand as the primitive reads it: a value an op's kernel made may be a strided view.
+inline Tensor& contiguous(Tensor& value) {
+  if (!value.is_contiguous()) value = value.contiguous();
+  return value;
+}
+
+}  // namespace blocked_kernels
+
+struct BlockedLayouts::Impl {
+  std::vector<std::unique_ptr<blocked_kernels::Kernel>> kernels;  // by step; null: the op's kernel runs it
+  std::vector<TensorMeta> metas;  // by value
+  std::vector<int> slot_of;       // by value: its arena buffer, -1 when plain
+  std::vector<size_t> slot_bytes;
+  std::vector<size_t> scratch_bytes;
+  int64_t blocked_steps = 0;
+};
+
+class BlockedArena {
+ public:
+  std::vector<dnnl::memory> slots;
+  std::vector<dnnl::memory> values;  // by value id; blocked values only
+  std::vector<dnnl::memory> scratch;
+};
+
+}  // namespace flow::graph

@@ -1,0 +1,166 @@
+#include "job/blocked_layout.h"
+
+#include <unordered_map>
+
+#include "core/kernels/cpu/elementwise_math.h"
+
+#include "job/blocked_layout_kernel.h"
+
+namespace flow::graph {
+
+using namespace blocked_kernels;
+
+void BlockedArenaDeleter::operator()(BlockedArena* arena) const { delete arena; }
+
+namespace {
+
+// The ReLU or clamp a kernel applies after its primitive (relu_after, clamp_after), in place on
+// `bytes` of its result from `data`: every element of the layout, since the padding channels of a
+// blocked one hold zeros, which both keep. Kernels that apply their ReLU themselves are skipped.
+void apply_after(const Kernel& kernel, void* data, int64_t bytes) {
+  if (kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear && kernel.kind != Kind::kShallowConvPool) {
+    const auto relu_all = [&]<typename T>() {
+      T* values = static_cast<T*>(data);
+      parallel_for(0, bytes / static_cast<int64_t>(sizeof(T)), kElementwiseGrain, [values](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) values[i] = cpu::math::relu(values[i]);
+      });
+    };
+    // A bfloat16 linear's ReLU runs on its rounded result: rounding keeps signs, zeros and NaN.
+    if (kernel.out_meta.dtype == kBFloat16) {
+      relu_all.operator()<BFloat16>();
+    } else {
+      relu_all.operator()<float>();
+    }
+  }
+  if (kernel.clamp_after) {
+    float* values = static_cast<float*>(data);
+    const ClampBounds bounds = *kernel.clamp_after;
+    parallel_for(0, bytes / static_cast<int64_t>(sizeof(float)), kElementwiseGrain, [values, bounds](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) values[i] = cpu::math::clamp(values[i], bounds.lo, bounds.hi);
+    });
+  }
+}
+
+// A pointwise convolution chunk by chunk (RowChunks), each chunk's ReLU or clamp right after it.
+void run_row_chunks(const Kernel& kernel, const memory& source, const memory& out, dnnl::stream& stream) {
+  const RowChunks& chunks = *kernel.row_chunks;
+  auto* src = static_cast<char*>(source.get_data_handle());
+  auto* dst = static_cast<char*>(out.get_data_handle());
+  memory chunk_src(chunks.src, engine(), src), chunk_dst(chunks.dst, engine(), dst);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, chunk_src}, {DNNL_ARG_WEIGHTS, chunks.weights}, {DNNL_ARG_DST, chunk_dst}};
+  if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);
+  for (int64_t c = 0; c < chunks.chunks; ++c) {
+    chunk_src.set_data_handle(src + c * chunks.src_bytes);
+    chunk_dst.set_data_handle(dst + c * chunks.dst_bytes);
+    run_primitive(chunks.primitive, stream, args);
+    stream.wait();
+    apply_after(kernel, dst + c * chunks.dst_bytes, static_cast<int64_t>(chunks.dst_bytes));
+  }
+}
+
+}  // namespace
+
+BlockedLayouts::BlockedLayouts(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BlockedLayouts::~BlockedLayouts() = default;
+
+bool BlockedLayouts::runs(size_t s) const { return impl_->kernels[s] != nullptr; }
+int64_t BlockedLayouts::blocked_steps() const { return impl_->blocked_steps; }
+
+std::vector<int> BlockedLayouts::blocked_only_values() const {
+  std::vector<int> values;
+  for (const auto& kernel : impl_->kernels) {
+    if (kernel && !kernel->plain_needed) values.push_back(kernel->output);
+  }
+  return values;
+}
+
+int64_t BlockedLayouts::arena_bytes() const {
+  int64_t bytes = 0;
+  for (size_t size : impl_->slot_bytes) bytes += static_cast<int64_t>(size);
+  for (size_t size : impl_->scratch_bytes) bytes += static_cast<int64_t>(size);
+  return bytes;
+}
+
+BlockedArenaPtr BlockedLayouts::make_arena() const {
+  BlockedArenaPtr arena(new BlockedArena);
+  for (size_t size : impl_->slot_bytes) arena->slots.emplace_back(memory::desc({static_cast<int64_t>(size)}, memory::data_type::u8, memory::format_tag::a), engine());
+  arena->scratch.resize(impl_->scratch_bytes.size());
+  arena->values.resize(impl_->metas.size());
+  for (const auto& kernel : impl_->kernels) {
+    if (!kernel || kernel->kind == Kind::kComputedLater) continue;
+    const int slot = impl_->slot_of[kernel->output];
+    arena->values[kernel->output] = memory(kernel->out_layout, engine(), arena->slots[slot].get_data_handle());
+    for (const Operand& operand : kernel->operands) {
+      if (operand.scratch >= 0) arena->scratch[operand.scratch] = memory(operand.wanted, engine());
+    }
+  }
+  return arena;
+}
+
+void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, const Tensor& plain_output) const {
+  const Kernel& kernel = *impl_->kernels[s];
+  if (kernel.kind == Kind::kComputedLater) return;
+  std::optional<ThreadCapScope> cap;
+  if (kernel.single_thread) cap.emplace(1);
+  dnnl::stream stream = stream_for_call();
+  memory& out = arena.values[kernel.output];
+  if (kernel.kind != Kind::kAlias) {
+    std::vector<memory> sources;
+    for (const Operand& operand : kernel.operands) {
+      memory source = operand.blocked ? arena.values[operand.value] : memory(operand.layout, engine(), contiguous(values[operand.value]).data_ptr());
+      if (operand.reorder) {
+        memory& reordered = arena.scratch[operand.scratch];
+        run_primitive(*operand.reorder, stream, {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, reordered}});
+        source = reordered;
+      }
+      sources.push_back(source);
+    }
+    if (kernel.kind == Kind::kMaxPool) {
+      cpu::max_pool_blocked(kernel.pool, kernel.planes, kernel.block, static_cast<const float*>(sources[0].get_data_handle()),
+                            static_cast<float*>(out.get_data_handle()));
+    } else if (kernel.kind == Kind::kShallowConvPool) {
+      kernel.shallow_conv_pool->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),
+                                    kernel.relu_after);
+    } else if (kernel.kind == Kind::kDirectConv) {
+      stream.wait();  // the source's reorder, if any
+      kernel.direct_conv->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),
+                              kernel.sum_into >= 0, kernel.relu_after);
+    } else if (kernel.kind == Kind::kPackedLinear) {
+      const Shape& x = impl_->metas[kernel.operands[0].value].shape;
+      kernel.packed_linear->run(static_cast<const float*>(sources[0].get_data_handle()), x[0], x[1], static_cast<float*>(out.get_data_handle()),
+                                kernel.relu_after);
+    } else if (kernel.row_chunks) {
+      run_row_chunks(kernel, sources[0], out, stream);
+    } else {
+      std::unordered_map<int, memory> args{{DNNL_ARG_DST, out}};
+      switch (kernel.kind) {
+        case Kind::kConv:
+        case Kind::kMatmul:
+          args.emplace(DNNL_ARG_SRC, sources[0]);
+          args.emplace(DNNL_ARG_WEIGHTS, kernel.weights);
+          if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);
+          break;
+        case Kind::kAdd:
+          args.emplace(DNNL_ARG_SRC_0, sources[0]);
+          args.emplace(DNNL_ARG_SRC_1, sources[1]);
+          break;
+        default:
+          args.emplace(DNNL_ARG_SRC, sources[0]);
+      }
+      run_primitive(*kernel.primitive, stream, std::move(args));
+    }
+    if (!kernel.row_chunks) {
+      stream.wait();
+      apply_after(kernel, out.get_data_handle(), static_cast<int64_t>(kernel.out_layout.get_size()));
+    }
+  }
+  if (kernel.plain_needed) {
+    Tensor result = plain_output.defined() ? plain_output : make_tensor(kernel.out_meta.shape, kernel.out_meta.dtype, kernel.out_meta.device);
+    memory result_plain(plain_of(kernel.out_meta), engine(), result.data_ptr());
+    run_primitive(*kernel.to_plain, stream, {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, result_plain}});
+    values[kernel.output] = std::move(result);
+  }
+  stream.wait();
+}
+
+}  // namespace flow::graph
