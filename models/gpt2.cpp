@@ -48,12 +48,15 @@ Tensor Conv1D::forward(const Tensor& input) {
   // gradient a (B, in, out) tensor summed afterwards.
   Shape out_shape = input.shape();
   out_shape[out_shape.ndim() - 1] = weight.size(1);
-  const Tensor rows = input.reshape({-1, weight.size(0)});
+  const Tensor rows = input.dim() == 2 ? input : input.reshape({-1, weight.size(0)});
   // Under autocast the product is bfloat16 and the bias joins it in that dtype, as in PyTorch's
   // addmm and nn.Linear: the float32 bias would otherwise promote every projection's output (and
   // GELU, the attention's inputs and their gradients) to float32.
   const Tensor product = matmul(rows, weight);
-  return add(product, bias.to(product.dtype())).reshape(out_shape);
+  const Tensor biased = add(product, bias.to(product.dtype()));
+  // Rows in, rows out without a view: element-wise ops after it then meet the bias add in its own
+  // shape, and a Graph's fusion pass joins them (GELU, residual adds of the cached step).
+  return input.dim() == 2 ? biased : biased.reshape(out_shape);
 }
 
 GPT2Attention::GPT2Attention(const GPT2Config& config) : n_embd_(config.n_embd_), n_head_(config.n_head_) {
@@ -83,16 +86,17 @@ Tensor GPT2Attention::forward(const Tensor& hidden_states) {
 }
 
 Tensor GPT2Attention::forward_cached(const Tensor& hidden_states, const CacheStep& step, Tensor& key_cache, Tensor& value_cache) {
-  if (hidden_states.dim() != 3 || hidden_states.size(2) != n_embd_) {
-    fail("gpt2", "attention expects hidden states of shape (B, T, ", n_embd_, "), got ", hidden_states.shape());
+  const int64_t batch = step.write_index.size(0), length = step.write_index.size(2), head_dim = n_embd_ / n_head_;
+  if (hidden_states.dim() != 2 || hidden_states.size(0) != batch * length || hidden_states.size(1) != n_embd_) {
+    fail("gpt2", "cached attention expects hidden states as rows (B * T, ", n_embd_, ") = (", batch * length, ", ", n_embd_, "), got ",
+         hidden_states.shape());
   }
-  const int64_t batch = hidden_states.size(0), length = hidden_states.size(1), head_dim = n_embd_ / n_head_;
   const Shape cache_shape{batch, n_head_, key_cache.size(2), head_dim};
   if (!(key_cache.shape() == cache_shape) || !(value_cache.shape() == cache_shape)) {
     fail("gpt2", "the KV cache of a layer must be ", cache_shape, " (batch, n_head, max_length, head_dim), got keys ", key_cache.shape(),
          " and values ", value_cache.shape());
   }
-  const TensorList qkv = split((*c_attn)(hidden_states), n_embd_, 2);
+  const TensorList qkv = split((*c_attn)(hidden_states), n_embd_, 1);
   auto heads = [&](const Tensor& x) { return x.reshape({batch, length, n_head_, head_dim}).permute({0, 2, 1, 3}); };
   const Tensor query = heads(qkv[0]), key = heads(qkv[1]), value = heads(qkv[2]);
   // Each new token's key and value go to its position along the cache's length dim.
@@ -108,8 +112,10 @@ Tensor GPT2Attention::forward_cached(const Tensor& hidden_states, const CacheSte
   const Tensor keys = whole ? key_cache : key_cache.slice(2, 0, step.attend_length);
   const Tensor values = whole ? value_cache : value_cache.slice(2, 0, step.attend_length);
   const double dropout_p = attn_dropout->is_training() ? attn_dropout->p() : 0.0;
-  const Tensor attended = nn::functional::scaled_dot_product_attention(query, keys, values, step.mask, dropout_p);
-  const Tensor context = attended.permute({0, 2, 1, 3}).reshape({batch, length, n_embd_});
+  // Under autocast the query may be narrower than the hidden states the mask was made beside.
+  const Tensor mask = step.mask.dtype() == query.dtype() ? step.mask : flow::to(step.mask, query.dtype());
+  const Tensor attended = nn::functional::scaled_dot_product_attention(query, keys, values, mask, dropout_p);
+  const Tensor context = attended.permute({0, 2, 1, 3}).reshape({batch * length, n_embd_});
   return (*resid_dropout)((*c_proj)(context));
 }
 
@@ -199,10 +205,13 @@ Tensor GPT2Model::forward_cached(const Tensor& input_ids, const Tensor& past_len
   const Tensor positions = add(past_lengths.unsqueeze(1), arange(length, ints).unsqueeze(0));
   const Tensor stored = clamp(positions, 0, max_length - 1);
   step.write_index = stored.reshape({batch, 1, length, 1});
-  step.mask = le(arange(step.attend_length, ints).reshape({1, 1, 1, step.attend_length}), positions.reshape({batch, 1, length, 1}));
+  const Tensor visible = le(arange(step.attend_length, ints).reshape({1, 1, 1, step.attend_length}), positions.reshape({batch, 1, length, 1}));
   Tensor hidden = (*drop)(add((*wte)(input_ids), (*wpe)(stored)));
-  for (size_t i = 0; i < blocks.size(); ++i) hidden = blocks[i]->forward_cached(hidden, step, cache.keys[i], cache.values[i]);
-  return (*ln_f)(hidden);
+  step.mask = where(visible, zeros({}, options_beside(hidden)), -INFINITY);
+  // The blocks work on rows (B * T, n_embd): see Conv1D::forward.
+  Tensor rows = hidden.reshape({batch * length, config_.n_embd_});
+  for (size_t i = 0; i < blocks.size(); ++i) rows = blocks[i]->forward_cached(rows, step, cache.keys[i], cache.values[i]);
+  return (*ln_f)(rows).reshape({batch, length, config_.n_embd_});
 }
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config) {
@@ -227,8 +236,11 @@ CausalLMOutputWithPast GPT2LMHeadModel::forward_cached(const Tensor& input_ids, 
       fail("gpt2", "input_lengths must be int64 of shape (", batch, "), got ", dtype_name(lengths.dtype()), " ", lengths.shape());
     }
     // Each row's last token (a row of no tokens reads its first position, a result nobody uses).
-    const Tensor last = clamp(sub(lengths, 1), 0, length - 1).reshape({batch, 1, 1}).expand({batch, 1, width});
-    hidden = gather(hidden, 1, last);
+    // With one token per row (a decode step) that is the only one: nothing to pick.
+    if (length > 1) {
+      const Tensor last = clamp(sub(lengths, 1), 0, length - 1).reshape({batch, 1, 1}).expand({batch, 1, width});
+      hidden = gather(hidden, 1, last);
+    }
   }
   const Tensor& embedding = transformer->wte->weight;
   const Tensor logits = matmul(hidden.reshape({-1, hidden.size(2)}), embedding.t());

@@ -43,7 +43,10 @@ struct GPT2Config {
 // past lengths and shared by every layer (GPT2Model::forward_cached makes it).
 struct CacheStep {
   Tensor write_index;  // (B, 1, T, 1) int64: the cache position of each new token (clamped to max_length - 1)
-  Tensor mask;         // (B, 1, T, attend_length) bool: cache position j is visible to new token t of row b
+  // (B, 1, T, attend_length) in the hidden states' dtype, added to the attention scores: 0 where
+  // cache position j is visible to new token t of row b, -inf where not. Made additive once here:
+  // the bool form would be converted by every layer's attention.
+  Tensor mask;
   int64_t attend_length = 0;  // the cache positions attention reads, from 0
   CacheUpdate update = CacheUpdate::kInPlace;
 };
@@ -67,10 +70,11 @@ class GPT2Attention : public nn::Module {
   explicit GPT2Attention(const GPT2Config& config);
   std::string name() const override { return "GPT2Attention"; }
   Tensor forward(const Tensor& hidden_states) override;  // (B, T, n_embd) -> (B, T, n_embd)
-  // The new tokens' attention over a KV cache: stores their keys and values in key_cache and
-  // value_cache (B, n_head, max_length, head_dim) at step.write_index (kFunctional replaces the
-  // handles by the new tensors), then attends over the first step.attend_length positions under
-  // step.mask.
+  // The new tokens' attention over a KV cache, on their hidden states as rows (B * T, n_embd), B
+  // and T being step.write_index's: stores their keys and values in key_cache and value_cache
+  // (B, n_head, max_length, head_dim) at step.write_index (kFunctional replaces the handles by
+  // the new tensors), then attends over the first step.attend_length positions under step.mask.
+  // Returns rows (B * T, n_embd).
   Tensor forward_cached(const Tensor& hidden_states, const CacheStep& step, Tensor& key_cache, Tensor& value_cache);
   std::shared_ptr<Conv1D> c_attn, c_proj;
   std::shared_ptr<nn::Dropout> attn_dropout, resid_dropout;
@@ -97,6 +101,7 @@ class GPT2Block : public nn::Module {
   explicit GPT2Block(const GPT2Config& config);
   std::string name() const override { return "GPT2Block"; }
   Tensor forward(const Tensor& hidden_states) override;
+  // On rows (B * T, n_embd), as GPT2Attention::forward_cached.
   Tensor forward_cached(const Tensor& hidden_states, const CacheStep& step, Tensor& key_cache, Tensor& value_cache);
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<GPT2Attention> attn;

@@ -94,8 +94,9 @@ TEST(LruCache, CapacityFromTheEnvironment) {
   EXPECT_EQ(flow::cache_capacity_from_env("FLOW_TEST_CACHE_CAPACITY", 5), 5u);
 }
 
-// layer_norm's float32 kernel runs on oneDNN primitives cached by shape: with room for two
-// shapes, a third evicts the least recently used, which is made again when it comes back.
+// layer_norm's float32 kernel runs on oneDNN primitives cached by shape (above 32768 elements;
+// smaller ones are a plain loop): with room for two shapes, a third evicts the least recently
+// used, which is made again when it comes back.
 TEST(KernelCaches, OneDnnPrimitivesOfAtMostCapacityShapes) {
   const size_t default_capacity = flow::cpu::primitive_cache_capacity();
   flow::cpu::set_primitive_cache_capacity(2);
@@ -108,16 +109,16 @@ TEST(KernelCaches, OneDnnPrimitivesOfAtMostCapacityShapes) {
     const auto a = out.tolist<double>(), e = expected.tolist<double>();
     for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], e[i], 1e-4) << "rows " << rows << " at " << i;
   };
-  run(1001);
-  run(1002);
+  run(2001);
+  run(2002);
   const int64_t made = flow::cpu::primitives_made();
-  run(1003);  // evicts 1001
+  run(2003);  // evicts 2001
   EXPECT_EQ(flow::cpu::primitives_made(), made + 1);
-  run(1003);
-  run(1002);
-  EXPECT_EQ(flow::cpu::primitives_made(), made + 1) << "1002 and 1003 stay cached";
-  run(1001);
-  EXPECT_EQ(flow::cpu::primitives_made(), made + 2) << "1001 was evicted";
+  run(2003);
+  run(2002);
+  EXPECT_EQ(flow::cpu::primitives_made(), made + 1) << "2002 and 2003 stay cached";
+  run(2001);
+  EXPECT_EQ(flow::cpu::primitives_made(), made + 2) << "2001 was evicted";
   flow::cpu::set_primitive_cache_capacity(default_capacity);
   EXPECT_THROW_MSG(flow::cpu::set_primitive_cache_capacity(0), "capacity must be at least 1");
 }

@@ -1,6 +1,7 @@
 // Layer normalization kernels over the input viewed as (rows, features): float32 through oneDNN's
-// layer normalization primitives (cached per shape and eps), float64 as plain loops with sums in
-// double (the reference the oneDNN kernels are tested against). oneDNN keeps the biased variance
+// layer normalization primitives (cached per shape and eps) except a small forward, which is a
+// plain loop; float64 as plain loops with sums in double (the reference the oneDNN kernels are
+// tested against). oneDNN keeps the biased variance
 // where flow's op carries rstd = 1 / sqrt(var + eps), so the float32 kernels convert per row.
 #include <algorithm>
 #include <cmath>
@@ -126,10 +127,55 @@ memory feature_memory(const Layout& l, const Tensor* given, std::vector<float>& 
   return memory(plain({l.features}), engine(), storage.data());
 }
 
-void forward_dnnl(KernelContext& ctx) {
+// Up to this many elements the float32 forward is a plain loop: oneDNN's fixed cost per call
+// (primitive cache lookup, memory objects, a stream) is more than a decode step's 8 x 256 rows take.
+constexpr int64_t kLoopLayerNormElements = 32768;
+
+// The sum of term(f) for f in [0, n), in 8 independent lanes that the compiler vectorises.
+template <typename Term>
+float lane_sum(int64_t n, Term term) {
+  constexpr int64_t kLanes = 8;
+  float lanes[kLanes] = {};
+  int64_t f = 0;
+  for (; f + kLanes <= n; f += kLanes) {
+    for (int64_t k = 0; k < kLanes; ++k) lanes[k] += term(f + k);
+  }
+  float total = 0;
+  for (; f < n; ++f) total += term(f);
+  for (float lane : lanes) total += lane;
+  return total;
+}
+
+// What oneDNN computes (mean, biased variance, y = (x - mean) / sqrt(var + eps) * weight + bias),
+// one row after another on the calling thread.
+void forward_float_loops(KernelContext& ctx, const Layout& l, float eps) {
+  const bool affine = ctx.inputs.size() == 3;
+  const float* x = ctx.inputs[0].data_ptr<float>();
+  const float* weight = affine ? ctx.inputs[1].data_ptr<float>() : nullptr;
+  const float* bias = affine ? ctx.inputs[2].data_ptr<float>() : nullptr;
+  float *y = ctx.outputs[0].data_ptr<float>(), *mean_out = ctx.outputs[1].data_ptr<float>(), *rstd_out = ctx.outputs[2].data_ptr<float>();
+  const auto features = static_cast<float>(l.features);
+  for (int64_t r = 0; r < l.rows; ++r) {
+    const float* row = x + r * l.features;
+    float* out = y + r * l.features;
+    const float mean = lane_sum(l.features, [&](int64_t f) { return row[f]; }) / features;
+    const float variance = lane_sum(l.features, [&](int64_t f) { return (row[f] - mean) * (row[f] - mean); }) / features;
+    const float rstd = 1.0f / std::sqrt(variance + eps);
+    mean_out[r] = mean;
+    rstd_out[r] = rstd;
+    if (affine) {
+      for (int64_t f = 0; f < l.features; ++f) out[f] = (row[f] - mean) * rstd * weight[f] + bias[f];
+    } else {
+      for (int64_t f = 0; f < l.features; ++f) out[f] = (row[f] - mean) * rstd;
+    }
+  }
+}
+
+void forward_float32(KernelContext& ctx) {
   const Layout l = layout_of(ctx.inputs[0].shape(), ctx.attrs.get<int64_t>("normalized_ndim"));
   if (l.rows == 0 || l.features == 0) return;
   const Key key{l.rows, l.features, static_cast<float>(ctx.attrs.get<double>("eps"))};
+  if (l.rows * l.features <= kLoopLayerNormElements) return forward_float_loops(ctx, l, key.eps);
   const bool affine = ctx.inputs.size() == 3;
   std::vector<float> ones, zeros, variance(static_cast<size_t>(l.rows));
   const ThreadCapScope cap(elementwise_threads(l.rows * l.features));
@@ -174,7 +220,7 @@ void backward_dnnl(KernelContext& ctx) {
   stream.wait();
 }
 
-FLOW_REGISTER_KERNEL("layer_norm", DeviceType::kCPU, {kFloat32}, forward_dnnl);
+FLOW_REGISTER_KERNEL("layer_norm", DeviceType::kCPU, {kFloat32}, forward_float32);
 FLOW_REGISTER_KERNEL("layer_norm_grad", DeviceType::kCPU, {kFloat32}, backward_dnnl);
 FLOW_REGISTER_KERNEL("layer_norm", DeviceType::kCPU, {kFloat64}, forward_loops);
 FLOW_REGISTER_KERNEL("layer_norm_grad", DeviceType::kCPU, {kFloat64}, backward_loops);
