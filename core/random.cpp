@@ -3,6 +3,8 @@
 #include <numeric>
 #include <utility>
 
+#include "core/philox.h"
+
 namespace flow {
 
 void Generator::manual_seed(uint64_t seed) {
@@ -30,28 +32,7 @@ Generator& default_generator() {
 
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 
-void Philox::block(uint64_t seed, uint64_t counter, uint32_t out[4]) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(kMul0) * c0;
-    const uint64_t p1 = static_cast<uint64_t>(kMul1) * c2;
-    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-    c1 = static_cast<uint32_t>(p1);
-    c3 = static_cast<uint32_t>(p0);
-    c0 = n0;
-    c2 = n2;
-    k0 += kWeyl0;
-    k1 += kWeyl1;
-  }
-  out[0] = c0;
-  out[1] = c1;
-  out[2] = c2;
-  out[3] = c3;
-}
+void Philox::block(uint64_t seed, uint64_t counter, uint32_t out[4]) { philox4x32_10(seed, counter, out); }
 
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed, uint64_t offset) {
   std::vector<int64_t> perm(static_cast<size_t>(n));
