@@ -30,7 +30,8 @@ struct DecoderExportOptions {
 };
 
 // The cached step as an inference Graph: inputs input_ids (B, T) int64, past_lengths (B) int64,
-// input_lengths (B) int64 (the real tokens of each row; padding after them), then past_keys_<i> and
+// input_lengths (B) int64 (the real tokens of each row; padding after them; a step of one token per
+// row, the decode step, has no padding and leaves it unread), then past_keys_<i> and
 // past_values_<i> (B, n_head, max_length, head_dim) per layer; outputs the logits of each row's
 // last real token (B, vocab), then (kFunctional) present_keys_<i> and present_values_<i>, the
 // caches with the step's tokens written at past_lengths[b] + t; kInPlace writes them into the
