@@ -38,52 +38,6 @@ void bind_parameters(Kernel& kernel, const memory::desc& weight_plain, const mem
   }
 }
 
-// A core's L2 cache (1 MiB on this Zen 4 and on Skylake-SP Xeons, 2 MiB on later ones), and what
-// one chunk's input and output may take of it (the rest: the weights' panel, the stack).
-constexpr size_t kCoreCacheBytes = size_t{1} << 20;
-constexpr size_t kChunkBytes = kCoreCacheBytes / 2;
-
-// Sets kernel.row_chunks for a pointwise convolution (with its ReLU or clamp after it) on
-// channels-last values whose result is larger than a core's cache; leaves it unset when oneDNN
-// would run the chunk shape on its reference kernel or refuses it.
-void plan_row_chunks(Kernel& kernel) {
-  const memory::desc &src = kernel.operands[0].wanted, &dst = kernel.out_layout;
-  if (!(src == channels_last_layout(src.dims())) || !(dst == channels_last_layout(dst.dims())) || dst.get_size() <= kCoreCacheBytes) return;
-  const Dims in = src.dims(), out = dst.dims();  // N, C, H, W
-  const int64_t rows = in[0] * in[2], width = in[3];
-  const auto row_bytes = static_cast<size_t>((in[1] + out[1]) * width) * sizeof(float);
-  int64_t chunk_rows = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / row_bytes));
-  while (rows % chunk_rows != 0) --chunk_rows;  // one primitive for every chunk
-  if (chunk_rows == rows) return;
-  std::optional<ThreadCapScope> cap;
-  if (kernel.single_thread) cap.emplace(1);
-  const memory::desc chunk_src = channels_last_layout({1, in[1], chunk_rows, width}), chunk_dst = channels_last_layout({1, out[1], chunk_rows, width});
-  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, chunk_src,
-                                       any(kernel.weights.get_desc().dims()), kernel.bias_values.defined() ? kernel.bias.get_desc() : memory::desc(),
-                                       chunk_dst, {1, 1}, {0, 0}, {0, 0}, {0, 0});
-  dnnl::primitive_attr attr = user_scratchpad();
-  if (kernel.sum_into >= 0) {
-    dnnl::post_ops sum;
-    sum.append_sum(1.f);
-    attr.set_post_ops(sum);
-  }
-  try {
-    dnnl::convolution_forward::primitive_desc pd(desc, attr, engine());
-    if (is_reference_implementation(pd.impl_info_str()) || !(pd.src_desc() == chunk_src) || !(pd.dst_desc() == chunk_dst)) return;
-    RowChunks chunks{dnnl::convolution_forward(pd), kernel.weights, chunk_src, chunk_dst, rows / chunk_rows, chunk_src.get_size(), chunk_dst.get_size()};
-    if (!(pd.weights_desc() == kernel.weights.get_desc())) {
-      chunks.weights = memory(pd.weights_desc(), engine());
-      dnnl::stream stream(engine());
-      dnnl::reorder(kernel.weights, chunks.weights).execute(stream, kernel.weights, chunks.weights);
-      stream.wait();
-    }
-    VLOG(1) << "blocked layouts: a pointwise convolution to " << out[1] << " channels runs in " << chunks.chunks << " row chunks";
-    kernel.row_chunks.emplace(std::move(chunks));
-  } catch (const dnnl::error& e) {
-    VLOG(1) << "blocked layouts: a pointwise convolution runs at once: oneDNN refuses its row chunks (" << e.what() << ")";
-  }
-}
-
 }  // namespace
 
 std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
@@ -277,7 +231,6 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         } else {
           kernel->kind = Kind::kConv;
           kernel->conv_desc.emplace(desc);
-          kernel->pointwise = groups == 1 && w[2] == 1 && w[3] == 1 && stride == Pair{1, 1} && padding == Pair{0, 0} && dilation == Pair{1, 1};
           kernel->primitive.emplace(dnnl::convolution_forward(pd));
           kernel->operands.push_back(operand(in[0], pd.src_desc()));
           bind_parameters(*kernel, plain(weight_dims), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
@@ -383,11 +336,6 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     blocked[out] = true;
     impl->kernels[s] = std::move(kernel);
     ++impl->blocked_steps;
-  }
-
-  // Decided once the sums and ReLUs are placed: a ReLU moved to a pooling leaves its convolution.
-  for (const auto& kernel : impl->kernels) {
-    if (kernel && kernel->kind == Kind::kConv && kernel->pointwise && (kernel->relu_after || kernel->clamp_after)) plan_row_chunks(*kernel);
   }
 
   // Results read by an op's kernel or returned by the model are also written in plain NCHW.

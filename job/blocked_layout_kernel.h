@@ -34,29 +34,11 @@ struct Operand {
   int scratch = -1;  // the arena buffer the reorder writes
 };
 
-// A pointwise convolution (1x1, stride 1, no padding, one group) on channels-last values, run
-// over chunks of its output rows with its ReLU or clamp applied to each chunk while the chunk is
-// still in the core's cache. Channels-last, the batch's images are one (1, C, N * H, W) image whose
-// rows are contiguous, so one primitive made for `rows` rows serves every chunk. Measured on
-// resnet50 at batch 8 (1 thread): the separate pass over a result larger than the cache cost as
-// much as a third of its convolution (64 -> 256 channels on 56x56).
-struct RowChunks {
-  dnnl::primitive primitive;
-  memory weights;  // in the chunk primitive's layout (it may differ from the whole one's)
-  memory::desc src, dst;
-  int64_t chunks = 0;
-  size_t src_bytes = 0, dst_bytes = 0;  // one chunk's
-};
-
 struct Kernel {
   Kind kind = Kind::kAlias;
   std::optional<dnnl::primitive> primitive;
   // Convolution: what the primitive was made from, to remake it with a sum post-op (sum_into).
   std::optional<dnnl::convolution_forward::desc> conv_desc;
-  // Convolution: 1x1, stride 1, no padding, one group; and, when its result is larger than a
-  // core's cache and a ReLU or clamp follows, how it runs in row chunks instead of at once.
-  bool pointwise = false;
-  std::optional<RowChunks> row_chunks;
   std::vector<Operand> operands;
   // oneDNN's convolution: the weights reordered once (unless already in the primitive's layout)
   // and the bias as exported; the tensors keep the buffers those may point into alive.

@@ -41,23 +41,6 @@ void apply_after(const Kernel& kernel, void* data, int64_t bytes) {
   }
 }
 
-// A pointwise convolution chunk by chunk (RowChunks), each chunk's ReLU or clamp right after it.
-void run_row_chunks(const Kernel& kernel, const memory& source, const memory& out, dnnl::stream& stream) {
-  const RowChunks& chunks = *kernel.row_chunks;
-  auto* src = static_cast<char*>(source.get_data_handle());
-  auto* dst = static_cast<char*>(out.get_data_handle());
-  memory chunk_src(chunks.src, engine(), src), chunk_dst(chunks.dst, engine(), dst);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, chunk_src}, {DNNL_ARG_WEIGHTS, chunks.weights}, {DNNL_ARG_DST, chunk_dst}};
-  if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);
-  for (int64_t c = 0; c < chunks.chunks; ++c) {
-    chunk_src.set_data_handle(src + c * chunks.src_bytes);
-    chunk_dst.set_data_handle(dst + c * chunks.dst_bytes);
-    run_primitive(chunks.primitive, stream, args);
-    stream.wait();
-    apply_after(kernel, dst + c * chunks.dst_bytes, static_cast<int64_t>(chunks.dst_bytes));
-  }
-}
-
 }  // namespace
 
 BlockedLayouts::BlockedLayouts(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -129,8 +112,6 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       const Shape& x = impl_->metas[kernel.operands[0].value].shape;
       kernel.packed_linear->run(static_cast<const float*>(sources[0].get_data_handle()), x[0], x[1], static_cast<float*>(out.get_data_handle()),
                                 kernel.relu_after);
-    } else if (kernel.row_chunks) {
-      run_row_chunks(kernel, sources[0], out, stream);
     } else {
       std::unordered_map<int, memory> args{{DNNL_ARG_DST, out}};
       switch (kernel.kind) {
@@ -149,10 +130,8 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       }
       run_primitive(*kernel.primitive, stream, std::move(args));
     }
-    if (!kernel.row_chunks) {
-      stream.wait();
-      apply_after(kernel, out.get_data_handle(), static_cast<int64_t>(kernel.out_layout.get_size()));
-    }
+    stream.wait();
+    apply_after(kernel, out.get_data_handle(), static_cast<int64_t>(kernel.out_layout.get_size()));
   }
   if (kernel.plain_needed) {
     Tensor result = plain_output.defined() ? plain_output : make_tensor(kernel.out_meta.shape, kernel.out_meta.dtype, kernel.out_meta.device);

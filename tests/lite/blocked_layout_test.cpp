@@ -489,8 +489,8 @@ TEST_F(BlockedLayoutTest, ProfilerRecordsEveryStepWithItsFlops) {
 namespace {
 
 // relu(conv_b(h) + h) with h = relu(conv_a(x)): two pointwise convolutions whose results, at
-// 64 channels on 64x64, are larger than a core's cache, so that on channels-last layouts (AVX-512)
-// they run in row chunks, the ReLU (and the residual sum) chunk by chunk.
+// 64 channels on 64x64, are larger than a core's cache (resnet50's bottleneck pattern), with the
+// residual sum folded into the second and a ReLU after each.
 struct PointwiseResidual : nn::Module {
   PointwiseResidual() {
     conv_a = register_module("conv_a", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(16, 64, 1)));
@@ -505,10 +505,10 @@ struct PointwiseResidual : nn::Module {
 
 }  // namespace
 
-// Pointwise convolutions run in row chunks where their result outgrows the cache: the same
-// results as the plain load and eager at batches whose rows split into chunks of any size, on
-// one and two threads, and a NaN reaches the output through the chunked ReLUs.
-TEST_F(BlockedLayoutTest, PointwiseConvolutionsInRowChunksMatchThePlainKernels) {
+// Large pointwise convolutions with a folded residual sum and ReLUs: the same results as the plain
+// load and eager at several batches, on one and two threads, and a NaN reaches the output through
+// the ReLUs (which stay separate passes: oneDNN's ReLU post-op turns NaN into 0).
+TEST_F(BlockedLayoutTest, LargePointwiseConvolutionsWithResidualMatchThePlainKernels) {
   flow::manual_seed(11);
   auto net = std::make_shared<PointwiseResidual>();
   export_net(net, {2, 16, 64, 64});
