@@ -3,6 +3,8 @@
 // column-major), others are copied first.
 #include <cblas.h>
 
+#include <optional>
+
 #include "core/kernels/cpu/matmul.h"
 #include "core/kernels/cpu/reduce_loop.h"
 #include "core/op.h"
@@ -61,13 +63,12 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int
 // OpenBLAS at 2 threads 202 us, split by columns 99 us (at 64 rows the two are level).
 constexpr int64_t kFewRows = 32;
 constexpr int64_t kMinColumnsPerThread = 32;
-// Below these amounts of work per thread a second thread costs more to wake than it saves, and
-// far more when other processes hold the cores: on a loaded 2-core machine OpenBLAS's threaded
-// GEMV took 56 us at 2 threads for 1x256 @ 256x256 against 2.8 us on one (a decode step of a small
-// language model runs dozens of them). A GEMV reads each matrix element once (memory-bound); a
-// GEMM's multiply-adds are oneDNN's kMinFlopsPerThread / 2 (matmul_dnnl.cpp).
+// Below this many matrix elements per thread a GEMV (memory-bound: it reads each element once) is
+// not worth a second thread, and far less when other processes hold the cores: on a loaded 2-core
+// machine OpenBLAS's threaded GEMV took 56 us at 2 threads for 1x256 @ 256x256 against 2.8 us on
+// one (a decode step of a small language model runs dozens of them). GEMMs take
+// kMinProductMacsPerThread (matmul.h), as oneDNN's products do.
 constexpr int64_t kMinGemvElementsPerThread = int64_t{1} << 18;
-constexpr int64_t kMinGemmMacsPerThread = 2'000'000;
 
 // Runs body(lo, hi) over [0, n) in chunks of at least `grain` on flow's threads, each chunk's
 // BLAS calls on its own thread; one chunk runs with OpenMP capped at one thread, so that OpenBLAS
@@ -108,14 +109,14 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
     });
   } else if (m <= kFewRows && n >= 2 * kMinColumnsPerThread) {
     const int64_t column_stride = tb == CblasNoTrans ? 1 : ldb;
-    const int64_t grain = std::max(kMinColumnsPerThread, ceil_div(kMinGemmMacsPerThread, m * k));
+    const int64_t grain = std::max(kMinColumnsPerThread, ceil_div(kMinProductMacsPerThread, m * k));
     split_product(n, grain, [&](int64_t lo, int64_t hi) {
       blas_gemm<T>(ta, tb, m, hi - lo, k, a, lda, b + lo * column_stride, ldb, beta, c + lo, ldc);
     });
-  } else if (m * n * k < 2 * kMinGemmMacsPerThread) {
-    const ThreadCapScope one_thread(1);
-    blas_gemm<T>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   } else {
+    // OpenBLAS threads the rest itself, from its own (lower) size on: capped below two threads' worth.
+    std::optional<ThreadCapScope> one_thread;
+    if (m * n * k < 2 * kMinProductMacsPerThread) one_thread.emplace(1);
     blas_gemm<T>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   }
 }

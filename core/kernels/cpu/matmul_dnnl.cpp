@@ -69,14 +69,10 @@ std::optional<ProductKey> key_for(DType operands, DType result, int64_t m, int64
   return ProductKey{m, k, n, std::move(a_strides), std::move(b_strides), bias, *operand_type, *result_type};
 }
 
-// oneDNN runs a product on the calling thread's whole team, and on small products a large team
-// costs more than it saves (a 16-vCPU Xeon: 64x784x512 took 0.86 ms per call on 16 threads, 0.3 ms
-// on one): each thread gets at least kMinFlopsPerThread of the product.
-constexpr double kMinFlopsPerThread = 4e6;
-
+// Each thread gets at least kMinProductMacsPerThread of the product (matmul.h).
 int product_threads(const ProductKey& key) {
-  const double flops = 2.0 * static_cast<double>(key.m) * static_cast<double>(key.k) * static_cast<double>(key.n);
-  return static_cast<int>(std::clamp(flops / kMinFlopsPerThread, 1.0, static_cast<double>(current_num_threads())));
+  const double macs = static_cast<double>(key.m) * static_cast<double>(key.k) * static_cast<double>(key.n);
+  return static_cast<int>(std::clamp(macs / static_cast<double>(kMinProductMacsPerThread), 1.0, static_cast<double>(current_num_threads())));
 }
 
 void run(const Product& p, const void* a, const void* b, const void* bias, void* c) {
