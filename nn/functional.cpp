@@ -40,6 +40,13 @@ std::pair<Tensor, Tensor> flatten_classes(const Tensor& input, const Tensor& tar
 
 Tensor validity(const Tensor& target, int64_t ignore_index) { return ne(target, ignore_index); }
 
+// Per-element losses of class-index targets (flattened, 0 where ignored) reduced as PyTorch does:
+// 'mean' over the elements whose target is not ignored (valid), 'none' in the target's shape.
+Tensor reduce_class_losses(const Tensor& losses, const Tensor& valid, const Tensor& target, Reduction reduction) {
+  if (reduction == Reduction::kMean) return sum(losses) / sum(to(valid, losses.dtype()));
+  return reduce(target.dim() == 0 ? losses.reshape({}) : losses.reshape(target.shape()), reduction);
+}
+
 // (x - mean) / sqrt(var + eps) over `dims`, the statistics computed on x.
 Tensor normalize(const Tensor& x, const std::vector<int64_t>& dims, double eps) {
   const Tensor mu = mean(x, dims, true);
@@ -309,10 +316,7 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions&
   const Tensor valid = validity(classes, options.ignore_index_);
   const Tensor safe = where(valid, classes, 0);
   const Tensor picked = neg(gather(log_probs, 1, safe.unsqueeze(1)).squeeze(1));
-  const Tensor losses = where(valid, picked, 0);
-  if (options.reduction_ == Reduction::kMean) return sum(losses) / sum(to(valid, losses.dtype()));
-  const Tensor shaped = target.dim() == 0 ? losses.reshape({}) : losses.reshape(target.shape());
-  return reduce(shaped, options.reduction_);
+  return reduce_class_losses(where(valid, picked, 0), valid, target, options.reduction_);
 }
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& options) {
@@ -322,9 +326,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
   if (options.label_smoothing_ == 0 && input.dim() <= 2 && !input.device().is_cuda()) {
     // One fused op per row (no (N, C) log-probabilities kept for backward): the same losses.
     auto [logits, classes] = flatten_classes(input, target, "cross_entropy");
-    const Tensor losses = sparse_softmax_cross_entropy(logits, classes, options.ignore_index_);
-    if (options.reduction_ == Reduction::kMean) return sum(losses) / sum(to(validity(classes, options.ignore_index_), losses.dtype()));
-    return reduce(target.dim() == 0 ? losses.reshape({}) : losses, options.reduction_);
+    return reduce_class_losses(sparse_softmax_cross_entropy(logits, classes, options.ignore_index_), validity(classes, options.ignore_index_),
+                               target, options.reduction_);
   }
   const int64_t class_dim = input.dim() == 1 ? 0 : 1;
   const Tensor log_probs = log_softmax(input, class_dim);
@@ -336,9 +339,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
   auto [flat_log_probs, classes] = flatten_classes(log_probs, target, "cross_entropy");
   const Tensor valid = validity(classes, options.ignore_index_);
   const Tensor smooth = where(valid, neg(mean(flat_log_probs, {1})), 0).reshape(per_element.shape());
-  const Tensor losses = per_element * (1.0 - eps) + smooth * eps;
-  if (options.reduction_ == Reduction::kMean) return sum(losses) / sum(to(valid, losses.dtype()));
-  return reduce(losses, options.reduction_);
+  return reduce_class_losses(per_element * (1.0 - eps) + smooth * eps, valid, target, options.reduction_);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
