@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/kernels/cpu/elementwise_math.h"
@@ -220,6 +221,21 @@ void check_labels(const char* name, const Tensor& labels, int64_t classes, int64
   }
 }
 
+// log_softmax's statistics of a contiguous row (max, log of the sum of exp(x - max)): the AVX-512
+// row where the CPU has it, else the portable loops; the same bits either way.
+template <typename In>
+std::pair<Compute<In>, Compute<In>> log_softmax_statistics(const In* x, int64_t n, bool avx512) {
+  if constexpr (kAvx512Rows<In, In>) {
+    if (avx512) {
+      float max_value = 0, log_total = 0;
+      avx512::log_sum_exp_row(x, n, &max_value, &log_total);
+      return {max_value, log_total};
+    }
+  }
+  const Compute<In> max_value = row_max(x, n);
+  return {max_value, log_sum_exp_shifted(x, n, max_value)};
+}
+
 // Rows of `classes` elements split over the thread pool.
 template <typename Row>
 void for_each_logits_row(int64_t rows, int64_t classes, Row row) {
@@ -243,14 +259,7 @@ void sparse_cross_entropy_kernel(KernelContext& ctx) {
     C* log_total_out = static_cast<C*>(ctx.outputs[2].data_ptr());
     for_each_logits_row(logits.size(0), classes, [&](int64_t n) {
       const In* x = x_all + n * classes;
-      C max_value = 0, log_total = 0;
-      if constexpr (kAvx512Rows<In, Out>) {
-        if (avx512) avx512::log_sum_exp_row(x, classes, &max_value, &log_total);
-      }
-      if (!(kAvx512Rows<In, Out> && avx512)) {
-        max_value = row_max(x, classes);
-        log_total = log_sum_exp_shifted(x, classes, max_value);
-      }
+      const auto [max_value, log_total] = log_softmax_statistics(x, classes, avx512);
       max_out[n] = max_value;
       log_total_out[n] = log_total;
       loss[n] = labels[n] == ignore_index ? Out(0) : static_cast<Out>(-((wide(x[labels[n]]) - max_value) - log_total));
@@ -283,12 +292,13 @@ void sparse_cross_entropy_grad_kernel(KernelContext& ctx) {
         return;
       }
       const C s = static_cast<C>(wide(grad[n])), max_value = max_all[n], log_total = log_total_all[n];
-      if constexpr (kAvx512Rows<In, In>) {
-        if (avx512) avx512::cross_entropy_grad_row(x, max_value, log_total, s, r, classes);
-      }
-      if (!(kAvx512Rows<In, In> && avx512)) {
+      const auto softmax_scaled = [&] {
+        if constexpr (kAvx512Rows<In, In>) {
+          if (avx512) return avx512::cross_entropy_grad_row(x, max_value, log_total, s, r, classes);
+        }
         for (int64_t i = 0; i < classes; ++i) r[i] = static_cast<In>(math::exp((wide(x[i]) - max_value) - log_total) * s);
-      }
+      };
+      softmax_scaled();
       const C label_log_probability = (wide(x[labels[n]]) - max_value) - log_total;
       r[labels[n]] = static_cast<In>(-s - math::exp(label_log_probability) * (-s));
     });

@@ -121,16 +121,31 @@ FLOW_AVX512_CORE_TARGET void for_each_vector(int64_t n, Body body) {
   if (j < n) body(j, first_lanes(n - j));
 }
 
+// log_softmax's statistics of a row: its max (row_max) and the log of the blocked sum of
+// exp(x - max).
+template <typename In>
+FLOW_AVX512_CORE_TARGET void statistics_row(const In* x, int64_t n, float* max_out, float* log_total_out) {
+  const float max_value = row_max(x, n);
+  const __m512 max_vector = splat(max_value);
+  *max_out = max_value;
+  *log_total_out = static_cast<float>(
+      std::log(blocked_sum(n, [&](int64_t j, __mmask16 m) FLOW_AVX512_CORE_TARGET { return exp16(_mm512_sub_ps(load(x + j, m), max_vector)); })));
+}
+
 template <bool log_output, typename In, typename Out>
 FLOW_AVX512_CORE_TARGET void row(const In* x, Out* y, int64_t n) {
-  const __m512 max_value = splat(row_max(x, n));
-  auto shifted_exp = [&](int64_t j, __mmask16 m) FLOW_AVX512_CORE_TARGET { return exp16(_mm512_sub_ps(load(x + j, m), max_value)); };
   if constexpr (log_output) {
-    const __m512 log_total = splat(static_cast<float>(std::log(blocked_sum(n, shifted_exp))));
+    float max_scalar = 0, log_total_scalar = 0;
+    statistics_row(x, n, &max_scalar, &log_total_scalar);
+    const __m512 max_value = splat(max_scalar), log_total = splat(log_total_scalar);
     for_each_vector(n, [&](int64_t j, __mmask16 m) FLOW_AVX512_CORE_TARGET {
       store(y + j, m, _mm512_sub_ps(_mm512_sub_ps(load(x + j, m), max_value), log_total));
     });
-  } else if constexpr (std::is_same_v<Out, float>) {
+    return;
+  }
+  const __m512 max_value = splat(row_max(x, n));
+  auto shifted_exp = [&](int64_t j, __mmask16 m) FLOW_AVX512_CORE_TARGET { return exp16(_mm512_sub_ps(load(x + j, m), max_value)); };
+  if constexpr (std::is_same_v<Out, float>) {
     for_each_vector(n, [&](int64_t j, __mmask16 m) FLOW_AVX512_CORE_TARGET { store(y + j, m, shifted_exp(j, m)); });
     const __m512 scale = splat(static_cast<float>(1.0 / blocked_sum(n, [&](int64_t j, __mmask16 m) FLOW_AVX512_CORE_TARGET { return load(y + j, m); })));
     for_each_vector(n, [&](int64_t j, __mmask16 m) FLOW_AVX512_CORE_TARGET { store(y + j, m, _mm512_mul_ps(load(y + j, m), scale)); });
@@ -154,15 +169,6 @@ FLOW_AVX512_CORE_TARGET void grad_row(const T* g, const T* y, R* r, int64_t n) {
       store(r + i, m, _mm512_mul_ps(load(y + i, m), _mm512_sub_ps(load(g + i, m), total)));
     });
   }
-}
-
-template <typename In>
-FLOW_AVX512_CORE_TARGET void statistics_row(const In* x, int64_t n, float* max_out, float* log_total_out) {
-  const float max_value = row_max(x, n);
-  const __m512 max_vector = splat(max_value);
-  *max_out = max_value;
-  *log_total_out = static_cast<float>(
-      std::log(blocked_sum(n, [&](int64_t j, __mmask16 m) FLOW_AVX512_CORE_TARGET { return exp16(_mm512_sub_ps(load(x + j, m), max_vector)); })));
 }
 
 template <typename In>
