@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 
 #include "core/kernels/cpu/dnnl_util.h"
 #include "core/op.h"
@@ -29,30 +30,54 @@ Layout layout_of(const Shape& shape, int64_t normalized_ndim) {
 
 // ---- float64 loops ----
 
+// The sum of term(f) for f in [0, n): float in 8 independent lanes that the compiler vectorises,
+// double one term after another (the reference the float32 kernels are tested against).
+template <typename T, typename Term>
+T row_sum(int64_t n, Term term) {
+  T total = 0;
+  int64_t f = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr int64_t kLanes = 8;
+    T lanes[kLanes] = {};
+    for (; f + kLanes <= n; f += kLanes) {
+      for (int64_t k = 0; k < kLanes; ++k) lanes[k] += term(f + k);
+    }
+    for (; f < n; ++f) total += term(f);
+    for (T lane : lanes) total += lane;
+    return total;
+  }
+  for (; f < n; ++f) total += term(f);
+  return total;
+}
+
+// Rows [begin, end): mean, biased variance, y = (x - mean) * rstd * weight + bias, rstd =
+// 1 / sqrt(var + eps) (what oneDNN computes).
+template <typename T>
+void forward_rows(KernelContext& ctx, const Layout& l, T eps, int64_t begin, int64_t end) {
+  const bool affine = ctx.inputs.size() == 3;
+  const T* x = ctx.inputs[0].data_ptr<T>();
+  const T* weight = affine ? ctx.inputs[1].data_ptr<T>() : nullptr;
+  const T* bias = affine ? ctx.inputs[2].data_ptr<T>() : nullptr;
+  T *y = ctx.outputs[0].data_ptr<T>(), *mean_out = ctx.outputs[1].data_ptr<T>(), *rstd_out = ctx.outputs[2].data_ptr<T>();
+  const auto features = static_cast<T>(l.features);
+  for (int64_t r = begin; r < end; ++r) {
+    const T* row = x + r * l.features;
+    T* out = y + r * l.features;
+    const T mean = row_sum<T>(l.features, [&](int64_t f) { return row[f]; }) / features;
+    const T rstd = T(1) / std::sqrt(row_sum<T>(l.features, [&](int64_t f) { return (row[f] - mean) * (row[f] - mean); }) / features + eps);
+    mean_out[r] = mean;
+    rstd_out[r] = rstd;
+    if (affine) {
+      for (int64_t f = 0; f < l.features; ++f) out[f] = (row[f] - mean) * rstd * weight[f] + bias[f];
+    } else {
+      for (int64_t f = 0; f < l.features; ++f) out[f] = (row[f] - mean) * rstd;
+    }
+  }
+}
+
 void forward_loops(KernelContext& ctx) {
   const Layout l = layout_of(ctx.inputs[0].shape(), ctx.attrs.get<int64_t>("normalized_ndim"));
-  const double eps = ctx.attrs.get<double>("eps");
-  const bool affine = ctx.inputs.size() == 3;
-  const double* x = ctx.inputs[0].data_ptr<double>();
-  const double* weight = affine ? ctx.inputs[1].data_ptr<double>() : nullptr;
-  const double* bias = affine ? ctx.inputs[2].data_ptr<double>() : nullptr;
-  double *y = ctx.outputs[0].data_ptr<double>(), *mean_out = ctx.outputs[1].data_ptr<double>(), *rstd_out = ctx.outputs[2].data_ptr<double>();
-  parallel_for(0, l.rows, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const double* row = x + r * l.features;
-      double total = 0, squares = 0;
-      for (int64_t f = 0; f < l.features; ++f) total += row[f];
-      const double mean = total / static_cast<double>(l.features);
-      for (int64_t f = 0; f < l.features; ++f) squares += (row[f] - mean) * (row[f] - mean);
-      const double rstd = 1.0 / std::sqrt(squares / static_cast<double>(l.features) + eps);
-      mean_out[r] = mean;
-      rstd_out[r] = rstd;
-      for (int64_t f = 0; f < l.features; ++f) {
-        const double normalized = (row[f] - mean) * rstd;
-        y[r * l.features + f] = affine ? normalized * weight[f] + bias[f] : normalized;
-      }
-    }
-  });
+  parallel_for(0, l.rows, 1, [&](int64_t begin, int64_t end) { forward_rows<double>(ctx, l, ctx.attrs.get<double>("eps"), begin, end); });
 }
 
 // inputs: grad_out, input, mean, rstd[, weight]. Per row, with g = dy * weight and
@@ -131,51 +156,11 @@ memory feature_memory(const Layout& l, const Tensor* given, std::vector<float>& 
 // (primitive cache lookup, memory objects, a stream) is more than a decode step's 8 x 256 rows take.
 constexpr int64_t kLoopLayerNormElements = 32768;
 
-// The sum of term(f) for f in [0, n), in 8 independent lanes that the compiler vectorises.
-template <typename Term>
-float lane_sum(int64_t n, Term term) {
-  constexpr int64_t kLanes = 8;
-  float lanes[kLanes] = {};
-  int64_t f = 0;
-  for (; f + kLanes <= n; f += kLanes) {
-    for (int64_t k = 0; k < kLanes; ++k) lanes[k] += term(f + k);
-  }
-  float total = 0;
-  for (; f < n; ++f) total += term(f);
-  for (float lane : lanes) total += lane;
-  return total;
-}
-
-// What oneDNN computes (mean, biased variance, y = (x - mean) / sqrt(var + eps) * weight + bias),
-// one row after another on the calling thread.
-void forward_float_loops(KernelContext& ctx, const Layout& l, float eps) {
-  const bool affine = ctx.inputs.size() == 3;
-  const float* x = ctx.inputs[0].data_ptr<float>();
-  const float* weight = affine ? ctx.inputs[1].data_ptr<float>() : nullptr;
-  const float* bias = affine ? ctx.inputs[2].data_ptr<float>() : nullptr;
-  float *y = ctx.outputs[0].data_ptr<float>(), *mean_out = ctx.outputs[1].data_ptr<float>(), *rstd_out = ctx.outputs[2].data_ptr<float>();
-  const auto features = static_cast<float>(l.features);
-  for (int64_t r = 0; r < l.rows; ++r) {
-    const float* row = x + r * l.features;
-    float* out = y + r * l.features;
-    const float mean = lane_sum(l.features, [&](int64_t f) { return row[f]; }) / features;
-    const float variance = lane_sum(l.features, [&](int64_t f) { return (row[f] - mean) * (row[f] - mean); }) / features;
-    const float rstd = 1.0f / std::sqrt(variance + eps);
-    mean_out[r] = mean;
-    rstd_out[r] = rstd;
-    if (affine) {
-      for (int64_t f = 0; f < l.features; ++f) out[f] = (row[f] - mean) * rstd * weight[f] + bias[f];
-    } else {
-      for (int64_t f = 0; f < l.features; ++f) out[f] = (row[f] - mean) * rstd;
-    }
-  }
-}
-
 void forward_float32(KernelContext& ctx) {
   const Layout l = layout_of(ctx.inputs[0].shape(), ctx.attrs.get<int64_t>("normalized_ndim"));
   if (l.rows == 0 || l.features == 0) return;
   const Key key{l.rows, l.features, static_cast<float>(ctx.attrs.get<double>("eps"))};
-  if (l.rows * l.features <= kLoopLayerNormElements) return forward_float_loops(ctx, l, key.eps);
+  if (l.rows * l.features <= kLoopLayerNormElements) return forward_rows<float>(ctx, l, key.eps, 0, l.rows);
   const bool affine = ctx.inputs.size() == 3;
   std::vector<float> ones, zeros, variance(static_cast<size_t>(l.rows));
   const ThreadCapScope cap(elementwise_threads(l.rows * l.features));
