@@ -172,9 +172,20 @@ const proto::Node* absorbable_linear(const proto::Job& job, const JobIndex& inde
   return nullptr;
 }
 
+// The node whose storage `value` is: an in-place op returns its written inputs' storage, so
+// AdamW's decay (p.mul_) and then its update (p.sub_) both write the parameter variable.
+const proto::Node& storage_owner(const JobIndex& index, std::string value) {
+  for (;;) {
+    const auto [name, output] = parse_value_name(value);
+    const proto::Node& node = index.node(name);
+    if (output >= written_inputs(node)) return node;
+    value = node.inputs(output);
+  }
+}
+
 // The assign that can absorb the group: the only reader of the group's only exported value,
-// writing it whole into a contiguous variable, with no write to the group's operands between
-// the group and the assign.
+// writing it whole into a contiguous variable (or a value an in-place write of it returned), with
+// no write to the group's operands between the group and the assign.
 const proto::Node* absorbable_assign(const proto::Job& job, const JobIndex& index, const Group& group, const PassContext& context) {
   const proto::Node* assign = nullptr;
   std::set<std::string> operands;
@@ -191,9 +202,9 @@ const proto::Node* absorbable_assign(const proto::Job& job, const JobIndex& inde
     }
   }
   if (assign == nullptr) return nullptr;
-  const std::string destination = parse_value_name(assign->inputs(0)).first;
-  const auto variable = context.fixed.find(destination);
-  if (index.node(destination).op() != kVariableOp || variable == context.fixed.end() || !variable->second.is_contiguous() ||
+  const proto::Node& destination = storage_owner(index, assign->inputs(0));
+  const auto variable = context.fixed.find(destination.name());
+  if (destination.op() != kVariableOp || variable == context.fixed.end() || !variable->second.is_contiguous() ||
       !same_layout(assign->outputs(0), group.desc)) {
     return nullptr;
   }

@@ -339,7 +339,7 @@ Graph::CompiledPlan& Graph::compile(graph::InputSignature signature, std::vector
   graph::PassContext context{traced.fixed};
   graph::PassManager passes;
   for (const auto& [pass_name, pass] : config_.user_passes()) passes.add(pass_name, pass);
-  passes.add(graph::default_passes()).add("fuse_update_cast", graph::fuse_update_cast);
+  passes.add(graph::default_passes()).add("fuse_update_cast", graph::fuse_update_cast).add("merge_inplace_updates", graph::merge_inplace_updates);
   if (!config_.activation_checkpointing().empty()) {
     check_checkpointed_modules();
     // After CSE and DCE, which would merge the clones back into their originals.

@@ -106,13 +106,19 @@ void conv_batch_norm_folding(proto::Job& job, PassContext& context);
 // the copy.
 void copy_elimination(proto::Job& job, PassContext& context);
 // Update-with-cast, run after elementwise_fusion by nn::Graph (which keeps the copies fresh: before
-// a run it casts again each parameter whose storage version moved): a float32 variable whose one
-// in-place write is a fused update and whose float16/bfloat16 casts are all read before that
+// a run it casts again each parameter whose storage version moved): a float32 variable whose last
+// in-place write is a fused update writing it whole (as every earlier write) and whose float16/bfloat16 casts are all read before that
 // update gets a variable holding its rounded copy (attr "cast_of": the parameter's node), written
 // by the update as a second destination and read instead of the casts, which are removed. Not in
 // default_passes(): a Job run without nn::Graph would read a copy nobody refreshes after eager
 // code changes the parameter.
 void fuse_update_cast(proto::Job& job, PassContext& context);
+// Run after fuse_update_cast by nn::Graph: a fused_elementwise_inplace node that reads the results
+// of earlier in-place fused nodes of its shape (an optimizer's moment updates, AdamW's decay) takes
+// them into its program when running them at its position in one pass computes the same values
+// (nothing between them reads or writes what they write, nothing overwritten escapes); it writes
+// all their destinations, so each tensor of the update is read and written once.
+void merge_inplace_updates(proto::Job& job, PassContext& context);
 // Replaces chains of element-wise nodes with one output shape by fused_elementwise nodes that
 // evaluate the chain tile by tile; only values read outside the chain are written to memory.
 void elementwise_fusion(proto::Job& job, PassContext& context);

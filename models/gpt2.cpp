@@ -221,8 +221,11 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& config) {
 Tensor GPT2LMHeadModel::forward(const Tensor& input_ids) {
   const Tensor hidden = (*transformer)(input_ids);
   const Tensor& embedding = transformer->wte->weight;
-  // One 2-d GEMM (see Conv1D::forward); the transposed view reads wte without a copy.
-  const Tensor logits = matmul(hidden.reshape({-1, hidden.size(2)}), embedding.t());
+  // One 2-d GEMM (see Conv1D::forward) against the tied embedding as a linear's weight, as
+  // PyTorch's GPT-2 head does: autocast then casts wte itself (contiguous, and in a Graph written by
+  // the optimizer's update-with-cast) rather than a transposed view, and wte's gradient comes out
+  // in wte's own layout, so adding the embedding's gradient to it is a contiguous add.
+  const Tensor logits = linear(hidden.reshape({-1, hidden.size(2)}), embedding);
   return logits.reshape({hidden.size(0), hidden.size(1), embedding.size(0)});
 }
 
@@ -243,7 +246,7 @@ CausalLMOutputWithPast GPT2LMHeadModel::forward_cached(const Tensor& input_ids, 
     }
   }
   const Tensor& embedding = transformer->wte->weight;
-  const Tensor logits = matmul(hidden.reshape({-1, hidden.size(2)}), embedding.t());
+  const Tensor logits = linear(hidden.reshape({-1, hidden.size(2)}), embedding);
   Shape shape = hidden.shape();
   shape[shape.ndim() - 1] = embedding.size(0);
   return {lengths.defined() ? logits : logits.reshape(shape), std::move(past_key_values)};

@@ -1,0 +1,237 @@
+// Merging in-place updates: an optimizer's update of one parameter traces as several in-place
+// element-wise chains, which elementwise_fusion turns into one fused_elementwise_inplace node
+// each. AdamW decays p, updates its two moments, then updates p from all three: four passes over
+// tensors of the parameter's size, each streaming its operands through memory. A node that reads
+// the results of earlier in-place nodes of its shape takes them in: one pass reads the gradient,
+// the moments and p once and writes each once (OneFlow fuses its model updates into one kernel per
+// parameter for the same reason).
+#include <algorithm>
+#include <set>
+
+#include "core/ops/fused.h"
+#include "graph/passes.h"
+
+namespace flow::graph {
+namespace {
+
+constexpr const char* kUpdateOp = "fused_elementwise_inplace";
+
+int destinations_of(const proto::Node& node) { return static_cast<int>(node.attrs().at("destinations").i()); }
+
+const proto::TensorDesc& desc_of(const JobIndex& index, const std::string& value) {
+  const auto [name, output] = parse_value_name(value);
+  return index.node(name).outputs(output);
+}
+
+// The value whose storage `value` is: a view's is its input's, an in-place node's output i is its
+// input i.
+std::string storage_of(const JobIndex& index, std::string value) {
+  for (;;) {
+    const auto [name, output] = parse_value_name(value);
+    const proto::Node& node = index.node(name);
+    if (is_source_kind(node.op()) || node.op() == kOutputOp) return value;
+    if (output < written_inputs(node)) {
+      value = node.inputs(output);
+    } else if (find_op(node.op()).view && node.inputs_size() > 0) {
+      value = node.inputs(0);
+    } else {
+      return value;
+    }
+  }
+}
+
+// Output descs alike but for the dtype (shape, device, placement, SBP).
+std::string layout_key(proto::TensorDesc desc) {
+  desc.clear_dtype();
+  return desc.SerializeAsString();
+}
+
+// Nodes of one program dtype and output layout can share a program.
+bool same_space(const JobIndex& index, const proto::Node& a, const proto::Node& b) {
+  const proto::TensorDesc &first_a = desc_of(index, a.inputs(destinations_of(a))), &first_b = desc_of(index, b.inputs(destinations_of(b)));
+  return a.attrs().at("shape").SerializeAsString() == b.attrs().at("shape").SerializeAsString() && first_a.dtype() == first_b.dtype() &&
+         layout_key(a.outputs(0)) == layout_key(b.outputs(0));
+}
+
+// The in-place nodes `last` takes in: the earlier updates of its space whose results it reads.
+std::vector<int> members_of(const proto::Job& job, const JobIndex& index, int last) {
+  const proto::Node& node = job.nodes(last);
+  std::set<int> members;
+  for (const auto& input : node.inputs()) {
+    const int producer = index.position(parse_value_name(input).first);
+    if (producer != last && job.nodes(producer).op() == kUpdateOp && same_space(index, job.nodes(producer), node)) members.insert(producer);
+  }
+  return {members.begin(), members.end()};
+}
+
+// Whether running `members` (ascending, before `last`) at last's position, in one pass with it,
+// computes what running each at its own position does. Every tile of the merged node reads its
+// operands before it writes, so: no node reads, from another storage alias, a value an earlier
+// one of the set writes; no node between a member and `last` reads what the member writes or
+// writes what it reads or writes; a member's result that a later one overwrites is read only
+// inside the set; and no two results share storage.
+bool can_merge(const proto::Job& job, const JobIndex& index, const std::vector<int>& members, int last) {
+  std::vector<int> set = members;
+  set.push_back(last);
+  const auto in_set = [&](int position) { return std::binary_search(set.begin(), set.end(), position); };
+  std::set<std::string> written;  // storage the set's earlier nodes write
+  std::set<std::string> results;  // their result values, which later ones read as steps
+  for (int position : set) {
+    const proto::Node& node = job.nodes(position);
+    const int destinations = destinations_of(node);
+    for (int i = destinations; i < node.inputs_size(); ++i) {
+      if (!results.count(node.inputs(i)) && written.count(storage_of(index, node.inputs(i)))) return false;
+    }
+    for (int d = 0; d < destinations; ++d) {
+      const std::string storage = storage_of(index, node.inputs(d));
+      const std::string result = value_name(node.name(), d);
+      // Overwriting an earlier result: all its readers are in the set, up to this node.
+      if (results.count(node.inputs(d))) {
+        for (int reader : index.consumers(node.inputs(d))) {
+          if (!in_set(reader) || reader > position) return false;
+        }
+      } else if (written.count(storage)) {
+        return false;
+      }
+      written.insert(storage);
+      results.insert(result);
+    }
+  }
+  for (int member : members) {
+    const proto::Node& node = job.nodes(member);
+    std::set<std::string> writes, reads;
+    for (int d = 0; d < destinations_of(node); ++d) writes.insert(storage_of(index, node.inputs(d)));
+    for (const auto& input : node.inputs()) reads.insert(storage_of(index, input));
+    for (int between = member + 1; between < last; ++between) {
+      if (in_set(between)) continue;
+      const proto::Node& other = job.nodes(between);
+      for (const auto& input : other.inputs()) {
+        if (writes.count(storage_of(index, input))) return false;
+      }
+      for (int i = 0; i < written_inputs(other); ++i) {
+        const std::string storage = storage_of(index, other.inputs(i));
+        if (writes.count(storage) || reads.count(storage)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The merged node `name`, at last's position: last's results first, then the members' results
+// that nothing in the set overwrites. `renamed` maps their values to the merged node's.
+proto::Node merge(const proto::Job& job, const std::vector<int>& members, int last, const std::string& name,
+                  std::map<std::string, std::string>& renamed) {
+  std::vector<int> set = members;
+  set.push_back(last);
+  std::vector<std::string> operands;
+  std::map<std::string, int> operand_index, step_of;
+  std::map<std::string, std::string> destination_of;  // a result value -> the storage value it was written into
+  fused::Program program;
+  const auto operand = [&](const std::string& value) {
+    const auto [it, added] = operand_index.emplace(value, static_cast<int>(operands.size()));
+    if (added) operands.push_back(value);
+    return it->second;
+  };
+  // The last node's operands first (operand 0 sets the program's dtype), but for the members'
+  // results it reads, which become steps.
+  std::set<std::string> member_names;
+  for (int member : members) member_names.insert(job.nodes(member).name());
+  const proto::Node& last_node = job.nodes(last);
+  for (int i = destinations_of(last_node); i < last_node.inputs_size(); ++i) {
+    if (!member_names.count(parse_value_name(last_node.inputs(i)).first)) operand(last_node.inputs(i));
+  }
+  for (int position : set) {
+    const proto::Node& node = job.nodes(position);
+    const int destinations = destinations_of(node);
+    const fused::Program own = fused::decode(node.attrs().at("program").s());
+    const int base = static_cast<int>(program.steps.size());
+    for (const fused::Step& step : own.steps) {
+      fused::Step moved = step;
+      for (int& arg : moved.args) {
+        if (arg < 0) {
+          arg = fused::step_arg(base - arg - 1);
+          continue;
+        }
+        const std::string& value = node.inputs(destinations + arg);
+        const auto produced = step_of.find(value);
+        arg = produced != step_of.end() ? fused::step_arg(produced->second) : operand(value);
+      }
+      program.steps.push_back(std::move(moved));
+    }
+    for (int d = 0; d < destinations; ++d) {
+      const std::string result = value_name(node.name(), d);
+      step_of[result] = base + own.outputs[static_cast<size_t>(d)];
+      const auto earlier = destination_of.find(node.inputs(d));
+      destination_of[result] = earlier != destination_of.end() ? earlier->second : node.inputs(d);
+    }
+  }
+  std::set<std::string> overwritten;
+  for (int position : set) {
+    const proto::Node& node = job.nodes(position);
+    for (int d = 0; d < destinations_of(node); ++d) overwritten.insert(node.inputs(d));
+  }
+  proto::Node merged;
+  merged.set_name(name);
+  merged.set_op(kUpdateOp);
+  std::vector<std::pair<std::string, const proto::TensorDesc*>> outputs;  // result value, its desc
+  for (int d = 0; d < destinations_of(last_node); ++d) {
+    renamed[value_name(last_node.name(), d)] = value_name(name, d);
+    outputs.emplace_back(value_name(last_node.name(), d), &last_node.outputs(d));
+  }
+  for (int member : members) {
+    const proto::Node& node = job.nodes(member);
+    for (int d = 0; d < destinations_of(node); ++d) {
+      const std::string result = value_name(node.name(), d);
+      if (overwritten.count(result)) continue;
+      renamed[result] = value_name(merged.name(), static_cast<int>(outputs.size()));
+      outputs.emplace_back(result, &node.outputs(d));
+    }
+  }
+  for (const auto& [result, desc] : outputs) {
+    merged.add_inputs(destination_of.at(result));
+    program.outputs.push_back(step_of.at(result));
+    *merged.add_outputs() = *desc;
+  }
+  for (const auto& value : operands) merged.add_inputs(value);
+  Attrs attrs = attrs_of(last_node);
+  attrs.set("program", fused::encode(program)).set("destinations", static_cast<int64_t>(outputs.size()));
+  set_attrs(merged, attrs);
+  merged.set_scope(last_node.scope());
+  return merged;
+}
+
+// A name for the node merged into `last`: "<last>.merged", numbered when last was a merged node.
+std::string merged_name(const proto::Job& job, const std::string& last) {
+  std::set<std::string> names;
+  for (const auto& node : job.nodes()) names.insert(node.name());
+  const std::string stem = last.substr(0, last.find(".merged")) + ".merged";
+  std::string name = stem;
+  for (int n = 2; names.count(name); ++n) name = stem + std::to_string(n);
+  return name;
+}
+
+}  // namespace
+
+void merge_inplace_updates(proto::Job& job, PassContext& context) {
+  for (bool merged_one = true; merged_one;) {
+    merged_one = false;
+    const JobIndex index(job);
+    for (int last = 0; last < job.nodes_size() && !merged_one; ++last) {
+      if (job.nodes(last).op() != kUpdateOp) continue;
+      const std::vector<int> members = members_of(job, index, last);
+      if (members.empty() || !can_merge(job, index, members, last)) continue;
+      std::map<std::string, std::string> renamed;
+      proto::Node merged = merge(job, members, last, merged_name(job, job.nodes(last).name()), renamed);
+      FusedGroup group{{merged.name(), merged.op()}, {}};
+      for (int member : members) group.members.push_back({job.nodes(member).name(), job.nodes(member).op()});
+      group.members.push_back({job.nodes(last).name(), job.nodes(last).op()});
+      context.record.fused.push_back(std::move(group));
+      job.mutable_nodes(last)->Swap(&merged);
+      for (auto member = members.rbegin(); member != members.rend(); ++member) job.mutable_nodes()->DeleteSubrange(*member, 1);
+      rename_inputs(job, renamed);
+      merged_one = true;
+    }
+  }
+}
+
+}  // namespace flow::graph
