@@ -86,13 +86,25 @@ Tensor reduce_over(const char* op, const Tensor& input, const std::vector<int64_
   return flow::apply_one(flow::find_op(op), {input}, flow::Attrs().set("dims", dims).set("keepdim", false));
 }
 // A step of a fused program reading operands (>= 0) or earlier steps (fused::step_arg).
-flow::fused::Step step(std::string op, std::vector<int> args, flow::Attrs attrs = {}) { return {std::move(op), std::move(args), std::move(attrs)}; }
+flow::fused::Step step(std::string op, std::vector<int> args, flow::Attrs attrs = {}) {
+  return {std::move(op), std::move(args), std::move(attrs)};
+}
 int result_of(int step) { return flow::fused::step_arg(step); }
 flow::Attrs scalar_attr(double value) { return flow::Attrs().set("scalar", flow::Scalar(value)); }
 flow::Attrs clamp_attrs(std::optional<double> min, std::optional<double> max) {
-  return flow::Attrs().set("has_min", min.has_value()).set("min", flow::Scalar(min.value_or(0))).set("has_max", max.has_value()).set("max", flow::Scalar(max.value_or(0)));
+  return flow::Attrs()
+      .set("has_min", min.has_value())
+      .set("min", flow::Scalar(min.value_or(0)))
+      .set("has_max", max.has_value())
+      .set("max", flow::Scalar(max.value_or(0)));
 }
 flow::Attrs gelu_attrs(const char* approximate) { return flow::Attrs().set("approximate", std::string(approximate)); }
+
+// fused_linear (no functional entry point) through the registry.
+TensorList fused_linear(const TensorList& in, const flow::fused::Program& program, const Shape& shape, int64_t linear_inputs) {
+  return flow::apply(flow::find_op("fused_linear"), in,
+                     flow::Attrs().set("program", flow::fused::encode(program)).set("shape", shape).set("linear_inputs", linear_inputs));
+}
 
 // Every op a fused program can hold, over operands x (3,5,4), y (5,1) (a middle block), z (1) (one
 // value) and c (bool, (3,5,4)); the outputs mix early and late steps.
@@ -253,25 +265,27 @@ std::vector<OpCase> sample_cases() {
         {random({2, 3, 20}, dtype), random({17, 20}, dtype), random({17}, dtype), random({2, 3, 17}, dtype)},
         [](const TensorList& in) {
           const flow::fused::Program program{{step("add", {0, 1}), step("relu", {result_of(0)})}, {1}};
-          return flow::apply(flow::find_op("fused_linear"), in,
-                             flow::Attrs().set("program", flow::fused::encode(program)).set("shape", Shape{2, 3, 17}).set("linear_inputs", int64_t{3}));
+          return fused_linear(in, program, Shape{2, 3, 17}, 3);
         },
         false, dtype);
     add("fused_linear", "no bias, gelu of the product and the product", {random({9, 33}, dtype), random({5, 33}, dtype)},
         [](const TensorList& in) {
           const flow::fused::Program program{{step("gelu", {0}, gelu_attrs("tanh")), step("mul_scalar", {0}, scalar_attr(1))}, {0, 1}};
-          return flow::apply(flow::find_op("fused_linear"), in,
-                             flow::Attrs().set("program", flow::fused::encode(program)).set("shape", Shape{9, 5}).set("linear_inputs", int64_t{2}));
+          return fused_linear(in, program, Shape{9, 5}, 2);
         },
         false, dtype);
     // sparse_softmax_cross_entropy (and its gradient through the vjp): ignored rows, an ignore_index
     // that is a class, wide rows, a row of equal logits and one with -inf.
-    add("sparse_softmax_cross_entropy", "ignore_index -100 on rows 1 and 4", {random({6, 37}, dtype), flow::tensor<int64_t>({3, -100, 0, 36, -100, 5})},
+    add("sparse_softmax_cross_entropy", "ignore_index -100 on rows 1 and 4",
+        {random({6, 37}, dtype), flow::tensor<int64_t>({3, -100, 0, 36, -100, 5})},
         [](const TensorList& in) { return TensorList{flow::sparse_softmax_cross_entropy(in[0], in[1], -100)}; }, true, dtype);
-    add("sparse_softmax_cross_entropy", "ignore_index 2 (a class), 1000 classes", {random({4, 1000}, dtype) * 3.0, flow::tensor<int64_t>({2, 999, 2, 0})},
+    add("sparse_softmax_cross_entropy", "ignore_index 2 (a class), 1000 classes",
+        {random({4, 1000}, dtype) * 3.0, flow::tensor<int64_t>({2, 999, 2, 0})},
         [](const TensorList& in) { return TensorList{flow::sparse_softmax_cross_entropy(in[0], in[1], 2)}; }, true, dtype);
     add("sparse_softmax_cross_entropy", "equal logits; some -inf; all -inf (NaN)",
-        {flow::tensor<double>({0, 0, 0, 0, 0, -INFINITY, 1, -INFINITY, 0.5, 2, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY}, Shape{3, 5}).to(dtype),
+        {flow::tensor<double>({0, 0, 0, 0, 0, -INFINITY, 1, -INFINITY, 0.5, 2, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY},
+                              Shape{3, 5})
+             .to(dtype),
          flow::tensor<int64_t>({1, 4, 0})},
         [](const TensorList& in) { return TensorList{flow::sparse_softmax_cross_entropy(in[0], in[1], -1)}; }, false, dtype);
   }
@@ -302,12 +316,11 @@ std::vector<OpCase> sample_cases() {
     add("sparse_softmax_cross_entropy", "16-bit logits", {random({5, 50}, narrow), flow::tensor<int64_t>({0, 49, -100, 7, 7})},
         [](const TensorList& in) { return TensorList{flow::sparse_softmax_cross_entropy(in[0], in[1], -100)}; }, true, narrow);
   }
-  add("fused_linear", "bfloat16, bias and residual", {random({6, 24}, flow::kBFloat16), random({10, 24}, flow::kBFloat16), random({10}, flow::kBFloat16),
-                                                       random({6, 10}, flow::kBFloat16)},
+  add("fused_linear", "bfloat16, bias and residual",
+      {random({6, 24}, flow::kBFloat16), random({10, 24}, flow::kBFloat16), random({10}, flow::kBFloat16), random({6, 10}, flow::kBFloat16)},
       [](const TensorList& in) {
         const flow::fused::Program program{{step("add", {0, 1}), step("relu", {result_of(0)})}, {1}};
-        return flow::apply(flow::find_op("fused_linear"), in,
-                           flow::Attrs().set("program", flow::fused::encode(program)).set("shape", Shape{6, 10}).set("linear_inputs", int64_t{3}));
+        return fused_linear(in, program, Shape{6, 10}, 3);
       },
       false, flow::kBFloat16);
   // Integer, bool and 16-bit cases, forward only.

@@ -33,8 +33,8 @@ void sparse_cross_entropy_kernel(KernelContext& ctx) {
   const int64_t classes = logits.size(1), ignore_index = ctx.attrs.get<int64_t>("ignore_index");
   const Tensor error = error_cell(logits, kName);
   check(sparse_cross_entropy(scalar_type(logits.dtype(), kName), scalar_type(ctx.outputs[0].dtype(), kName), logits.size(0), classes,
-                             ignore_index, logits.data_ptr(), labels.data_ptr<int64_t>(), ctx.outputs[0].data_ptr(), ctx.outputs[1].data_ptr(),
-                             ctx.outputs[2].data_ptr(), static_cast<int64_t*>(error.data_ptr())),
+                             ignore_index, logits.data_ptr(), labels.data_ptr<int64_t>(), ctx.outputs[0].data_ptr(),
+                             ctx.outputs[1].data_ptr(), ctx.outputs[2].data_ptr(), static_cast<int64_t*>(error.data_ptr())),
         kName);
   check_labels(error, labels, classes, ignore_index, kName);
 }
