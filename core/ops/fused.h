@@ -2,7 +2,10 @@
 // fused_elementwise: a chain of element-wise ops evaluated in one pass over its output, tile by
 // tile, so intermediate values stay in cache and the chain costs one op call. The Graph
 // compiler's fusion pass builds these; the kernel uses the same scalar functions as the single
-// ops, so results are bit-identical to the unfused chain.
+// ops, so results are bit-identical to the unfused chain. The CUDA kernel (core/kernels/cuda/
+// fused.cu) follows the CPU's formulas, which CUDA's single kernels do not all share (maximum and
+// minimum with a NaN second argument, pow computed in double): there a fused chain can differ from
+// the unfused one in those cases and in the last bits.
 #include <optional>
 #include <string>
 #include <vector>

@@ -16,7 +16,8 @@ Tensor log_softmax(const Tensor& input, int64_t dim, DType dtype);
 // row, no (N, C) log-probabilities stored, the gradient (softmax - one-hot) written in one pass
 // too. Losses in the logits' dtype; under autocast a float16/bfloat16 input gives float32 losses
 // (the kernel widens each element as it reads it). A label outside [0, C) other than ignore_index
-// throws when the kernel runs. CPU only: cross_entropy takes log_softmax + nll elsewhere.
+// throws when the kernel runs. CPU and CUDA kernels (CUDA: one dtype, the widening is CPU-only);
+// cross_entropy takes it on the CPU only, log_softmax + nll elsewhere.
 Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index);
 
 }  // namespace flow

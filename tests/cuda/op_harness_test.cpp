@@ -10,6 +10,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "common/test_util.h"
 #include "core/flow.h"
 #include "core/interpreter.h"
+#include "core/ops/fused.h"
 
 using flow::DType;
 using flow::Shape;
@@ -31,15 +33,7 @@ const flow::Device kCuda("cuda:0");
 
 // Ops with a CPU kernel and, on purpose or for now, no CUDA kernel: one place, a reason each.
 const std::map<std::string, std::string>& cpu_only_ops() {
-  static const std::map<std::string, std::string> ops = {
-      {"fused_elementwise",
-       "not yet ported: graph/fusion.cpp fuses a group only where fused_elementwise has a kernel for its device and dtype, so CUDA "
-       "graphs keep the unfused ops"},
-      {"fused_elementwise_inplace", "not yet ported (as fused_elementwise, which the fusion pass checks for in-place groups too)"},
-      {"fused_linear", "not yet ported: the fusion pass absorbs a linear only where fused_linear has a kernel"},
-      {"sparse_softmax_cross_entropy", "not yet ported (cross_entropy takes log_softmax + nll on CUDA)"},
-      {"sparse_softmax_cross_entropy_grad", "not yet ported (cross_entropy takes log_softmax + nll on CUDA)"},
-  };
+  static const std::map<std::string, std::string> ops = {};
   return ops;
 }
 
@@ -91,6 +85,72 @@ Tensor random_ints(const Shape& shape, int64_t low, int64_t high, DType dtype = 
 Tensor reduce_over(const char* op, const Tensor& input, const std::vector<int64_t>& dims) {
   return flow::apply_one(flow::find_op(op), {input}, flow::Attrs().set("dims", dims).set("keepdim", false));
 }
+// A step of a fused program reading operands (>= 0) or earlier steps (fused::step_arg).
+flow::fused::Step step(std::string op, std::vector<int> args, flow::Attrs attrs = {}) {
+  return {std::move(op), std::move(args), std::move(attrs)};
+}
+int result_of(int step) { return flow::fused::step_arg(step); }
+flow::Attrs scalar_attr(double value) { return flow::Attrs().set("scalar", flow::Scalar(value)); }
+flow::Attrs clamp_attrs(std::optional<double> min, std::optional<double> max) {
+  return flow::Attrs()
+      .set("has_min", min.has_value())
+      .set("min", flow::Scalar(min.value_or(0)))
+      .set("has_max", max.has_value())
+      .set("max", flow::Scalar(max.value_or(0)));
+}
+flow::Attrs gelu_attrs(const char* approximate) { return flow::Attrs().set("approximate", std::string(approximate)); }
+
+// fused_linear (no functional entry point) through the registry.
+TensorList fused_linear(const TensorList& in, const flow::fused::Program& program, const Shape& shape, int64_t linear_inputs) {
+  return flow::apply(flow::find_op("fused_linear"), in,
+                     flow::Attrs().set("program", flow::fused::encode(program)).set("shape", shape).set("linear_inputs", linear_inputs));
+}
+
+// Every op a fused program can hold, over operands x (3,5,4), y (5,1) (a middle block), z (1) (one
+// value) and c (bool, (3,5,4)); the outputs mix early and late steps.
+flow::fused::Program every_fusable_op() {
+  using flow::fused::Program;
+  Program p;
+  p.steps = {step("abs", {0}),                                             // 0
+             step("add_scalar", {result_of(0)}, scalar_attr(0.5)),         // 1: positive
+             step("log", {result_of(1)}),                                  // 2
+             step("sqrt", {result_of(1)}),                                 // 3
+             step("rsqrt", {result_of(1)}),                                // 4
+             step("mul", {result_of(2), 1}),                               // 5
+             step("sub", {result_of(5), result_of(3)}),                    // 6
+             step("div", {result_of(6), result_of(4)}),                    // 7
+             step("pow", {result_of(1), 2}),                               // 8
+             step("maximum", {result_of(7), result_of(8)}),                // 9
+             step("minimum", {result_of(9), 0}),                           // 10
+             step("where", {3, result_of(10), result_of(7)}),              // 11
+             step("sigmoid", {result_of(11)}),                             // 12
+             step("silu", {0}),                                            // 13
+             step("tanh", {result_of(13)}),                                // 14
+             step("sin", {result_of(12)}),                                 // 15
+             step("cos", {result_of(14)}),                                 // 16
+             step("exp", {result_of(15)}),                                 // 17
+             step("neg", {result_of(17)}),                                 // 18
+             step("sign", {0}),                                            // 19
+             step("relu", {0}),                                            // 20
+             step("relu_grad", {result_of(16), 0}),                        // 21
+             step("gelu", {0}, gelu_attrs("none")),                        // 22
+             step("gelu", {0}, gelu_attrs("tanh")),                        // 23
+             step("gelu_grad", {result_of(22), 0}, gelu_attrs("none")),    // 24
+             step("gelu_grad", {result_of(23), 0}, gelu_attrs("tanh")),    // 25
+             step("clamp", {0}, clamp_attrs(-0.5, 0.75)),                  // 26
+             step("clamp", {0}, clamp_attrs(std::nullopt, 0.25)),          // 27
+             step("sub_scalar", {result_of(26)}, scalar_attr(2)),          // 28
+             step("rsub_scalar", {result_of(28)}, scalar_attr(3)),         // 29
+             step("mul_scalar", {result_of(29)}, scalar_attr(-1.5)),       // 30
+             step("div_scalar", {result_of(30)}, scalar_attr(4)),          // 31
+             step("rdiv_scalar", {result_of(1)}, scalar_attr(2)),          // 32
+             step("pow_scalar", {result_of(1)}, scalar_attr(1.5)),         // 33
+             step("rpow_scalar", {result_of(26)}, scalar_attr(2)),         // 34
+             step("add", {result_of(33), result_of(34)})};                 // 35
+  p.outputs = {11, 18, 19, 20, 21, 24, 25, 27, 31, 32, 35};
+  return p;
+}
+
 // Small integers as floating values: zeros and ties among them.
 Tensor whole_numbers(const Shape& shape, DType dtype) { return random_ints(shape, -2, 3).to(dtype); }
 // Looser bounds for float32 than for float64; 16-bit dtypes round each result once.
@@ -171,6 +231,98 @@ std::vector<OpCase> sample_cases() {
         true, dtype);
     add("triu", "diagonal 2", {random({6, 4}, dtype)}, [](const TensorList& in) { return TensorList{flow::triu(in[0], 2)}; }, true, dtype);
   }
+  for (DType dtype : {flow::kFloat32, flow::kFloat64}) {
+    // fused_elementwise: every fusable op, broadcast operands and a bool condition.
+    add("fused_elementwise", "every fusable op, broadcast operands",
+        {random({3, 5, 4}, dtype), random({5, 1}, dtype), flow::rand({1}).to(dtype) + 0.5, flow::gt(flow::randn({3, 5, 4}), 0.0)},
+        [](const TensorList& in) { return flow::fused::fused_elementwise(in, every_fusable_op(), {3, 5, 4}); }, false, dtype);
+    // A program longer than the CUDA kernel's table (64 steps) runs step by step there.
+    add("fused_elementwise", "100 steps", {random({3, 9}, dtype), random({9}, dtype)},
+        [](const TensorList& in) {
+          flow::fused::Program program{{step("add", {0, 1})}, {}};
+          for (int s = 1; s < 100; ++s) {
+            program.steps.push_back(s % 2 ? step("mul_scalar", {result_of(s - 1)}, scalar_attr(0.99)) : step("add", {result_of(s - 1), 1}));
+          }
+          program.outputs = {50, 99};
+          return flow::fused::fused_elementwise(in, program, {3, 9});
+        },
+        false, dtype);
+    // The in-place form: an SGD-like update whose destination is also an operand, read by a step
+    // after the one writing it.
+    add("fused_elementwise_inplace", "update reading its destination", {random({6, 7}, dtype), random({6, 7}, dtype), random({7}, dtype)},
+        [](const TensorList& in) {
+          Tensor param = in[0].clone(), scaled = flow::zeros_like(in[0]);
+          const flow::fused::Program program{{step("mul_scalar", {2}, scalar_attr(0.1)), step("add", {1, result_of(0)}),
+                                              step("sub", {0, result_of(1)}), step("mul", {result_of(2), 0})},
+                                             {2, 3}};
+          flow::fused::fused_elementwise_({param, scaled}, {param, in[1], in[2]}, program);
+          return TensorList{param, scaled};
+        },
+        false, dtype);
+    // fused_linear: with a bias and a residual operand, and without a bias; program outputs the
+    // product itself too.
+    add("fused_linear", "bias, relu(x w^T + b + residual), (2,3,20) x (17,20)",
+        {random({2, 3, 20}, dtype), random({17, 20}, dtype), random({17}, dtype), random({2, 3, 17}, dtype)},
+        [](const TensorList& in) {
+          const flow::fused::Program program{{step("add", {0, 1}), step("relu", {result_of(0)})}, {1}};
+          return fused_linear(in, program, Shape{2, 3, 17}, 3);
+        },
+        false, dtype);
+    add("fused_linear", "no bias, gelu of the product and the product", {random({9, 33}, dtype), random({5, 33}, dtype)},
+        [](const TensorList& in) {
+          const flow::fused::Program program{{step("gelu", {0}, gelu_attrs("tanh")), step("mul_scalar", {0}, scalar_attr(1))}, {0, 1}};
+          return fused_linear(in, program, Shape{9, 5}, 2);
+        },
+        false, dtype);
+    // sparse_softmax_cross_entropy (and its gradient through the vjp): ignored rows, an ignore_index
+    // that is a class, wide rows, a row of equal logits and one with -inf.
+    add("sparse_softmax_cross_entropy", "ignore_index -100 on rows 1 and 4",
+        {random({6, 37}, dtype), flow::tensor<int64_t>({3, -100, 0, 36, -100, 5})},
+        [](const TensorList& in) { return TensorList{flow::sparse_softmax_cross_entropy(in[0], in[1], -100)}; }, true, dtype);
+    add("sparse_softmax_cross_entropy", "ignore_index 2 (a class), 1000 classes",
+        {random({4, 1000}, dtype) * 3.0, flow::tensor<int64_t>({2, 999, 2, 0})},
+        [](const TensorList& in) { return TensorList{flow::sparse_softmax_cross_entropy(in[0], in[1], 2)}; }, true, dtype);
+    add("sparse_softmax_cross_entropy", "equal logits; some -inf; all -inf (NaN)",
+        {flow::tensor<double>({0, 0, 0, 0, 0, -INFINITY, 1, -INFINITY, 0.5, 2, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY},
+                              Shape{3, 5})
+             .to(dtype),
+         flow::tensor<int64_t>({1, 4, 0})},
+        [](const TensorList& in) { return TensorList{flow::sparse_softmax_cross_entropy(in[0], in[1], -1)}; }, false, dtype);
+  }
+  // float32 programs reading 16-bit operands (copy steps) and rounding an output to 16 bits; a
+  // bfloat16 fused_linear (its product and epilogue in float32, rounded once).
+  for (DType narrow : {flow::kBFloat16, flow::kFloat16}) {
+    add("fused_elementwise", "float32 program, 16-bit operands, a rounded output",
+        {random({4, 6}, flow::kFloat32), random({4, 6}, narrow), random({6}, narrow)},
+        [narrow](const TensorList& in) {
+          const flow::fused::Program program{{step("copy", {1}), step("copy", {2}), step("add", {0, result_of(0)}),
+                                              step("mul", {result_of(2), result_of(1)}),
+                                              step("copy", {result_of(3)}, flow::Attrs().set("dtype", flow::dtype_name(narrow)))},
+                                             {3, 4}};
+          return flow::fused::fused_elementwise(in, program, {4, 6});
+        },
+        false, narrow);
+    add("fused_elementwise_inplace", "float32 update with a rounded copy", {random({5, 7}, flow::kFloat32), random({5, 7}, narrow)},
+        [narrow](const TensorList& in) {
+          Tensor param = in[0].clone(), rounded = flow::zeros(in[0].shape(), flow::TensorOptions(narrow).device(in[0].device()));
+          const flow::fused::Program program{{step("copy", {1}), step("mul_scalar", {result_of(0)}, scalar_attr(0.01)),
+                                              step("sub", {0, result_of(1)}),
+                                              step("copy", {result_of(2)}, flow::Attrs().set("dtype", flow::dtype_name(narrow)))},
+                                             {2, 3}};
+          flow::fused::fused_elementwise_({param, rounded}, {param, in[1]}, program);
+          return TensorList{param, rounded};
+        },
+        false, narrow);
+    add("sparse_softmax_cross_entropy", "16-bit logits", {random({5, 50}, narrow), flow::tensor<int64_t>({0, 49, -100, 7, 7})},
+        [](const TensorList& in) { return TensorList{flow::sparse_softmax_cross_entropy(in[0], in[1], -100)}; }, true, narrow);
+  }
+  add("fused_linear", "bfloat16, bias and residual",
+      {random({6, 24}, flow::kBFloat16), random({10, 24}, flow::kBFloat16), random({10}, flow::kBFloat16), random({6, 10}, flow::kBFloat16)},
+      [](const TensorList& in) {
+        const flow::fused::Program program{{step("add", {0, 1}), step("relu", {result_of(0)})}, {1}};
+        return fused_linear(in, program, Shape{6, 10}, 3);
+      },
+      false, flow::kBFloat16);
   // Integer, bool and 16-bit cases, forward only.
   add("clamp", "int64", {random_ints({40}, -50, 50)},
       [](const TensorList& in) { return TensorList{flow::clamp(in[0], -7, 9)}; }, false, flow::kInt64);
@@ -392,6 +544,15 @@ TEST(CudaOpHarness, SampleCasesNameOpsWithCudaKernels) {
 #endif
   for (const OpCase& c : sample_cases()) {
     EXPECT_TRUE(has_kernel(flow::find_op(c.op), flow::DeviceType::kCUDA)) << c.label << ": " << c.op << " has no CUDA kernel";
+  }
+}
+
+// The CPU half of every case, which runs without a GPU: a malformed case (attributes, shapes) fails
+// here rather than only on a machine with one.
+TEST(CudaOpHarness, SampleCasesRunOnTheCpu) {
+  for (const OpCase& c : sample_cases()) {
+    SCOPED_TRACE(c.op + ": " + c.label);
+    EXPECT_NO_THROW(c.run(leaves(reference_inputs(c), false)));
   }
 }
 

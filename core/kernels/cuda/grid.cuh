@@ -81,6 +81,32 @@ inline constexpr bool is_reduced_v = std::is_same_v<T, __half> || std::is_same_v
 template <typename T>
 using compute_t = std::conditional_t<is_reduced_v<T>, float, T>;
 
+// Element i of floating (or bool) data whose type is known only at run time, as C; 16-bit values
+// widen exactly. For kernels whose operands may each have their own dtype (a uniform branch).
+template <typename C>
+__device__ C load_as(const void* data, ScalarType type, int64_t i) {
+  switch (type) {
+    case ScalarType::kFloat32: return static_cast<C>(static_cast<const float*>(data)[i]);
+    case ScalarType::kFloat64: return static_cast<C>(static_cast<const double*>(data)[i]);
+    case ScalarType::kFloat16: return static_cast<C>(__half2float(static_cast<const __half*>(data)[i]));
+    case ScalarType::kBFloat16: return static_cast<C>(__bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]));
+    case ScalarType::kBool: return static_cast<C>(static_cast<const bool*>(data)[i]);
+    default: return C(0);  // the hosts pass floating and bool types only
+  }
+}
+
+// Writes value to element i, rounded (to nearest even) for the 16-bit types.
+template <typename C>
+__device__ void store_as(void* data, ScalarType type, int64_t i, C value) {
+  switch (type) {
+    case ScalarType::kFloat32: static_cast<float*>(data)[i] = static_cast<float>(value); return;
+    case ScalarType::kFloat64: static_cast<double*>(data)[i] = static_cast<double>(value); return;
+    case ScalarType::kFloat16: static_cast<__half*>(data)[i] = __float2half_rn(static_cast<float>(value)); return;
+    case ScalarType::kBFloat16: static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16_rn(static_cast<float>(value)); return;
+    default: return;
+  }
+}
+
 template <typename F>
 const char* dispatch_floating(ScalarType type, F&& f) {
   switch (type) {

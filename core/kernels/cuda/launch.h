@@ -201,6 +201,63 @@ const char* multinomial(ScalarType type, int64_t rows, int64_t categories, int64
 // sets error[0] = 1. Floating dtypes, 16-bit ones computed in float.
 const char* binary_cross_entropy(ScalarType type, int64_t numel, const void* input, const void* target, void* out, int64_t* error);
 
+// fused_elementwise (fused.cu): a program of core/ops/fused.h, decoded on the host, interpreted
+// per output element in the compute type (float, double for float64 programs). Its table travels
+// as the kernel's parameter (read through the constant cache, the same step for every thread), so
+// it has fixed capacities; the host refuses larger programs.
+constexpr int kMaxFusedSteps = 64, kMaxFusedOperands = 32, kMaxFusedOutputs = 8;
+// The ops from kAdd to kGeluGrad take two arguments, kWhere three, the others one.
+enum class FusedCode : uint8_t {
+  kNeg, kAbs, kSign, kExp, kLog, kSqrt, kRsqrt, kSin, kCos, kTanh, kSigmoid, kRelu, kSilu, kGelu, kClamp,
+  kAddScalar, kSubScalar, kRsubScalar, kMulScalar, kDivScalar, kRdivScalar, kPowScalar, kRpowScalar,
+  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum, kReluGrad, kGeluGrad, kWhere, kCopy,
+};
+struct FusedStep {
+  FusedCode code = FusedCode::kCopy;
+  bool tanh_form = false;   // gelu, gelu_grad
+  int16_t args[3] = {};     // an operand (>= 0) or step s's value (-(s + 1))
+  double scalar = 0;        // the *_scalar ops' constant
+  double lo = 0, hi = 0;    // clamp's bounds, a missing one being the compute type's lowest / largest
+};
+// Operand element for output element i: (i / inner) % size of contiguous data of `type` (float16
+// and bfloat16 widened exactly, bool read as 0 or 1).
+struct FusedOperand {
+  const void* data = nullptr;
+  ScalarType type = ScalarType::kFloat32;
+  int64_t inner = 1, size = 1;
+};
+// A contiguous output of the program's shape holding step `step`'s value, rounded to `type` when
+// that is float16/bfloat16.
+struct FusedOutput {
+  void* data = nullptr;
+  ScalarType type = ScalarType::kFloat32;
+  int step = 0;
+};
+struct FusedProgram {
+  int num_steps = 0, num_operands = 0, num_outputs = 0;
+  FusedStep steps[kMaxFusedSteps];
+  FusedOperand operands[kMaxFusedOperands];
+  FusedOutput outputs[kMaxFusedOutputs];
+};
+// compute: kFloat32 or kFloat64. Every output element reads its operands before any output
+// element is written, so an operand may be an output's memory (the in-place form).
+const char* fused_elementwise(ScalarType compute, const FusedProgram& program, int64_t numel);
+
+// Sparse softmax cross-entropy (cross_entropy.cu) over contiguous (rows, classes) logits of
+// `type` and int64 labels, one block per row: log_softmax's statistics in the statistics type
+// (float, double for float64): max (NaN skipped, 0 when infinite) and log of the sum of exp(x -
+// max) (summed in double), and loss = -((x[label] - max) - log_sum_exp) written as loss_type, 0
+// where label == ignore_index. A label outside [0, classes) that is not ignore_index sets error[0]
+// = 1 (its row's loss is not computed).
+const char* sparse_cross_entropy(ScalarType type, ScalarType loss_type, int64_t rows, int64_t classes, int64_t ignore_index,
+                                 const void* logits, const int64_t* labels, void* loss, void* max, void* log_sum_exp, int64_t* error);
+// grad_logits = (softmax - one_hot(label)) * grad[row] from the saved statistics, in the CPU's
+// operations (exp((x - max) - log_sum_exp) * s, and -s - p * (-s) at the label), zero on ignored
+// rows; grad of grad_type. Labels are checked as in the forward.
+const char* sparse_cross_entropy_grad(ScalarType type, ScalarType grad_type, int64_t rows, int64_t classes, int64_t ignore_index,
+                                      const void* grad, const void* logits, const int64_t* labels, const void* max,
+                                      const void* log_sum_exp, void* grad_logits, int64_t* error);
+
 struct SgdStep {
   double lr, momentum, dampening, weight_decay;
   bool nesterov, buffer_initialized;
