@@ -130,14 +130,18 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
   // ready before that convolution, in its output layout and read by nothing after it: the
   // convolution adds its result onto the other value's buffer (oneDNN's sum post-op; then the
   // add's ReLU, if any, as relu_after) and the add is that buffer: one pass over memory fewer.
+  // Not into oneDNN's pointwise convolutions (brgconv_1x1, sum_post_op_slower): with AVX-512 their
+  // sum post-op measured slower than the convolution alone plus the separate add, which also
+  // applies the ReLU in the same pass (resnet50's 64 -> 256 on 56x56 at batch 8, 1 thread: 6.7-6.9
+  // ms with the post-op against 3.6-3.9 + 1.0 ms; docs/performance.md).
   // Returns the convolution's result, or -1 when neither operand qualifies.
   auto sum_into_convolution = [&](size_t s, const std::vector<int>& in, bool relu) {
     for (int k : {0, 1}) {
       const int result = in[k], other = in[1 - k];
       const int conv_step = producer[result];
       Kernel* conv = conv_step < 0 ? nullptr : impl->kernels[conv_step].get();
-      if (!conv || (conv->kind != Kind::kConv && conv->kind != Kind::kDirectConv) || conv->relu_after || conv->clamp_after || readers[result].size() != 1 ||
-          is_model_output[result]) {
+      if (!conv || (conv->kind != Kind::kConv && conv->kind != Kind::kDirectConv) || conv->sum_post_op_slower || conv->relu_after || conv->clamp_after ||
+          readers[result].size() != 1 || is_model_output[result]) {
         continue;
       }
       if (!blocked[other] || is_model_output[other] || !(layouts[other] == conv->out_layout) || producer[other] >= conv_step) continue;
@@ -231,6 +235,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         } else {
           kernel->kind = Kind::kConv;
           kernel->conv_desc.emplace(desc);
+          kernel->sum_post_op_slower = std::string(pd.impl_info_str()).find("brgconv_1x1") != std::string::npos;
           kernel->primitive.emplace(dnnl::convolution_forward(pd));
           kernel->operands.push_back(operand(in[0], pd.src_desc()));
           bind_parameters(*kernel, plain(weight_dims), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
@@ -313,17 +318,16 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->kind = Kind::kAlias;
           kernel->out_layout = layouts[summed];
         } else {
-          // The sum reads and writes the layout of a blocked operand; the other is reordered to it.
+          // The sum (flow's loop relu(a + b) or a + b over the whole layout: padding channels hold
+          // zeros in both) reads and writes the layout of a blocked operand; the other is reordered
+          // to it.
           const int first = blocked[in[0]] ? in[0] : in[1], second = first == in[0] ? in[1] : in[0];
           const memory::desc& layout = layouts[first];
-          dnnl::binary::desc desc(dnnl::algorithm::binary_add, layout, layout, layout);
-          dnnl::binary::primitive_desc pd(desc, user_scratchpad(), engine());
           kernel->kind = Kind::kAdd;
           kernel->relu_after = *relu;
-          kernel->primitive.emplace(dnnl::binary(pd));
-          kernel->operands.push_back(operand(first, pd.src0_desc()));
-          kernel->operands.push_back(operand(second, pd.src1_desc()));
-          kernel->out_layout = pd.dst_desc();
+          kernel->operands.push_back(operand(first, layout));
+          kernel->operands.push_back(operand(second, layout));
+          kernel->out_layout = layout;
         }
       } else {
         continue;
@@ -353,7 +357,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
   }
 
   // Arena buffers: a value takes a free buffer when its step runs and gives it back after its last
-  // blocked reader; a fused ReLU's result lives in its convolution's buffer.
+  // blocked reader; a fused ReLU's result lives in its convolution's buffer, and a residual add's
+  // in that of an operand it reads last (the sum is element by element, in place).
   impl->slot_of.assign(num_values, -1);
   std::vector<size_t> last_reader(num_values, 0);
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -361,6 +366,15 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     for (int id : *steps[s].inputs) last_reader[id] = s;
   }
   std::vector<int> free_slots;
+  // A residual add's buffer: that of a blocked operand in the add's layout that nothing reads
+  // after it; -1 for none.
+  auto add_in_place = [&](const Kernel& kernel, size_t s) {
+    if (kernel.kind != Kind::kAdd) return -1;
+    for (const Operand& operand : kernel.operands) {
+      if (operand.blocked && !operand.reorder && last_reader[operand.value] == s) return impl->slot_of[operand.value];
+    }
+    return -1;
+  };
   for (size_t s = 0; s < steps.size(); ++s) {
     const Kernel* kernel = impl->kernels[s].get();
     if (!kernel || kernel->kind == Kind::kComputedLater) continue;  // the latter: no memory, slot -1
@@ -372,6 +386,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
       int slot;
       if (kernel->sum_into >= 0) {
         slot = impl->slot_of[kernel->sum_into];
+      } else if (const int reused = add_in_place(*kernel, s); reused >= 0) {
+        slot = reused;
       } else if (free_slots.empty()) {
         slot = static_cast<int>(impl->slot_bytes.size());
         impl->slot_bytes.push_back(0);
@@ -382,7 +398,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
       impl->slot_of[out] = slot;
       impl->slot_bytes[slot] = std::max(impl->slot_bytes[slot], kernel->out_layout.get_size());
       for (const Operand& operand : kernel->operands) {
-        if (operand.blocked && last_reader[operand.value] == s) released.push_back(impl->slot_of[operand.value]);
+        if (operand.blocked && last_reader[operand.value] == s && impl->slot_of[operand.value] != slot) {
+          released.push_back(impl->slot_of[operand.value]);
+        }
       }
     }
     if (last_reader[out] <= s) released.push_back(impl->slot_of[out]);

@@ -1,8 +1,9 @@
 #pragma once
 // The CPU layout pass of oneflow_lite and of the Graph's frozen inference plans
 // (graph/frozen_inference.h): on CPU, float32 convolutions, pooling, ReLU and residual adds
-// (relu(a + b), the fusion pass's fused_elementwise) run as oneDNN primitives on the channel-blocked
-// layouts the convolutions choose (nChw8c with AVX2, channels-last NHWC with AVX-512), and their
+// (relu(a + b), the fusion pass's fused_elementwise) run on the channel-blocked layouts the
+// convolutions choose (nChw8c with AVX2, channels-last NHWC with AVX-512), as oneDNN primitives or
+// flow's loops (max pooling, residual adds: in place, their ReLU in the same pass), and their
 // results stay in those layouts from one such op to the next. A value crosses to flow's plain NCHW only where another op or a model
 // output reads it. Convolution weights are reordered once, when the program for a batch size is
 // built, and a ReLU or a clamp keeping 0 (ReLU6) that alone reads a convolution's result runs in

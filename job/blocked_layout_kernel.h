@@ -68,7 +68,8 @@ struct Kernel {
   bool single_thread = false;
   // Convolution, linear, residual add, max pooling: the ReLU that alone reads the result (or the
   // fused add's, or the one moved from before the pooling), applied in place by flow's own loop
-  // right after the primitive (by the kernel itself for flow's convolution and linear). Not a
+  // right after the primitive (by the kernel itself for flow's convolution and linear and for the
+  // residual add, which is flow's loop relu(a + b)). Not a
   // oneDNN post-op: oneDNN 2.6's ReLU (max(x, 0) in its JIT code) turns NaN into 0, where flow's
   // relu, like PyTorch's, keeps it.
   bool relu_after = false;
@@ -78,6 +79,9 @@ struct Kernel {
   // Convolution: the value whose buffer the result is added onto and written to (a residual add
   // folded into the convolution as oneDNN's sum post-op); -1 for none.
   int sum_into = -1;
+  // Convolution: oneDNN's pointwise implementation (brgconv_1x1), whose sum post-op costs more than
+  // the separate residual add it saves, so none is folded into it (sum_into_convolution).
+  bool sum_post_op_slower = false;
 };
 
 inline Dims dims_of(const Shape& shape) { return Dims(shape.begin(), shape.end()); }

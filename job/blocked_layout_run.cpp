@@ -14,11 +14,28 @@ void BlockedArenaDeleter::operator()(BlockedArena* arena) const { delete arena; 
 
 namespace {
 
+// A residual add, relu(a + b) or a + b, over `count` floats of one layout; `out` may be `a` or `b`.
+// flow's loop rather than oneDNN's binary primitive: the ReLU keeps NaN in the same pass (oneDNN's
+// ReLU post-op would not), where the primitive needed a second pass over the result.
+void add_residual(const float* a, const float* b, float* out, int64_t count, bool relu) {
+  parallel_for(0, count, kElementwiseGrain, [=](int64_t lo, int64_t hi) {
+    // Element i reads and writes only index i, so `out` aliasing an operand is no dependence.
+    if (relu) {
+#pragma GCC ivdep
+      for (int64_t i = lo; i < hi; ++i) out[i] = cpu::math::relu(a[i] + b[i]);
+    } else {
+#pragma GCC ivdep
+      for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+    }
+  });
+}
+
 // The ReLU or clamp a kernel applies after its primitive (relu_after, clamp_after), in place on
 // `bytes` of its result from `data`: every element of the layout, since the padding channels of a
 // blocked one hold zeros, which both keep. Kernels that apply their ReLU themselves are skipped.
 void apply_after(const Kernel& kernel, void* data, int64_t bytes) {
-  if (kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear && kernel.kind != Kind::kShallowConvPool) {
+  if (kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear && kernel.kind != Kind::kShallowConvPool &&
+      kernel.kind != Kind::kAdd) {
     const auto relu_all = [&]<typename T>() {
       T* values = static_cast<T*>(data);
       parallel_for(0, bytes / static_cast<int64_t>(sizeof(T)), kElementwiseGrain, [values](int64_t lo, int64_t hi) {
@@ -108,6 +125,10 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
       stream.wait();  // the source's reorder, if any
       kernel.direct_conv->run(static_cast<const float*>(sources[0].get_data_handle()), static_cast<float*>(out.get_data_handle()),
                               kernel.sum_into >= 0, kernel.relu_after);
+    } else if (kernel.kind == Kind::kAdd) {
+      stream.wait();  // the operands' reorders, if any
+      add_residual(static_cast<const float*>(sources[0].get_data_handle()), static_cast<const float*>(sources[1].get_data_handle()),
+                   static_cast<float*>(out.get_data_handle()), static_cast<int64_t>(kernel.out_layout.get_size() / sizeof(float)), kernel.relu_after);
     } else if (kernel.kind == Kind::kPackedLinear) {
       const Shape& x = impl_->metas[kernel.operands[0].value].shape;
       kernel.packed_linear->run(static_cast<const float*>(sources[0].get_data_handle()), x[0], x[1], static_cast<float*>(out.get_data_handle()),
@@ -120,10 +141,6 @@ void BlockedLayouts::run(size_t s, BlockedArena& arena, TensorList& values, cons
           args.emplace(DNNL_ARG_SRC, sources[0]);
           args.emplace(DNNL_ARG_WEIGHTS, kernel.weights);
           if (kernel.bias_values.defined()) args.emplace(DNNL_ARG_BIAS, kernel.bias);
-          break;
-        case Kind::kAdd:
-          args.emplace(DNNL_ARG_SRC_0, sources[0]);
-          args.emplace(DNNL_ARG_SRC_1, sources[1]);
           break;
         default:
           args.emplace(DNNL_ARG_SRC, sources[0]);

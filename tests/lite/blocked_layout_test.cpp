@@ -525,3 +525,50 @@ TEST_F(BlockedLayoutTest, LargePointwiseConvolutionsWithResidualMatchThePlainKer
   EXPECT_TRUE(std::isnan(out[64 * 64 * 64 + 5]));  // sample 1, channel 0, pixel 5
   EXPECT_FALSE(std::isnan(out[5]));
 }
+
+namespace {
+
+// Residual adds after pointwise convolutions, which oneDNN's brgconv_1x1 (AVX-512) does not take
+// as a sum post-op: the add runs as its own step (flow's loop, its ReLU in the same pass) in the
+// buffer of an operand nothing reads after it. y is read by a later add, so y + conv_c(y) must not
+// write into y's buffer (its first operand's); the last add may write into either operand's.
+struct PointwiseResidualChain : nn::Module {
+  PointwiseResidualChain() {
+    conv_a = register_module("conv_a", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(8, 32, 1)));
+    conv_b = register_module("conv_b", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 32, 1).bias(false)));
+    conv_c = register_module("conv_c", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 32, 1)));
+    conv_d = register_module("conv_d", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 32, 1)));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = flow::relu((*conv_a)(x));
+    const Tensor y = flow::relu(flow::add((*conv_b)(h), h));
+    const Tensor z = flow::add(y, (*conv_c)(y));
+    return flow::relu(flow::add((*conv_d)(z), y));
+  }
+  std::shared_ptr<nn::Conv2d> conv_a, conv_b, conv_c, conv_d;
+};
+
+}  // namespace
+
+TEST_F(BlockedLayoutTest, ResidualAddsAfterPointwiseConvolutionsRunInPlaceAsOnThePlainKernels) {
+  flow::manual_seed(12);
+  auto net = std::make_shared<PointwiseResidualChain>();
+  export_net(net, {2, 8, 24, 24});
+  EXPECT_EQ(blocked_->blocked_steps(2), 8);  // 4 convolutions, 3 adds, the first ReLU
+  const int threads = flow::get_num_threads();
+  for (int n : {1, 2}) {
+    flow::set_num_threads(n);
+    for (int64_t batch : {1, 2, 5}) expect_same(net, flow::randn({batch, 8, 24, 24}));
+  }
+  flow::set_num_threads(threads);
+  // NaN and -inf pixels: NaN stays NaN through the adds' ReLUs, -inf gives 0 or +-inf or NaN
+  // (inf - inf) as on the plain kernels.
+  Tensor x = flow::randn({2, 8, 24, 24}).contiguous();
+  float* data = x.data_ptr<float>();
+  data[24 * 24 * 8 + 7] = std::numeric_limits<float>::quiet_NaN();      // sample 1, channel 0, pixel 7
+  data[3 * 24 * 24 + 100] = -std::numeric_limits<float>::infinity();  // sample 0, channel 3, pixel 100
+  expect_same(net, x);
+  const auto out = blocked_->run({x}).at(0).tolist<double>();
+  EXPECT_TRUE(std::isnan(out[32 * 24 * 24 + 7]));  // sample 1, channel 0, pixel 7
+  EXPECT_FALSE(std::isnan(out[7]));
+}
