@@ -4,6 +4,9 @@
 // reduction), first and second derivatives through the gradient checker, and its argument checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -91,6 +94,38 @@ TEST(CrossEntropy, AutocastWidensTheBFloat16Logits) {
   EXPECT_EQ(grad.dtype(), flow::kBFloat16);
   expect_same_bits(loss, want_loss);
   expect_same_bits(grad, want_grad);
+}
+
+// The bfloat16 gradient rows (AVX-512 or portable) round denormal and NaN values as the composite's
+// BFloat16(float) does.
+TEST(CrossEntropy, BFloat16GradientsOfTinyAndNaNProbabilitiesHaveTheCompositeBits) {
+  const int64_t classes = 4099;
+  std::vector<float> values(static_cast<size_t>(3 * classes));
+  for (int64_t j = 0; j < classes; ++j) {
+    // Row 0 falls from 0 to -120: its smallest probabilities, scaled, are denormal.
+    values[static_cast<size_t>(j)] = -120.0f * static_cast<float>(j) / static_cast<float>(classes - 1);
+    values[static_cast<size_t>(classes + j)] = static_cast<float>(j % 17) * 0.25f;
+    values[static_cast<size_t>(2 * classes + j)] = static_cast<float>((j * 31) % 23) * -4.0f;
+  }
+  values[static_cast<size_t>(classes + 100)] = std::numeric_limits<float>::quiet_NaN();  // row 1 is all NaN
+  const Tensor logits = flow::tensor(values, Shape{3, classes}).to(flow::kBFloat16);
+  const Tensor labels = flow::tensor<int64_t>({5, 7, 4098}, Shape{3});
+  const auto run = [&](bool use_fused) {
+    return loss_and_grad(logits, [&](const Tensor& x) {
+      flow::autocast guard(flow::kBFloat16);
+      // Scaled down so that the smallest probabilities' gradients land below float32's normals.
+      return (use_fused ? fused(x, labels, F::Reduction::kSum) : composite(x, labels, F::Reduction::kSum)) * 1e-3;
+    }).second;
+  };
+  const auto raw = [](const Tensor& t) {
+    std::vector<uint16_t> bits(static_cast<size_t>(t.numel()));
+    std::memcpy(bits.data(), t.contiguous().data_ptr(), bits.size() * sizeof(uint16_t));
+    return bits;
+  };
+  const std::vector<uint16_t> fused_bits = raw(run(true)), composite_bits = raw(run(false));
+  EXPECT_EQ(fused_bits, composite_bits);
+  const auto denormal = [](uint16_t b) { return (b & 0x7f80) == 0 && (b & 0x007f) != 0; };
+  EXPECT_TRUE(std::any_of(composite_bits.begin(), composite_bits.end(), denormal)) << "row 0 should reach bfloat16's denormals";
 }
 
 TEST(CrossEntropy, UnbatchedInputAndAllRowsIgnored) {
