@@ -117,7 +117,9 @@ void fuse_update_cast(proto::Job& job, PassContext& context);
 // of earlier in-place fused nodes of its shape (an optimizer's moment updates, AdamW's decay) takes
 // them into its program when running them at its position in one pass computes the same values
 // (nothing between them reads or writes what they write, nothing overwritten escapes); it writes
-// all their destinations, so each tensor of the update is read and written once.
+// all their destinations, so each tensor of the update is read and written once. An in-place
+// fused node also takes in the element-wise producers (fused_elementwise of its layout, or one
+// fusable op) whose results only it reads, when nothing writes their operands before it runs.
 void merge_inplace_updates(proto::Job& job, PassContext& context);
 // Replaces chains of element-wise nodes with one output shape by fused_elementwise nodes that
 // evaluate the chain tile by tile; only values read outside the chain are written to memory.

@@ -4,7 +4,10 @@
 // tensors of the parameter's size, each streaming its operands through memory. A node that reads
 // the results of earlier in-place nodes of its shape takes them in: one pass reads the gradient,
 // the moments and p once and writes each once (OneFlow fuses its model updates into one kernel per
-// parameter for the same reason).
+// parameter for the same reason). It also computes the element-wise producers of its operands
+// that only it reads, such as the sum of a tied embedding's two gradients.
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <set>
 
@@ -200,6 +203,130 @@ proto::Node merge(const proto::Job& job, const std::vector<int>& members, int la
   return merged;
 }
 
+// The fused program's dtype: its first operand's.
+std::string program_dtype(const JobIndex& index, const proto::Node& node) {
+  return desc_of(index, node.inputs(node.op() == kUpdateOp ? destinations_of(node) : 0)).dtype();
+}
+
+// Whether `node` can become steps of `update`'s program: a fused_elementwise node of its layout
+// and dtype whose outputs are no rounded copies, or one fusable op of its layout whose operands
+// all have the program's dtype and broadcast as the fused kernel reads them.
+bool element_wise_producer(const JobIndex& index, const proto::Node& node, const proto::Node& update) {
+  const std::string dtype = program_dtype(index, update);
+  if (node.op() == "fused_elementwise") {
+    if (node.attrs().at("shape").SerializeAsString() != update.attrs().at("shape").SerializeAsString() ||
+        layout_key(node.outputs(0)) != layout_key(update.outputs(0)) || program_dtype(index, node) != dtype) {
+      return false;
+    }
+    const fused::Program program = fused::decode(node.attrs().at("program").s());
+    return std::none_of(program.outputs.begin(), program.outputs.end(),
+                        [&](int step) { return program.steps[static_cast<size_t>(step)].attrs.has("dtype"); });
+  }
+  if (is_source_kind(node.op()) || node.op() == kOutputOp || node.op() == "copy" || !fused::can_fuse(node.op()) || node.outputs_size() != 1) {
+    return false;
+  }
+  if (layout_key(node.outputs(0)) != layout_key(update.outputs(0)) || node.outputs(0).dtype() != dtype) return false;
+  const Shape shape = meta_of(node.outputs(0)).shape;
+  return std::all_of(node.inputs().begin(), node.inputs().end(), [&](const std::string& input) {
+    const proto::TensorDesc& desc = desc_of(index, input);
+    return desc.dtype() == dtype && fused::operand_layout(meta_of(desc).shape, shape).has_value();
+  });
+}
+
+// The element-wise producers of `update`'s operands that only it reads, with no in-place write of
+// their operands before it runs: it can compute them in its own pass instead of reading their
+// results from memory (an AMP step's sum of the tied embedding's two gradients, say).
+std::vector<int> producers_of(const proto::Job& job, const JobIndex& index, int update) {
+  const proto::Node& node = job.nodes(update);
+  std::set<int> producers;
+  for (int i = destinations_of(node); i < node.inputs_size(); ++i) {
+    const int position = index.position(parse_value_name(node.inputs(i)).first);
+    const proto::Node& producer = job.nodes(position);
+    if (producers.count(position) || !element_wise_producer(index, producer, node)) continue;
+    bool only_update_reads = true;
+    for (int o = 0; o < producer.outputs_size(); ++o) {
+      for (int reader : index.consumers(value_name(producer.name(), o))) only_update_reads = only_update_reads && reader == update;
+    }
+    std::set<std::string> reads;
+    for (const auto& input : producer.inputs()) reads.insert(storage_of(index, input));
+    bool unwritten = true;
+    for (int between = position + 1; between < update && unwritten; ++between) {
+      const proto::Node& other = job.nodes(between);
+      for (int w = 0; w < written_inputs(other); ++w) unwritten = unwritten && !reads.count(storage_of(index, other.inputs(w)));
+    }
+    if (only_update_reads && unwritten) producers.insert(position);
+  }
+  return {producers.begin(), producers.end()};
+}
+
+// `update` with `producers` as the first steps of its program: operands the producers computed
+// become steps, the producers' own operands join the update's.
+proto::Node absorb(const proto::Job& job, const JobIndex& index, const std::vector<int>& producers, int update) {
+  const proto::Node& node = job.nodes(update);
+  const int destinations = destinations_of(node);
+  const std::string dtype = program_dtype(index, node);
+  std::vector<std::string> operands;
+  std::map<std::string, int> operand_index, step_of;
+  const auto operand = [&](const std::string& value) {
+    const auto [it, added] = operand_index.emplace(value, static_cast<int>(operands.size()));
+    if (added) operands.push_back(value);
+    return it->second;
+  };
+  fused::Program program;
+  for (int position : producers) {
+    const proto::Node& producer = job.nodes(position);
+    const int base = static_cast<int>(program.steps.size());
+    if (producer.op() == "fused_elementwise") {
+      const fused::Program own = fused::decode(producer.attrs().at("program").s());
+      for (fused::Step step : own.steps) {
+        for (int& arg : step.args) arg = arg < 0 ? fused::step_arg(base - arg - 1) : operand(producer.inputs(arg));
+        program.steps.push_back(std::move(step));
+      }
+      for (size_t o = 0; o < own.outputs.size(); ++o) step_of[value_name(producer.name(), static_cast<int>(o))] = base + own.outputs[o];
+    } else {
+      fused::Step step{producer.op(), {}, attrs_of(producer)};
+      for (const auto& input : producer.inputs()) step.args.push_back(operand(input));
+      program.steps.push_back(std::move(step));
+      step_of[value_name(producer.name(), 0)] = base;
+    }
+  }
+  const fused::Program own = fused::decode(node.attrs().at("program").s());
+  const int base = static_cast<int>(program.steps.size());
+  for (fused::Step step : own.steps) {
+    for (int& arg : step.args) {
+      if (arg < 0) {
+        arg = fused::step_arg(base - arg - 1);
+        continue;
+      }
+      const std::string& value = node.inputs(destinations + arg);
+      const auto produced = step_of.find(value);
+      arg = produced != step_of.end() ? fused::step_arg(produced->second) : operand(value);
+    }
+    program.steps.push_back(std::move(step));
+  }
+  for (int step : own.outputs) program.outputs.push_back(base + step);
+  // Operand 0 sets the program's dtype: the first operand of that dtype goes first.
+  const auto first = std::find_if(operands.begin(), operands.end(), [&](const std::string& v) { return desc_of(index, v).dtype() == dtype; });
+  CHECK(first != operands.end()) << node.name() << ": no operand of the program's dtype";
+  const int moved = static_cast<int>(first - operands.begin());
+  if (moved != 0) {
+    std::rotate(operands.begin(), first, first + 1);
+    for (fused::Step& step : program.steps) {
+      for (int& arg : step.args) {
+        if (arg >= 0) arg = arg == moved ? 0 : (arg < moved ? arg + 1 : arg);
+      }
+    }
+  }
+  proto::Node absorbed = node;
+  absorbed.clear_inputs();
+  for (int d = 0; d < destinations; ++d) absorbed.add_inputs(node.inputs(d));
+  for (const auto& value : operands) absorbed.add_inputs(value);
+  Attrs attrs = attrs_of(node);
+  attrs.set("program", fused::encode(program));
+  set_attrs(absorbed, attrs);
+  return absorbed;
+}
+
 // A name for the node merged into `last`: "<last>.merged", numbered when last was a merged node.
 std::string merged_name(const proto::Job& job, const std::string& last) {
   std::set<std::string> names;
@@ -230,6 +357,22 @@ void merge_inplace_updates(proto::Job& job, PassContext& context) {
       for (auto member = members.rbegin(); member != members.rend(); ++member) job.mutable_nodes()->DeleteSubrange(*member, 1);
       rename_inputs(job, renamed);
       merged_one = true;
+    }
+  }
+  for (bool absorbed_one = true; absorbed_one;) {
+    absorbed_one = false;
+    const JobIndex index(job);
+    for (int update = 0; update < job.nodes_size() && !absorbed_one; ++update) {
+      if (job.nodes(update).op() != kUpdateOp) continue;
+      const std::vector<int> producers = producers_of(job, index, update);
+      if (producers.empty()) continue;
+      proto::Node absorbed = absorb(job, index, producers, update);
+      FusedGroup group{{absorbed.name(), absorbed.op()}, {}};
+      for (int producer : producers) group.members.push_back({job.nodes(producer).name(), job.nodes(producer).op()});
+      context.record.fused.push_back(std::move(group));
+      job.mutable_nodes(update)->Swap(&absorbed);
+      for (auto producer = producers.rbegin(); producer != producers.rend(); ++producer) job.mutable_nodes()->DeleteSubrange(*producer, 1);
+      absorbed_one = true;
     }
   }
 }

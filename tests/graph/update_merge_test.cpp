@@ -22,6 +22,8 @@ struct MomentumState : nn::Module {
     flow::manual_seed(3);
     m = register_buffer("m", flow::zeros({300}));
     p = register_buffer("p", flow::randn({300}));
+    v = register_buffer("v", flow::zeros({300}));
+    count = register_buffer("count", flow::zeros({1}));
   }
   Tensor step(const Tensor& x, bool read_between) {
     flow::autograd::NoGradGuard no_grad;
@@ -30,7 +32,20 @@ struct MomentumState : nn::Module {
     p.copy_(p - m * 0.1);
     return seen;
   }
-  Tensor m, p;
+  // Adam's shape: a gradient g computed from x, read by the updates of m and v (a third buffer),
+  // then p's update from both; g is returned too when `return_gradient`.
+  Tensor step_with_gradient(const Tensor& x, bool return_gradient) {
+    flow::autograd::NoGradGuard no_grad;
+    const Tensor g = flow::exp(x * 0.25) - x;
+    // An in-place write in between, as between a backward's gradients and the optimizer: fusion
+    // leaves g a node of its own.
+    count.copy_(count + 1.0);
+    m.copy_(m * 0.5 + g);
+    v.copy_(v * 0.9 + g * g);
+    p.copy_(p - m * 0.1 / (v + 1.0));
+    return return_gradient ? g : x + 1.0;
+  }
+  Tensor m, p, v, count;
 };
 
 struct MomentumGraph : nn::Graph {
@@ -91,6 +106,37 @@ TEST(MergeInplaceUpdates, AReadOfAnEarlierResultInBetweenKeepsThemApart) {
   expect_graph_steps_equal_eager(graph, eager, true);
   EXPECT_EQ(updates(graph.job()).size(), 2u);
   EXPECT_TRUE(merge_record(graph).fused.empty());
+}
+
+// The producer of a value only the merged update reads runs in its pass; one a graph output also
+// reads is left as it is.
+TEST(MergeInplaceUpdates, TheUpdateComputesAGradientOnlyItReads) {
+  for (const bool return_gradient : {false, true}) {
+    SCOPED_TRACE(return_gradient ? "gradient returned" : "gradient read by the update only");
+    MomentumState eager;
+    auto state = std::make_shared<MomentumState>();
+    struct GradientGraph : nn::Graph {
+      GradientGraph(std::shared_ptr<MomentumState> s, bool returned) : returned_(returned) { state = register_module("state", std::move(s)); }
+      TensorList build(const TensorList& in) override { return {state->step_with_gradient(in[0], returned_)}; }
+      std::shared_ptr<MomentumState> state;
+      bool returned_;
+    } graph(state, return_gradient);
+    for (int step = 0; step < 3; ++step) {
+      flow::manual_seed(70 + static_cast<uint64_t>(step));
+      const Tensor x = flow::randn({300});
+      EXPECT_EQ(graph(x).at(0).tolist<float>(), eager.step_with_gradient(x, return_gradient).tolist<float>()) << "step " << step;
+      EXPECT_EQ(state->m.tolist<float>(), eager.m.tolist<float>()) << "step " << step;
+      EXPECT_EQ(state->p.tolist<float>(), eager.p.tolist<float>()) << "step " << step;
+      EXPECT_EQ(state->v.tolist<float>(), eager.v.tolist<float>()) << "step " << step;
+    }
+    // One update of the three buffers (and count's own); the gradient's node is gone when only
+    // that update reads it.
+    int buffer_updates = 0, gradient_nodes = 0;
+    for (const auto* node : updates(graph.job())) buffer_updates += node->outputs(0).shape(0) == 300;
+    for (const auto& node : graph.job().nodes()) gradient_nodes += node.op() == "fused_elementwise" && node.outputs(0).shape(0) == 300;
+    EXPECT_EQ(buffer_updates, 1);
+    EXPECT_EQ(gradient_nodes, return_gradient ? 1 : 0);
+  }
 }
 
 // AdamW: the decay, both moments and the update of each parameter are one node writing p, exp_avg
