@@ -154,3 +154,16 @@ TEST(Matmul, Errors) {
   EXPECT_THROW_MSG(flow::linear(flow::zeros({2, 5}), flow::zeros({4, 6})), "[linear] size mismatch: input (2,5) has 5 features");
   EXPECT_THROW_MSG(flow::linear(flow::zeros({2, 6}), flow::zeros({4, 6}), flow::zeros({3})), "[linear] bias must have shape (4,)");
 }
+
+// A bfloat16 weight gradient's shape, g^T @ x with g (1024, 32768): oneDNN computes it as
+// (x^T @ g)^T where that is faster (core/kernels/cpu/matmul_dnnl.cpp); either way the values are
+// the float32 product's, rounded.
+TEST(Matmul, LargeTransposedBFloat16OperandMatchesFloat32) {
+  flow::manual_seed(12);
+  const Tensor g = flow::randn({1024, 32768}).to(flow::kBFloat16), x = flow::randn({1024, 64}).to(flow::kBFloat16);
+  const Tensor product = flow::matmul(g.t(), x);
+  ASSERT_EQ(product.shape(), (Shape{32768, 64}));
+  ASSERT_EQ(product.dtype(), flow::kBFloat16);
+  const Tensor want = flow::matmul(g.t().to(flow::kFloat32), x.to(flow::kFloat32));
+  expect_close(product.to(flow::kFloat32), want, 1e-2, 0.25);
+}
