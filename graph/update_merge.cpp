@@ -120,6 +120,28 @@ bool can_merge(const proto::Job& job, const JobIndex& index, const std::vector<i
   return true;
 }
 
+// Appends the steps of `node`'s program `own` to `program`: its step references shifted past the
+// steps already there, its operands (the inputs after its `destinations`) read as the steps
+// `step_of` maps them to or as the operands `operand` numbers. Returns the index of its first step.
+template <typename OperandIndex>
+int append_steps(fused::Program& program, const proto::Node& node, int destinations, const fused::Program& own,
+                 const std::map<std::string, int>& step_of, OperandIndex&& operand) {
+  const int base = static_cast<int>(program.steps.size());
+  for (fused::Step step : own.steps) {
+    for (int& arg : step.args) {
+      if (arg < 0) {
+        arg = fused::step_arg(base - arg - 1);
+        continue;
+      }
+      const std::string& value = node.inputs(destinations + arg);
+      const auto produced = step_of.find(value);
+      arg = produced != step_of.end() ? fused::step_arg(produced->second) : operand(value);
+    }
+    program.steps.push_back(std::move(step));
+  }
+  return base;
+}
+
 // The merged node `name`, at last's position: last's results first, then the members' results
 // that nothing in the set overwrites. `renamed` maps their values to the merged node's.
 proto::Node merge(const proto::Job& job, const std::vector<int>& members, int last, const std::string& name,
@@ -147,20 +169,7 @@ proto::Node merge(const proto::Job& job, const std::vector<int>& members, int la
     const proto::Node& node = job.nodes(position);
     const int destinations = destinations_of(node);
     const fused::Program own = fused::decode(node.attrs().at("program").s());
-    const int base = static_cast<int>(program.steps.size());
-    for (const fused::Step& step : own.steps) {
-      fused::Step moved = step;
-      for (int& arg : moved.args) {
-        if (arg < 0) {
-          arg = fused::step_arg(base - arg - 1);
-          continue;
-        }
-        const std::string& value = node.inputs(destinations + arg);
-        const auto produced = step_of.find(value);
-        arg = produced != step_of.end() ? fused::step_arg(produced->second) : operand(value);
-      }
-      program.steps.push_back(std::move(moved));
-    }
+    const int base = append_steps(program, node, destinations, own, step_of, operand);
     for (int d = 0; d < destinations; ++d) {
       const std::string result = value_name(node.name(), d);
       step_of[result] = base + own.outputs[static_cast<size_t>(d)];
@@ -275,35 +284,19 @@ proto::Node absorb(const proto::Job& job, const JobIndex& index, const std::vect
   fused::Program program;
   for (int position : producers) {
     const proto::Node& producer = job.nodes(position);
-    const int base = static_cast<int>(program.steps.size());
     if (producer.op() == "fused_elementwise") {
       const fused::Program own = fused::decode(producer.attrs().at("program").s());
-      for (fused::Step step : own.steps) {
-        for (int& arg : step.args) arg = arg < 0 ? fused::step_arg(base - arg - 1) : operand(producer.inputs(arg));
-        program.steps.push_back(std::move(step));
-      }
+      const int base = append_steps(program, producer, 0, own, step_of, operand);
       for (size_t o = 0; o < own.outputs.size(); ++o) step_of[value_name(producer.name(), static_cast<int>(o))] = base + own.outputs[o];
     } else {
       fused::Step step{producer.op(), {}, attrs_of(producer)};
       for (const auto& input : producer.inputs()) step.args.push_back(operand(input));
+      step_of[value_name(producer.name(), 0)] = static_cast<int>(program.steps.size());
       program.steps.push_back(std::move(step));
-      step_of[value_name(producer.name(), 0)] = base;
     }
   }
   const fused::Program own = fused::decode(node.attrs().at("program").s());
-  const int base = static_cast<int>(program.steps.size());
-  for (fused::Step step : own.steps) {
-    for (int& arg : step.args) {
-      if (arg < 0) {
-        arg = fused::step_arg(base - arg - 1);
-        continue;
-      }
-      const std::string& value = node.inputs(destinations + arg);
-      const auto produced = step_of.find(value);
-      arg = produced != step_of.end() ? fused::step_arg(produced->second) : operand(value);
-    }
-    program.steps.push_back(std::move(step));
-  }
+  const int base = append_steps(program, node, destinations, own, step_of, operand);
   for (int step : own.outputs) program.outputs.push_back(base + step);
   // Operand 0 sets the program's dtype: the first operand of that dtype goes first.
   const auto first = std::find_if(operands.begin(), operands.end(), [&](const std::string& v) { return desc_of(index, v).dtype() == dtype; });
