@@ -321,52 +321,80 @@ proto::Node absorb(const proto::Job& job, const JobIndex& index, const std::vect
 }
 
 // A name for the node merged into `last`: "<last>.merged", numbered when last was a merged node.
-std::string merged_name(const proto::Job& job, const std::string& last) {
-  std::set<std::string> names;
-  for (const auto& node : job.nodes()) names.insert(node.name());
+// `names` holds every name taken, the new one included on return.
+std::string merged_name(std::set<std::string>& names, const std::string& last) {
   const std::string stem = last.substr(0, last.find(".merged")) + ".merged";
   std::string name = stem;
   for (int n = 2; names.count(name); ++n) name = stem + std::to_string(n);
+  names.insert(name);
   return name;
+}
+
+// A node replacing the one at `at`, and the earlier nodes it now computes.
+struct Rewrite {
+  int at;
+  proto::Node node;
+  std::vector<int> removed;
+};
+
+// Applies a round's rewrites (none removing another's node) and records each as a fused group.
+void apply(proto::Job& job, std::vector<Rewrite>& rewrites, PassContext& context) {
+  std::set<int> removed;
+  std::map<int, proto::Node*> replaced;
+  for (Rewrite& rewrite : rewrites) {
+    FusedGroup group{{rewrite.node.name(), rewrite.node.op()}, {}};
+    for (int position : rewrite.removed) group.members.push_back({job.nodes(position).name(), job.nodes(position).op()});
+    if (rewrite.node.name() != job.nodes(rewrite.at).name()) group.members.push_back({job.nodes(rewrite.at).name(), job.nodes(rewrite.at).op()});
+    context.record.fused.push_back(std::move(group));
+    removed.insert(rewrite.removed.begin(), rewrite.removed.end());
+    replaced[rewrite.at] = &rewrite.node;
+  }
+  proto::Job rewritten;
+  for (int p = 0; p < job.nodes_size(); ++p) {
+    if (removed.count(p)) continue;
+    const auto replacement = replaced.find(p);
+    rewritten.add_nodes()->Swap(replacement != replaced.end() ? replacement->second : job.mutable_nodes(p));
+  }
+  job.mutable_nodes()->Swap(rewritten.mutable_nodes());
 }
 
 }  // namespace
 
+// Each round finds its rewrites on one index of the Job and applies them together; a later round
+// picks up what a rewrite made possible (a merged node that a later update reads). Merges of one
+// round cover disjoint spans of the Job (first member to last), so no merge moves a node across
+// another's: each was checked against the Job as it was.
 void merge_inplace_updates(proto::Job& job, PassContext& context) {
-  for (bool merged_one = true; merged_one;) {
-    merged_one = false;
+  for (;;) {
     const JobIndex index(job);
-    for (int last = 0; last < job.nodes_size() && !merged_one; ++last) {
+    std::set<std::string> names;
+    for (const auto& node : job.nodes()) names.insert(node.name());
+    std::vector<Rewrite> rewrites;
+    std::map<std::string, std::string> renamed;
+    int span_end = -1;
+    for (int last = 0; last < job.nodes_size(); ++last) {
       if (job.nodes(last).op() != kUpdateOp) continue;
       const std::vector<int> members = members_of(job, index, last);
-      if (members.empty() || !can_merge(job, index, members, last)) continue;
-      std::map<std::string, std::string> renamed;
-      proto::Node merged = merge(job, members, last, merged_name(job, job.nodes(last).name()), renamed);
-      FusedGroup group{{merged.name(), merged.op()}, {}};
-      for (int member : members) group.members.push_back({job.nodes(member).name(), job.nodes(member).op()});
-      group.members.push_back({job.nodes(last).name(), job.nodes(last).op()});
-      context.record.fused.push_back(std::move(group));
-      job.mutable_nodes(last)->Swap(&merged);
-      for (auto member = members.rbegin(); member != members.rend(); ++member) job.mutable_nodes()->DeleteSubrange(*member, 1);
-      rename_inputs(job, renamed);
-      merged_one = true;
+      if (members.empty() || members.front() <= span_end || !can_merge(job, index, members, last)) continue;
+      rewrites.push_back({last, merge(job, members, last, merged_name(names, job.nodes(last).name()), renamed), members});
+      span_end = last;
     }
+    if (rewrites.empty()) break;
+    apply(job, rewrites, context);
+    rename_inputs(job, renamed);
   }
-  for (bool absorbed_one = true; absorbed_one;) {
-    absorbed_one = false;
+  // Absorbing moves only producers, which write nothing, and each producer has one reader: a
+  // round's absorptions are independent.
+  for (;;) {
     const JobIndex index(job);
-    for (int update = 0; update < job.nodes_size() && !absorbed_one; ++update) {
+    std::vector<Rewrite> rewrites;
+    for (int update = 0; update < job.nodes_size(); ++update) {
       if (job.nodes(update).op() != kUpdateOp) continue;
       const std::vector<int> producers = producers_of(job, index, update);
-      if (producers.empty()) continue;
-      proto::Node absorbed = absorb(job, index, producers, update);
-      FusedGroup group{{absorbed.name(), absorbed.op()}, {}};
-      for (int producer : producers) group.members.push_back({job.nodes(producer).name(), job.nodes(producer).op()});
-      context.record.fused.push_back(std::move(group));
-      job.mutable_nodes(update)->Swap(&absorbed);
-      for (auto producer = producers.rbegin(); producer != producers.rend(); ++producer) job.mutable_nodes()->DeleteSubrange(*producer, 1);
-      absorbed_one = true;
+      if (!producers.empty()) rewrites.push_back({update, absorb(job, index, producers, update), producers});
     }
+    if (rewrites.empty()) break;
+    apply(job, rewrites, context);
   }
 }
 
