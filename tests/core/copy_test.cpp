@@ -2,6 +2,9 @@
 // the same elements as the element-order copy of the same values, for casts too.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/flow.h"
@@ -42,6 +45,32 @@ TEST(Copy, TransposedSourceMatchesElementOrder) {
   expect_copies_match(flow::randn({70, 45}).t());
   expect_copies_match(flow::randn({33, 257}).t());
   expect_copies_match(flow::randn({5, 40}).t());
+}
+
+// Transposes within one dtype (oneDNN's reorder where it has one) keep every value's bits:
+// denormals, NaN and infinities included.
+TEST(Copy, TransposesWithinADtypeKeepTheBits) {
+  flow::Tensor source = flow::randn({70, 45});
+  float* data = source.data_ptr<float>();
+  data[3] = 1e-40f;  // a float32 denormal
+  data[80] = std::numeric_limits<float>::quiet_NaN();
+  data[81] = -std::numeric_limits<float>::infinity();
+  data[200] = 9.2e-41f;  // a bfloat16 denormal (0x0001 << 16) once rounded
+  for (flow::DType dtype : {flow::kFloat32, flow::kBFloat16, flow::kFloat64}) {
+    SCOPED_TRACE(flow::dtype_name(dtype));
+    for (const flow::Tensor& view : {flow::to(source, dtype).t(), flow::to(source.reshape({2, 35, 45}), dtype).transpose(1, 2)}) {
+      const flow::Tensor copied = flow::clone(view);
+      ASSERT_TRUE(copied.is_contiguous());
+      const std::vector<float> got = elements(flow::to(copied, flow::kFloat32)), want = elements(flow::to(view, flow::kFloat32));
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        uint32_t got_bits, want_bits;
+        std::memcpy(&got_bits, &got[i], 4);
+        std::memcpy(&want_bits, &want[i], 4);
+        EXPECT_EQ(got_bits, want_bits) << "element " << i;
+      }
+    }
+  }
 }
 
 TEST(Copy, BatchedAndSlicedTransposesMatchElementOrder) {
