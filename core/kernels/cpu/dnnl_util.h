@@ -46,17 +46,25 @@ inline std::optional<memory::data_type> data_type_of(DType dtype) {
 }
 
 // Whether oneDNN runs its AVX-512 kernels here (brgemm products, 16-channel blocked convolutions).
+inline bool has_cpu_isa(dnnl::cpu_isa wanted_isa) {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), wanted = static_cast<unsigned>(wanted_isa);
+  return (isa & wanted) == wanted;
+}
 inline bool has_avx512_core() {
-  static const bool avx512 = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), wanted = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    return (isa & wanted) == wanted;
-  }();
+  static const bool avx512 = has_cpu_isa(dnnl::cpu_isa::avx512_core);
   return avx512;
+}
+// Whether the CPU also converts float32 to bfloat16 itself (AVX512-BF16: Cooper Lake, Zen 4 and on).
+inline bool has_avx512_bf16() {
+  static const bool bf16 = has_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
+  return bf16;
 }
 
 // Compiles a function for the AVX-512 subset has_avx512_core() stands for (F, BW, VL, DQ), leaving
 // the rest of the file on the baseline ISA: for kernels run only where has_avx512_core() holds.
 #define FLOW_AVX512_CORE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+// The same with AVX512-BF16, for kernels run only where has_avx512_bf16() holds.
+#define FLOW_AVX512_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 // oneDNN's reference implementations ("ref:any") are plain loops, slower than widening to float32
 // for flow's float32 kernels: 16-bit floats take oneDNN only where it has optimized kernels.

@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 // GCC 12 warns on its own AVX-512 intrinsics here: they start from _mm512_undefined_*(), whose
 // self-initialisation it reports as (maybe) uninitialized once they are inlined into these functions.
@@ -180,6 +181,48 @@ FLOW_AVX512_CORE_TARGET void softmax_scaled_row(const In* x, float max_value, fl
   });
 }
 
+// softmax_scaled_row for bfloat16 with AVX512-BF16, 32 elements at a time: one 64-byte load
+// widened by two word unpacks (each lane of 128 bits gives its low four words to one vector and its
+// high four to the other), and the CPU's own rounding of both results (vcvtne2ps2bf16) put back in
+// order by one word permute, where the portable store takes seven operations per 16 elements. The
+// CPU's rounding flushes denormals and keeps NaN payloads, so a pair holding a denormal or a NaN
+// takes BFloat16(float) instead: the bits are those of softmax_scaled_row. 1024 x 50257 on one Zen 4
+// core: 18.6 ms, against 25 ms for softmax_scaled_row and 17.7 ms for its float32 form.
+FLOW_AVX512_BF16_TARGET void softmax_scaled_row_bf16(const BFloat16* x, float max_value, float log_total, float scale, BFloat16* r,
+                                                     int64_t n) {
+  const __m512 max_vector = splat(max_value), log_total_vector = splat(log_total), scale_vector = splat(scale);
+  auto scaled = [&](__m512 values) FLOW_AVX512_BF16_TARGET {
+    return _mm512_mul_ps(exp16(_mm512_sub_ps(_mm512_sub_ps(values, max_vector), log_total_vector)), scale_vector);
+  };
+  // Word w of the output is word w % 8 < 4 ? (w / 8) * 4 + w % 8 : 16 + (w / 8) * 4 + w % 8 - 4 of
+  // the pair converted (low 16 words: the unpacked low halves, high 16: the high halves).
+  const __m512i order = _mm512_set_epi16(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8, 23, 22, 21, 20, 7, 6, 5, 4, 19, 18,
+                                         17, 16, 3, 2, 1, 0);
+  constexpr int kDenormalOrNaN = 0x01 | 0x20 | 0x80;  // fpclass: quiet NaN, denormal, signaling NaN
+  int64_t j = 0;
+  for (; j + 2 * kSoftmaxLanes <= n; j += 2 * kSoftmaxLanes) {
+    const __m512i words = _mm512_loadu_si512(x + j);
+    const __m512 low = scaled(_mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), words)));
+    const __m512 high = scaled(_mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), words)));
+    if ((_mm512_fpclass_ps_mask(low, kDenormalOrNaN) | _mm512_fpclass_ps_mask(high, kDenormalOrNaN)) != 0) {
+      alignas(64) float values[2 * kSoftmaxLanes];
+      _mm512_store_ps(values, low);
+      _mm512_store_ps(values + kSoftmaxLanes, high);
+      for (int64_t w = 0; w < 2 * kSoftmaxLanes; ++w) {
+        const int64_t lane = w / 8, word = w % 8;
+        r[j + w] = BFloat16(values[word < 4 ? lane * 4 + word : kSoftmaxLanes + lane * 4 + word - 4]);
+      }
+      continue;
+    }
+    const __m512i rounded = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(high, low));
+    _mm512_storeu_si512(r + j, _mm512_permutexvar_epi16(order, rounded));
+  }
+  for (; j < n; j += kSoftmaxLanes) {
+    const __mmask16 m = j + kSoftmaxLanes <= n ? kAll : first_lanes(n - j);
+    store(r + j, m, scaled(load(x + j, m)));
+  }
+}
+
 }  // namespace
 
 // The entry points have no target attribute: GCC would take a target on a redeclaration for
@@ -201,6 +244,9 @@ void log_sum_exp_row(const In* x, int64_t n, float* max_value, float* log_total)
 
 template <typename In>
 void cross_entropy_grad_row(const In* x, float max_value, float log_total, float scale, In* r, int64_t n) {
+  if constexpr (std::is_same_v<In, BFloat16>) {
+    if (dnnl_util::has_avx512_bf16()) return softmax_scaled_row_bf16(x, max_value, log_total, scale, r, n);
+  }
   softmax_scaled_row(x, max_value, log_total, scale, r, n);
 }
 
