@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <string_view>
@@ -65,11 +66,70 @@ std::optional<dnnl::convolution_forward::primitive_desc> depthwise_on_jit_dw(con
   return std::nullopt;
 }
 
+// Bounds at most this large keep a float32 convolution's sums far from overflow.
+constexpr double kMaxSafeBound = 1e30;
+
+// The largest magnitude a convolution's result can take on inputs of at most `input_bound`: over
+// the output channels, the largest sum of |weight| times the bound, plus the largest |bias|.
+double convolution_bound(const Tensor& weight, const Tensor* bias, double input_bound) {
+  if (!(input_bound < std::numeric_limits<double>::infinity()) || weight.dtype() != kFloat32) return std::numeric_limits<double>::infinity();
+  const int64_t channels = weight.size(0), per_channel = channels == 0 ? 0 : weight.numel() / channels;
+  const float* w = weight.data_ptr<float>();
+  double largest = 0;
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0;
+    for (int64_t i = 0; i < per_channel; ++i) sum += std::abs(static_cast<double>(w[c * per_channel + i]));
+    if (!std::isfinite(sum)) return std::numeric_limits<double>::infinity();  // a NaN or infinite weight
+    largest = std::max(largest, sum);
+  }
+  double bias_bound = 0;
+  if (bias && bias->dtype() == kFloat32) {
+    for (int64_t c = 0; c < bias->numel(); ++c) {
+      const double magnitude = std::abs(static_cast<double>(bias->data_ptr<float>()[c]));
+      if (!std::isfinite(magnitude)) return std::numeric_limits<double>::infinity();
+      bias_bound = std::max(bias_bound, magnitude);
+    }
+  } else if (bias) {
+    return std::numeric_limits<double>::infinity();
+  }
+  return largest * input_bound + bias_bound;
+}
+
+// The convolution `chosen` picked, remade with its ReLU (or `clamp`) as oneDNN's post-op on the
+// same layouts and implementation; nullopt where oneDNN has no such one.
+std::optional<dnnl::convolution_forward::primitive_desc> with_activation(const dnnl::convolution_forward::desc& desc,
+                                                          const dnnl::convolution_forward::primitive_desc& chosen,
+                                                          const std::optional<ClampBounds>& clamp) {
+  dnnl::post_ops activation;
+  if (clamp) {
+    activation.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, clamp->lo, clamp->hi);
+  } else {
+    activation.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+  }
+  dnnl::primitive_attr attr = user_scratchpad();
+  attr.set_post_ops(activation);
+  dnnl::convolution_forward::desc fixed = desc;
+  fixed.data.src_desc = chosen.src_desc().data;
+  fixed.data.dst_desc = chosen.dst_desc().data;
+  const std::string_view implementation = chosen.impl_info_str();
+  try {
+    dnnl::convolution_forward::primitive_desc candidate(fixed, attr, engine());
+    do {
+      if (std::string_view(candidate.impl_info_str()) == implementation && candidate.src_desc() == chosen.src_desc() &&
+          candidate.dst_desc() == chosen.dst_desc()) {
+        return candidate;
+      }
+    } while (candidate.next_impl());
+  } catch (const dnnl::error&) {
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
                                                            const std::vector<std::pair<int, Tensor>>& constants,
-                                                           const std::vector<int>& model_outputs) {
+                                                           const std::vector<int>& model_outputs, double checked_input_bound) {
   // oneDNN fixes a primitive's threads when it is created: those of the calling thread.
   sync_openmp_threads();
   auto impl = std::make_unique<Impl>();
@@ -86,6 +146,15 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
   }
   std::vector<bool> is_model_output(num_values, false);
   for (int id : model_outputs) is_model_output[id] = true;
+  // Each value's largest possible magnitude, infinity where it may hold NaN or infinities (a value
+  // of a step run by its op's kernel, or of a model input nobody checks).
+  constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+  std::vector<double> bound(num_values, kUnbounded);
+  if (checked_input_bound > 0) {
+    for (size_t id = 0; id < num_values; ++id) {
+      if (producer[id] < 0 && !constant_of[id]) bound[id] = checked_input_bound;
+    }
+  }
 
   std::vector<memory::desc> layouts(num_values);  // zero: plain
   std::vector<bool> blocked(num_values, false);
@@ -103,7 +172,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     const int relu_step = producer[value];
     if (relu_step < 0 || !fused_relu_step[relu_step] || readers[value].size() != 1 || is_model_output[value]) return false;
     Kernel* conv = impl->kernels[producer[steps[relu_step].inputs->front()]].get();
-    if (!conv || !conv->relu_after) return false;
+    if (!conv || !conv->relu_after || conv->activation_in_primitive) return false;
     conv->relu_after = false;
     return true;
   };
@@ -215,6 +284,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     std::vector<TensorMeta> in_metas;
     for (int id : in) in_metas.push_back(metas[id]);
     auto kernel = std::make_unique<Kernel>();
+    double conv_bound = kUnbounded;  // a convolution's result after its ReLU or clamp
     kernel->output = out;
     kernel->out_meta = out_meta;
     kernel->single_thread = is_small(name, in_metas, out_meta);
@@ -250,6 +320,16 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         if (groups > 1 && groups == w[0] && groups == in_metas[0].shape[1] && in_metas[0].dtype == kFloat32) {
           if (auto jit = depthwise_on_jit_dw(desc, pd)) pd = *jit;
         }
+        const double pre_activation = convolution_bound(*constant_of[in[1]], has_bias ? constant_of[in[2]] : nullptr, bound[in[0]]);
+        conv_bound = clamp ? std::max(std::abs(clamp->lo), std::abs(clamp->hi)) : pre_activation;
+        if (!(pre_activation <= kMaxSafeBound)) conv_bound = kUnbounded;
+        bool activation_in_primitive = false;
+        if ((relu || clamp) && pre_activation <= kMaxSafeBound && in_metas[0].dtype == kFloat32) {
+          if (auto fused = with_activation(desc, pd, clamp)) {
+            pd = *fused;
+            activation_in_primitive = true;
+          }
+        }
         const Shape& x = in_metas[0].shape;
         const cpu::BlockedConvShape direct{x[0], x[1], x[2], x[3], out_meta.shape[1], out_meta.shape[2], out_meta.shape[3],
                                            w[2], w[3], stride[0], stride[1], padding[0], padding[1]};
@@ -264,6 +344,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->out_layout = pd.dst_desc();
         } else {
           kernel->kind = Kind::kConv;
+          kernel->activation_in_primitive = activation_in_primitive;
           kernel->conv_desc.emplace(desc);
           kernel->sum_post_op_slower = std::string(pd.impl_info_str()).find("brgconv_1x1") != std::string::npos;
           kernel->primitive.emplace(dnnl::convolution_forward(pd));
@@ -368,11 +449,33 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     }
     layouts[out] = kernel->out_layout;
     blocked[out] = true;
+    switch (kernel->kind) {
+      case Kind::kConv:
+      case Kind::kDirectConv:
+        bound[out] = conv_bound;
+        break;
+      case Kind::kAdd:
+        bound[out] = bound[in[0]] + bound[in[1]];
+        break;
+      case Kind::kAlias:  // a ReLU or clamp its convolution applies, or a residual add folded into one
+        bound[out] = in.size() == 2 ? bound[in[0]] + bound[in[1]] : bound[in[0]];
+        break;
+      case Kind::kRelu:
+      case Kind::kPool:
+      case Kind::kMaxPool:
+      case Kind::kShallowConvPool:
+        bound[out] = bound[in[0]];
+        break;
+      default:
+        break;
+    }
     impl->kernels[s] = std::move(kernel);
     ++impl->blocked_steps;
   }
 
   // Results read by an op's kernel or returned by the model are also written in plain NCHW.
+  for (const auto& kernel : impl->kernels) impl->activations_in_primitives += kernel && kernel->activation_in_primitive;
+  if (impl->activations_in_primitives > 0) impl->input_bound = checked_input_bound;
   for (size_t s = 0; s < steps.size(); ++s) {
     Kernel* kernel = impl->kernels[s].get();
     if (!kernel) continue;

@@ -7,7 +7,8 @@
 // results stay in those layouts from one such op to the next. A value crosses to flow's plain NCHW only where another op or a model
 // output reads it. Convolution weights are reordered once, when the program for a batch size is
 // built, and a ReLU or a clamp keeping 0 (ReLU6) that alone reads a convolution's result runs in
-// place right after it (flow's loops, which keep NaN; oneDNN's ReLU and clip post-ops would not).
+// place right after it (flow's loops, which keep NaN; oneDNN's ReLU and clip post-ops would not),
+// or as oneDNN's post-op where no NaN can reach it (plan's checked_input_bound).
 // On AVX2, convolutions from nChw8c to nChw8c run flow's direct convolution (cpu/conv_blocked.h)
 // instead of oneDNN's primitive, the ReLU and a folded residual sum inside it. On AVX-512 a
 // network's first convolution on a model input (1-4 channels), its ReLU and a 2x2 max pooling run
@@ -46,9 +47,24 @@ class BlockedLayouts {
   // `constants` (the weights) are by value id; `model_outputs` lists the values the model returns.
   // Steps oneDNN cannot serve (a primitive it will not create) stay with their op's kernel.
   // Primitives use the calling thread's kernel threads (current_num_threads()) from then on.
+  //
+  // With `checked_input_bound` > 0 the caller runs the blocked steps only on model inputs whose
+  // values are all finite and at most that large (inputs_within_bound), and otherwise every step
+  // through its op's kernel. A convolution whose pre-activation then provably stays finite (bounds
+  // carried from the inputs through the weights, ReLU, clamps, pooling and adds) applies its ReLU
+  // or clamp as oneDNN's post-op: no NaN can reach it, the one value where oneDNN's post-ops and
+  // flow's loops differ, and the separate pass over its result is saved (mobilenet_v2's ReLU6:
+  // 10-12% of a run).
   static std::shared_ptr<const BlockedLayouts> plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
-                                                    const std::vector<std::pair<int, Tensor>>& constants, const std::vector<int>& model_outputs);
+                                                    const std::vector<std::pair<int, Tensor>>& constants, const std::vector<int>& model_outputs,
+                                                    double checked_input_bound = 0);
   ~BlockedLayouts();
+
+  // The bound on the model inputs that runs rely on (the plan's checked_input_bound when some
+  // convolution applies its activation as a post-op), else 0: any inputs may run.
+  double input_bound() const;
+  // How many convolutions apply their ReLU or clamp as oneDNN's post-op.
+  int64_t activations_in_primitives() const;
 
   // Whether step `s` runs here instead of through its op's kernel.
   bool runs(size_t s) const;
@@ -69,5 +85,9 @@ class BlockedLayouts {
   explicit BlockedLayouts(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Whether every floating value of `inputs` is finite and at most `bound` in magnitude (integer
+// inputs always are).
+bool inputs_within_bound(const TensorList& inputs, double bound);
 
 }  // namespace flow::graph

@@ -1,5 +1,6 @@
 #include "job/blocked_layout.h"
 
+#include <cmath>
 #include <unordered_map>
 
 #include "core/kernels/cpu/elementwise_math.h"
@@ -34,6 +35,7 @@ void add_residual(const float* a, const float* b, float* out, int64_t count, boo
 // `bytes` of its result from `data`: every element of the layout, since the padding channels of a
 // blocked one hold zeros, which both keep. Kernels that apply their ReLU themselves are skipped.
 void apply_after(const Kernel& kernel, void* data, int64_t bytes) {
+  if (kernel.activation_in_primitive) return;
   if (kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear && kernel.kind != Kind::kShallowConvPool &&
       kernel.kind != Kind::kAdd) {
     const auto relu_all = [&]<typename T>() {
@@ -65,6 +67,23 @@ BlockedLayouts::~BlockedLayouts() = default;
 
 bool BlockedLayouts::runs(size_t s) const { return impl_->kernels[s] != nullptr; }
 int64_t BlockedLayouts::blocked_steps() const { return impl_->blocked_steps; }
+double BlockedLayouts::input_bound() const { return impl_->input_bound; }
+int64_t BlockedLayouts::activations_in_primitives() const { return impl_->activations_in_primitives; }
+
+bool inputs_within_bound(const TensorList& inputs, double bound) {
+  for (const Tensor& input : inputs) {
+    if (!is_floating(input.dtype())) continue;
+    const Tensor values = input.dtype() == kFloat32 && input.is_contiguous() ? input : input.contiguous().to(kFloat32);
+    const float* data = values.data_ptr<float>();
+    const auto limit = static_cast<float>(bound);
+    // A comparison that NaN fails: the loop counts the values outside, vectorised, without a branch.
+    const int64_t n = values.numel();
+    int64_t outside = 0;
+    for (int64_t i = 0; i < n; ++i) outside += !(std::abs(data[i]) <= limit);
+    if (outside > 0) return false;
+  }
+  return true;
+}
 
 std::vector<int> BlockedLayouts::blocked_only_values() const {
   std::vector<int> values;

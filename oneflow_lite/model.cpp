@@ -29,6 +29,10 @@ namespace flow::lite {
 namespace {
 
 namespace proto = graph::proto;
+
+// Model inputs the blocked steps may take (finite, at most this large; others run every step
+// through the op kernels): images, token embeddings and features are orders of magnitude below it.
+constexpr double kCheckedInputBound = 1e6;
 using graph::BlockedArenaPtr;
 using graph::BlockedLayouts;
 using graph::kConstantOp;
@@ -233,7 +237,8 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
     std::vector<LayoutStep> layout_steps;
     for (const Program::Step& step : program->steps) layout_steps.push_back({step.op, &step.attrs, &step.inputs, &step.outputs});
     try {
-      program->blocked = BlockedLayouts::plan(layout_steps, program->value_metas, program->constants, program->output_values);
+      program->blocked =
+          BlockedLayouts::plan(layout_steps, program->value_metas, program->constants, program->output_values, kCheckedInputBound);
     } catch (const std::exception& e) {
       invalid("model.pb: cannot plan blocked layouts at batch ", batch, ": ", e.what());
     }
@@ -416,6 +421,10 @@ int64_t Model::run_bytes(int64_t batch) const { return impl_->program_for(batch)
 int64_t Model::blocked_steps(int64_t batch) const {
   const auto program = impl_->program_for(batch)->program;
   return program->blocked ? program->blocked->blocked_steps() : 0;
+}
+int64_t Model::activations_in_primitives(int64_t batch) const {
+  const auto program = impl_->program_for(batch)->program;
+  return program->blocked ? program->blocked->activations_in_primitives() : 0;
 }
 int64_t Model::float32_products() const { return impl_->float32_products; }
 bool Model::batch_buckets() const { return impl_->batch_buckets; }

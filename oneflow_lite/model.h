@@ -114,6 +114,11 @@ class Model {
   int64_t run_bytes(int64_t batch) const;
   // How many of the Job's ops at `batch` run on blocked layouts (0 with blocked_layouts(false)).
   int64_t blocked_steps(int64_t batch) const;
+  // How many of those convolutions apply their ReLU or clamp inside oneDNN's primitive: those the
+  // plan proved no NaN reaches from model inputs that are finite and at most 1e6 in magnitude.
+  // Inputs outside that (a NaN, an infinity, a huge value) run every op through its own kernel, so
+  // NaN propagates as in eager.
+  int64_t activations_in_primitives(int64_t batch) const;
   // How many of the export's bfloat16 products (convolutions, matmuls, linears) run in float32
   // here (LoadOptions::bfloat16_products).
   int64_t float32_products() const;

@@ -122,10 +122,13 @@ TensorList Model::Impl::run_program(CachedProgram& cached, const TensorList& giv
   for (const auto& [id, weight] : program.constants) values[id] = weight;
   for (size_t i = 0; i < given.size(); ++i) values[program.input_values[i]] = given[i].is_contiguous() ? given[i] : given[i].contiguous();
   const bool profiling = profiler::is_recording();
+  // Inputs outside the bound the blocked steps' post-op activations rely on (a NaN, an infinity,
+  // a huge value) run every step through its op's kernel, which keeps NaN where oneDNN would not.
+  const bool blocked = program.blocked && (program.blocked->input_bound() == 0 || graph::inputs_within_bound(given, program.blocked->input_bound()));
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const Program::Step& step = program.steps[s];
     const profiler::Clock::time_point start = profiling ? profiler::Clock::now() : profiler::Clock::time_point();
-    if (program.blocked && program.blocked->runs(s)) {
+    if (blocked && program.blocked->runs(s)) {
       try {
         program.blocked->run(s, *arena->blocked, values, step.planned.empty() ? Tensor() : arena->planned_outputs[s][0]);
       } catch (const Error&) {

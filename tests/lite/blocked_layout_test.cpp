@@ -399,6 +399,54 @@ TEST_F(BlockedLayoutTest, ReluSixAndOtherClampsAfterConvolutions) {
   EXPECT_FALSE(std::isnan(out[0])) << "sample 0";
 }
 
+// Where the plan proves that no NaN reaches a convolution from model inputs that are finite and at
+// most 1e6 in magnitude, its ReLU6 runs as oneDNN's post-op; inputs outside that run every op
+// through its kernel, so NaN, infinities and huge values give what the plain kernels give.
+TEST_F(BlockedLayoutTest, ActivationsInPrimitivesOnlyForInputsWithinTheBound) {
+  flow::manual_seed(10);
+  auto net = std::make_shared<InvertedResidual>();
+  export_net(net, {2, 6, 9, 9});
+  if (flow::cpu::dnnl_util::has_avx512_core()) EXPECT_GE(blocked_->activations_in_primitives(2), 2);  // expansion and depthwise
+  EXPECT_EQ(plain_->activations_in_primitives(2), 0);
+  for (const float special : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -2e6f, 1e30f}) {
+    SCOPED_TRACE(special);
+    Tensor x = flow::randn({2, 6, 9, 9}).contiguous();
+    x.data_ptr<float>()[6 * 81 + 40] = special;  // sample 1, channel 0, centre
+    expect_same(net, x);
+  }
+  // Just inside the bound: the blocked steps run, and agree.
+  Tensor x = flow::randn({2, 6, 9, 9}).contiguous();
+  x.data_ptr<float>()[7] = 1e6f;
+  x.data_ptr<float>()[8] = -1e6f;
+  expect_same(net, x);
+  int64_t blocked_events = 0;
+  {
+    flow::profiler::Profile profile;
+    blocked_->run({x});
+    profile.stop();
+    for (const auto& event : profile.events()) blocked_events += event.category == "lite_blocked";
+  }
+  EXPECT_GT(blocked_events, 0);
+  x.data_ptr<float>()[9] = std::numeric_limits<float>::quiet_NaN();
+  flow::profiler::Profile fallback;
+  blocked_->run({x});
+  fallback.stop();
+  for (const auto& event : fallback.events()) EXPECT_NE(event.category, "lite_blocked") << event.name;
+}
+
+// A NaN weight is a NaN no input check can exclude: its convolution keeps flow's own ReLU6 pass,
+// and what comes after it gives the plain kernels' NaN.
+TEST_F(BlockedLayoutTest, ANanWeightKeepsItsConvolutionsActivationOutOfThePrimitive) {
+  flow::manual_seed(11);
+  auto net = std::make_shared<InvertedResidual>();
+  export_net(net, {2, 6, 9, 9});
+  const int64_t with_finite_weights = blocked_->activations_in_primitives(2);
+  net->depthwise.data_ptr<float>()[4] = std::numeric_limits<float>::quiet_NaN();  // channel 0's centre tap
+  export_net(net, {2, 6, 9, 9});
+  if (flow::cpu::dnnl_util::has_avx512_core()) EXPECT_EQ(blocked_->activations_in_primitives(2), with_finite_weights - 1);
+  expect_same(net, flow::randn({2, 6, 9, 9}));
+}
+
 // A LeNet's first layer (1 -> 32 channels, 3x3, no padding), its ReLU (or none) and 2x2 max
 // pooling, then a second convolution: on AVX-512 the first three run as one pass
 // (cpu::ShallowConvPool) that never writes the convolution's output, elsewhere as three steps.
