@@ -98,6 +98,10 @@ void Executor::act(int task, int64_t piece, int slot, const std::vector<int>& in
     TensorList inputs;
     std::map<std::string, Tensor> feeds;
     (*source_)(piece, inputs, feeds);
+    if (layouts_) {
+      const double bound = layouts_->layouts->input_bound();
+      plain_pieces_.at(static_cast<size_t>(piece)) = bound > 0 && !inputs_within_bound(inputs, bound);
+    }
     for (const CompiledNode& compiled : compiled_[task]) {
       const proto::Node& node = *compiled.node;
       Tensor value;
@@ -120,7 +124,7 @@ void Executor::act(int task, int64_t piece, int slot, const std::vector<int>& in
       results_.at(piece).at(compiled.node->attrs().at("index").i()) = inputs.at(0);
       continue;
     }
-    if (compiled.layout_step >= 0) {
+    if (compiled.layout_step >= 0 && !plain_pieces_[static_cast<size_t>(piece)]) {
       out.push_back(run_blocked(compiled, inputs));
       continue;
     }
@@ -176,6 +180,7 @@ std::vector<TensorList> Executor::run(int64_t pieces, const PieceSource& source)
     if (node.op() == kOutputOp) num_outputs = std::max<size_t>(num_outputs, static_cast<size_t>(node.attrs().at("index").i()) + 1);
   }
   results_.assign(pieces, TensorList(num_outputs));
+  plain_pieces_.assign(static_cast<size_t>(pieces), 0);
   source_ = &source;
   auto release = [&] {
     source_ = nullptr;

@@ -52,7 +52,7 @@ JobLayouts plan_job_layouts(const proto::Job& job, const std::map<std::string, T
     steps.push_back({&find_op(job.nodes(position).op()), &attrs[s], &result.inputs[s], &result.outputs[s]});
     ++s;
   }
-  result.layouts = BlockedLayouts::plan(steps, result.metas, constants, model_outputs);
+  result.layouts = BlockedLayouts::plan(steps, result.metas, constants, model_outputs, kCheckedInputBound);
   for (int id : result.layouts->blocked_only_values()) result.blocked_only.insert(value_names[id]);
   return result;
 }

@@ -40,6 +40,11 @@ struct BlockedArenaDeleter {
 };
 using BlockedArenaPtr = std::unique_ptr<BlockedArena, BlockedArenaDeleter>;
 
+// The bound oneflow_lite and frozen Graph inference plan with (BlockedLayouts::plan): model inputs
+// finite and at most this large take the blocked steps; images, token embeddings and features are
+// orders of magnitude below it.
+inline constexpr double kCheckedInputBound = 1e6;
+
 class BlockedLayouts {
  public:
   struct Impl;

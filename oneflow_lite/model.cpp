@@ -29,10 +29,6 @@ namespace flow::lite {
 namespace {
 
 namespace proto = graph::proto;
-
-// Model inputs the blocked steps may take (finite, at most this large; others run every step
-// through the op kernels): images, token embeddings and features are orders of magnitude below it.
-constexpr double kCheckedInputBound = 1e6;
 using graph::BlockedArenaPtr;
 using graph::BlockedLayouts;
 using graph::kConstantOp;
@@ -238,7 +234,7 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
     for (const Program::Step& step : program->steps) layout_steps.push_back({step.op, &step.attrs, &step.inputs, &step.outputs});
     try {
       program->blocked =
-          BlockedLayouts::plan(layout_steps, program->value_metas, program->constants, program->output_values, kCheckedInputBound);
+          BlockedLayouts::plan(layout_steps, program->value_metas, program->constants, program->output_values, graph::kCheckedInputBound);
     } catch (const std::exception& e) {
       invalid("model.pb: cannot plan blocked layouts at batch ", batch, ": ", e.what());
     }

@@ -115,7 +115,8 @@ class Model {
   // How many of the Job's ops at `batch` run on blocked layouts (0 with blocked_layouts(false)).
   int64_t blocked_steps(int64_t batch) const;
   // How many of those convolutions apply their ReLU or clamp inside oneDNN's primitive: those the
-  // plan proved no NaN reaches from model inputs that are finite and at most 1e6 in magnitude.
+  // plan proved no NaN reaches from model inputs that are finite and at most 1e6 in magnitude
+  // (graph::kCheckedInputBound).
   // Inputs outside that (a NaN, an infinity, a huge value) run every op through its own kernel, so
   // NaN propagates as in eager.
   int64_t activations_in_primitives(int64_t batch) const;

@@ -3,6 +3,9 @@
 // blocked layouts, gives eager's numbers, and follows every change of its parameters and buffers.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "common/models.h"
 #include "core/grad_mode.h"
 #include "core/ops/all.h"
@@ -154,4 +157,30 @@ TEST(FrozenInference, TrainingGraphsAndGraphsWritingBuffersRunUnfrozen) {
   EXPECT_NE(running_mean.tolist<float>(), before);
   const std::string refusal = updating.explain().plans.at(0).freeze_refusal;
   EXPECT_NE(refusal.find("in place"), std::string::npos) << refusal;
+}
+
+// The layout pass applies convolutions' ReLUs inside oneDNN's primitives only for inputs within
+// the bound it planned with (finite, at most 1e6): a piece with a NaN or a huge value runs every
+// node through its op's kernel, so its NaN reaches the output as in eager, while the other pieces
+// of the same pipelined run take the blocked steps.
+TEST(FrozenInference, PiecesOutsideTheInputBoundRunOnTheOpKernelsAndKeepNan) {
+  auto net = warmed_resnet();
+  EvalGraph graph(net);
+  std::vector<Tensor> inputs;
+  for (int k = 0; k < 4; ++k) inputs.push_back(flow::randn(kImages).contiguous());
+  inputs[1].data_ptr<float>()[100] = std::numeric_limits<float>::quiet_NaN();  // image 0
+  inputs[2].data_ptr<float>()[200] = 2e6f;
+  graph(inputs[0]);
+  const auto outputs = graph.run_pipelined(4, [&](int64_t k) { return flow::TensorList{inputs[k]}; });
+  EXPECT_TRUE(graph.ran_frozen());
+  for (int k = 0; k < 4; ++k) {
+    SCOPED_TRACE(k);
+    const auto got = outputs[k].at(0).contiguous().tolist<double>(), want = eager_eval(*net, inputs[k]).contiguous().tolist<double>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(std::isnan(got[i]), std::isnan(want[i])) << "at " << i;
+      if (!std::isnan(want[i])) EXPECT_NEAR(got[i], want[i], kTolerance * std::max(1.0, std::abs(want[i]))) << "at " << i;
+    }
+  }
+  EXPECT_TRUE(std::isnan(outputs[1].at(0).select(0, 0).sum().item<double>()));
 }
