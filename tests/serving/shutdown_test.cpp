@@ -93,15 +93,17 @@ TEST(ShutdownTest, FlowServeExitsCleanlyWithSlowHttpClientsOpen) {
 // Calls that arrive once shutdown has begun are refused with UNAVAILABLE (retryable for gRPC
 // clients and retry policies) while the server drains. gRPC core itself (1.51, and upstream at
 // the time of writing) ends a call whose stream reaches the server after its Shutdown() but
-// before the client has read the GOAWAY with CANCELLED: each client, with one call outstanding at
-// a time, can lose at most that one call to it. Everything else is OK or UNAVAILABLE.
+// before the client has read the GOAWAY with CANCELLED. On a loaded machine a client can send
+// more than one call into that window before its channel reads the GOAWAY (seen in CI: a second
+// CANCELLED from one client), so the test allows CANCELLED for any call that returns after the
+// shutdown began, and never before it. Everything else is OK or UNAVAILABLE.
 TEST(ShutdownTest, CallsDuringTheShutdownGetUnavailable) {
   st::Repository repo;
   st::export_affine(repo.version_dir("affine", 1), 3.0f);
   auto server = st::start_server(repo.root());
   const auto request = flow::serving::make_infer_request("affine", {st::fp32_tensor("x", {1, 4}, {1, 2, 3, 4})});
   constexpr int kClients = 8;
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false}, shutdown_begun{false};
   std::mutex mutex;
   std::map<grpc::StatusCode, int> codes;
   std::vector<std::string> unexpected;
@@ -109,14 +111,15 @@ TEST(ShutdownTest, CallsDuringTheShutdownGetUnavailable) {
   for (int c = 0; c < kClients; ++c) {
     clients.emplace_back([&] {
       auto client = st::connect(*server);
-      int cancelled_here = 0;
       for (int i = 0; i < 20000 && !stop; ++i) {
         inference::ModelInferResponse response;
         const grpc::Status status = client->infer(request, response);
+        const bool during_shutdown = shutdown_begun;
         std::lock_guard lock(mutex);
         ++codes[status.error_code()];
-        const bool expected = status.error_code() == grpc::StatusCode::OK || status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                              (status.error_code() == grpc::StatusCode::CANCELLED && !cancelled_here++);
+        const grpc::StatusCode code = status.error_code();
+        const bool expected =
+            code == grpc::StatusCode::OK || code == grpc::StatusCode::UNAVAILABLE || (during_shutdown && code == grpc::StatusCode::CANCELLED);
         if (!expected) unexpected.push_back(std::to_string(status.error_code()) + ": " + status.error_message());
       }
     });
@@ -125,6 +128,7 @@ TEST(ShutdownTest, CallsDuringTheShutdownGetUnavailable) {
     std::lock_guard lock(mutex);
     return codes[grpc::StatusCode::OK] >= 200;
   }));
+  shutdown_begun = true;
   server->shutdown();
   // The clients go on against the closed port for a moment (UNAVAILABLE), then stop.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
