@@ -98,10 +98,7 @@ void Executor::act(int task, int64_t piece, int slot, const std::vector<int>& in
     TensorList inputs;
     std::map<std::string, Tensor> feeds;
     (*source_)(piece, inputs, feeds);
-    if (layouts_) {
-      const double bound = layouts_->layouts->input_bound();
-      plain_pieces_.at(static_cast<size_t>(piece)) = bound > 0 && !inputs_within_bound(inputs, bound);
-    }
+    if (layouts_) plain_pieces_.at(static_cast<size_t>(piece)) = !layouts_->layouts->accepts(inputs);
     for (const CompiledNode& compiled : compiled_[task]) {
       const proto::Node& node = *compiled.node;
       Tensor value;

@@ -73,9 +73,8 @@ class Executor {
   // Per run.
   const PieceSource* source_ = nullptr;
   std::vector<TensorList> results_;
-  // By piece: its inputs lie outside the bound the blocked steps rely on
-  // (BlockedLayouts::input_bound), so every node runs through its op's kernel. Written by the
-  // input task before the piece's other tasks run.
+  // By piece: the blocked steps do not accept its inputs (BlockedLayouts::accepts), so every node
+  // runs through its op's kernel. Written by the input task before the piece's other tasks run.
   std::vector<char> plain_pieces_;
 };
 

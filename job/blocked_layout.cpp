@@ -40,6 +40,26 @@ void bind_parameters(Kernel& kernel, const memory::desc& weight_plain, const mem
   }
 }
 
+// The convolution `desc` with `attr` on the activation layouts `chosen` picked: the first of
+// oneDNN's implementations, in its order, whose name `wanted` accepts; nullopt where none does.
+template <typename Wanted>
+std::optional<dnnl::convolution_forward::primitive_desc> on_chosen_layouts(const dnnl::convolution_forward::desc& desc,
+                                                                           const dnnl::convolution_forward::primitive_desc& chosen,
+                                                                           const dnnl::primitive_attr& attr, Wanted wanted) {
+  const memory::desc src = chosen.src_desc(), dst = chosen.dst_desc();
+  dnnl::convolution_forward::desc fixed = desc;
+  fixed.data.src_desc = src.data;
+  fixed.data.dst_desc = dst.data;
+  try {
+    dnnl::convolution_forward::primitive_desc candidate(fixed, attr, engine());
+    do {
+      if (wanted(std::string_view(candidate.impl_info_str())) && candidate.src_desc() == src && candidate.dst_desc() == dst) return candidate;
+    } while (candidate.next_impl());
+  } catch (const dnnl::error&) {
+  }
+  return std::nullopt;
+}
+
 // A float32 depthwise convolution on oneDNN's jit_dw kernel with the layouts (channels-last) that
 // `chosen` picked, where oneDNN 2.6 picks brdgmm_dw first: for up to 384 channels jit_dw ran
 // 10-25% faster on one Zen 4 core (batch 1: 32 channels at 112x112 52 against 65 us, 144 at 56x56
@@ -48,22 +68,10 @@ void bind_parameters(Kernel& kernel, const memory::desc& weight_plain, const mem
 std::optional<dnnl::convolution_forward::primitive_desc> depthwise_on_jit_dw(const dnnl::convolution_forward::desc& desc,
                                                                              const dnnl::convolution_forward::primitive_desc& chosen) {
   constexpr int64_t kMaxJitDwChannels = 384;
-  const memory::desc src = chosen.src_desc(), dst = chosen.dst_desc();
-  if (src.dims()[1] > kMaxJitDwChannels || !std::string_view(chosen.impl_info_str()).starts_with("brdgmm_dw")) return std::nullopt;
-  // The same problem with the chosen activation layouts fixed, its implementations in oneDNN's order.
-  dnnl::convolution_forward::desc fixed = desc;
-  fixed.data.src_desc = src.data;
-  fixed.data.dst_desc = dst.data;
-  try {
-    dnnl::convolution_forward::primitive_desc candidate(fixed, user_scratchpad(), engine());
-    do {
-      if (std::string_view(candidate.impl_info_str()).starts_with("jit_dw") && candidate.src_desc() == src && candidate.dst_desc() == dst) {
-        return candidate;
-      }
-    } while (candidate.next_impl());
-  } catch (const dnnl::error&) {
+  if (chosen.src_desc().dims()[1] > kMaxJitDwChannels || !std::string_view(chosen.impl_info_str()).starts_with("brdgmm_dw")) {
+    return std::nullopt;
   }
-  return std::nullopt;
+  return on_chosen_layouts(desc, chosen, user_scratchpad(), [](std::string_view name) { return name.starts_with("jit_dw"); });
 }
 
 // Bounds at most this large keep a float32 convolution's sums far from overflow.
@@ -108,21 +116,8 @@ std::optional<dnnl::convolution_forward::primitive_desc> with_activation(const d
   }
   dnnl::primitive_attr attr = user_scratchpad();
   attr.set_post_ops(activation);
-  dnnl::convolution_forward::desc fixed = desc;
-  fixed.data.src_desc = chosen.src_desc().data;
-  fixed.data.dst_desc = chosen.dst_desc().data;
   const std::string_view implementation = chosen.impl_info_str();
-  try {
-    dnnl::convolution_forward::primitive_desc candidate(fixed, attr, engine());
-    do {
-      if (std::string_view(candidate.impl_info_str()) == implementation && candidate.src_desc() == chosen.src_desc() &&
-          candidate.dst_desc() == chosen.dst_desc()) {
-        return candidate;
-      }
-    } while (candidate.next_impl());
-  } catch (const dnnl::error&) {
-  }
-  return std::nullopt;
+  return on_chosen_layouts(desc, chosen, attr, [&](std::string_view name) { return name == implementation; });
 }
 
 }  // namespace
@@ -473,9 +468,10 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     ++impl->blocked_steps;
   }
 
-  // Results read by an op's kernel or returned by the model are also written in plain NCHW.
   for (const auto& kernel : impl->kernels) impl->activations_in_primitives += kernel && kernel->activation_in_primitive;
   if (impl->activations_in_primitives > 0) impl->input_bound = checked_input_bound;
+
+  // Results read by an op's kernel or returned by the model are also written in plain NCHW.
   for (size_t s = 0; s < steps.size(); ++s) {
     Kernel* kernel = impl->kernels[s].get();
     if (!kernel) continue;

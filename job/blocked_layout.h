@@ -54,7 +54,7 @@ class BlockedLayouts {
   // Primitives use the calling thread's kernel threads (current_num_threads()) from then on.
   //
   // With `checked_input_bound` > 0 the caller runs the blocked steps only on model inputs whose
-  // values are all finite and at most that large (inputs_within_bound), and otherwise every step
+  // values are all finite and at most that large (accepts), and otherwise every step
   // through its op's kernel. A convolution whose pre-activation then provably stays finite (bounds
   // carried from the inputs through the weights, ReLU, clamps, pooling and adds) applies its ReLU
   // or clamp as oneDNN's post-op: no NaN can reach it, the one value where oneDNN's post-ops and
@@ -65,9 +65,11 @@ class BlockedLayouts {
                                                     double checked_input_bound = 0);
   ~BlockedLayouts();
 
-  // The bound on the model inputs that runs rely on (the plan's checked_input_bound when some
-  // convolution applies its activation as a post-op), else 0: any inputs may run.
-  double input_bound() const;
+  // Whether a run on `inputs` may take the blocked steps: always, unless some convolution applies
+  // its activation as a post-op, whose proof needs every floating input finite and at most the
+  // plan's checked_input_bound in magnitude. Otherwise the caller runs every step through its op's
+  // kernel.
+  bool accepts(const TensorList& inputs) const;
   // How many convolutions apply their ReLU or clamp as oneDNN's post-op.
   int64_t activations_in_primitives() const;
 
@@ -90,9 +92,5 @@ class BlockedLayouts {
   explicit BlockedLayouts(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// Whether every floating value of `inputs` is finite and at most `bound` in magnitude (integer
-// inputs always are).
-bool inputs_within_bound(const TensorList& inputs, double bound);
 
 }  // namespace flow::graph

@@ -77,7 +77,7 @@ struct Kernel {
   // right after it, for the same reason (oneDNN's clip post-op turns NaN into the lower bound).
   std::optional<ClampBounds> clamp_after;
   // Convolution: its relu_after or clamp_after is oneDNN's post-op, not a pass of flow's loop (the
-  // plan proved that no NaN reaches it from inputs within BlockedLayouts::input_bound()).
+  // plan proved that no NaN reaches it from any inputs BlockedLayouts::accepts()).
   bool activation_in_primitive = false;
   // Convolution: the value whose buffer the result is added onto and written to (a residual add
   // folded into the convolution as oneDNN's sum post-op); -1 for none.
@@ -124,7 +124,7 @@ struct BlockedLayouts::Impl {
   std::vector<size_t> slot_bytes;
   std::vector<size_t> scratch_bytes;
   int64_t blocked_steps = 0;
-  double input_bound = 0;
+  double input_bound = 0;  // the plan's checked_input_bound where accepts() needs it, else 0
   int64_t activations_in_primitives = 0;
 };
 

@@ -67,10 +67,11 @@ BlockedLayouts::~BlockedLayouts() = default;
 
 bool BlockedLayouts::runs(size_t s) const { return impl_->kernels[s] != nullptr; }
 int64_t BlockedLayouts::blocked_steps() const { return impl_->blocked_steps; }
-double BlockedLayouts::input_bound() const { return impl_->input_bound; }
 int64_t BlockedLayouts::activations_in_primitives() const { return impl_->activations_in_primitives; }
 
-bool inputs_within_bound(const TensorList& inputs, double bound) {
+bool BlockedLayouts::accepts(const TensorList& inputs) const {
+  const double bound = impl_->input_bound;
+  if (bound == 0) return true;
   for (const Tensor& input : inputs) {
     if (!is_floating(input.dtype())) continue;
     const Tensor values = input.dtype() == kFloat32 && input.is_contiguous() ? input : input.contiguous().to(kFloat32);

@@ -124,7 +124,7 @@ TensorList Model::Impl::run_program(CachedProgram& cached, const TensorList& giv
   const bool profiling = profiler::is_recording();
   // Inputs outside the bound the blocked steps' post-op activations rely on (a NaN, an infinity,
   // a huge value) run every step through its op's kernel, which keeps NaN where oneDNN would not.
-  const bool blocked = program.blocked && (program.blocked->input_bound() == 0 || graph::inputs_within_bound(given, program.blocked->input_bound()));
+  const bool blocked = program.blocked && program.blocked->accepts(given);
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const Program::Step& step = program.steps[s];
     const profiler::Clock::time_point start = profiling ? profiler::Clock::now() : profiler::Clock::time_point();

@@ -59,6 +59,22 @@ class BlockedLayoutTest : public ::testing::Test {
     }
   }
 
+  // expect_same on random inputs of shape (batch, sample...) for each batch, at 1 and at 2 kernel
+  // threads (the caller's thread count restored after).
+  void expect_same_on_one_and_two_threads(const std::shared_ptr<nn::Module>& net, const std::vector<int64_t>& sample,
+                                          std::initializer_list<int64_t> batches) {
+    const int threads = flow::get_num_threads();
+    for (int n : {1, 2}) {
+      flow::set_num_threads(n);
+      for (int64_t batch : batches) {
+        std::vector<int64_t> shape{batch};
+        shape.insert(shape.end(), sample.begin(), sample.end());
+        expect_same(net, flow::randn(flow::Shape(shape)));
+      }
+    }
+    flow::set_num_threads(threads);
+  }
+
   flow::testing::ScratchDir scratch_;
   const fs::path dir_ = scratch_ / "model";
   std::shared_ptr<const flow::lite::Model> blocked_, plain_;
@@ -560,12 +576,7 @@ TEST_F(BlockedLayoutTest, LargePointwiseConvolutionsWithResidualMatchThePlainKer
   flow::manual_seed(11);
   auto net = std::make_shared<PointwiseResidual>();
   export_net(net, {2, 16, 64, 64});
-  const int threads = flow::get_num_threads();
-  for (int n : {1, 2}) {
-    flow::set_num_threads(n);
-    for (int64_t batch : {1, 2, 3}) expect_same(net, flow::randn({batch, 16, 64, 64}));
-  }
-  flow::set_num_threads(threads);
+  expect_same_on_one_and_two_threads(net, {16, 64, 64}, {1, 2, 3});
   Tensor x = flow::randn({2, 16, 64, 64}).contiguous();
   x.data_ptr<float>()[64 * 64 * 16 + 5] = std::numeric_limits<float>::quiet_NaN();  // sample 1, channel 0, pixel 5
   expect_same(net, x);
@@ -603,12 +614,7 @@ TEST_F(BlockedLayoutTest, ResidualAddsAfterPointwiseConvolutionsRunInPlaceAsOnTh
   auto net = std::make_shared<PointwiseResidualChain>();
   export_net(net, {2, 8, 24, 24});
   EXPECT_EQ(blocked_->blocked_steps(2), 8);  // 4 convolutions, 3 adds, the first ReLU
-  const int threads = flow::get_num_threads();
-  for (int n : {1, 2}) {
-    flow::set_num_threads(n);
-    for (int64_t batch : {1, 2, 5}) expect_same(net, flow::randn({batch, 8, 24, 24}));
-  }
-  flow::set_num_threads(threads);
+  expect_same_on_one_and_two_threads(net, {8, 24, 24}, {1, 2, 5});
   // NaN and -inf pixels: NaN stays NaN through the adds' ReLUs, -inf gives 0 or +-inf or NaN
   // (inf - inf) as on the plain kernels.
   Tensor x = flow::randn({2, 8, 24, 24}).contiguous();

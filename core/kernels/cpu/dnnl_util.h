@@ -45,11 +45,12 @@ inline std::optional<memory::data_type> data_type_of(DType dtype) {
   return std::nullopt;
 }
 
-// Whether oneDNN runs its AVX-512 kernels here (brgemm products, 16-channel blocked convolutions).
+// Whether oneDNN runs its kernels for `wanted_isa` (and those below it) here.
 inline bool has_cpu_isa(dnnl::cpu_isa wanted_isa) {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), wanted = static_cast<unsigned>(wanted_isa);
   return (isa & wanted) == wanted;
 }
+// Whether oneDNN runs its AVX-512 kernels here (brgemm products, 16-channel blocked convolutions).
 inline bool has_avx512_core() {
   static const bool avx512 = has_cpu_isa(dnnl::cpu_isa::avx512_core);
   return avx512;
@@ -138,12 +139,15 @@ inline void* thread_scratchpad(size_t bytes) {
   return buffer.data.get();
 }
 
-inline void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream, std::unordered_map<int, memory> args) {
+// The user scratchpad `primitive` needs (a zero desc when none).
+inline memory::desc scratchpad_desc(const dnnl::primitive& primitive) {
   const dnnl_memory_desc_t* scratchpad = dnnl_primitive_desc_query_md(primitive.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
-  if (scratchpad != nullptr) {
-    const memory::desc desc(*scratchpad);
-    if (desc.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(desc, engine(), thread_scratchpad(desc.get_size())));
-  }
+  return scratchpad != nullptr ? memory::desc(*scratchpad) : memory::desc();
+}
+
+inline void run_primitive(const dnnl::primitive& primitive, dnnl::stream& stream, std::unordered_map<int, memory> args) {
+  const memory::desc scratchpad = scratchpad_desc(primitive);
+  if (scratchpad.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad, engine(), thread_scratchpad(scratchpad.get_size())));
   primitive.execute(stream, args);
 }
 

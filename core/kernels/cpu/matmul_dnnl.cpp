@@ -189,10 +189,9 @@ bool onednn_tile_product(DType operands, bool trans_a, bool trans_b, int64_t m, 
       tile.args = {{DNNL_ARG_SRC, memory(p.a, engine(), nullptr)},
                    {DNNL_ARG_WEIGHTS, memory(p.b, engine(), nullptr)},
                    {DNNL_ARG_DST, memory(p.c, engine(), nullptr)}};
-      const dnnl_memory_desc_t* scratchpad =
-          dnnl_primitive_desc_query_md(p.primitive.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
-      tile.scratchpad_bytes = scratchpad != nullptr ? memory::desc(*scratchpad).get_size() : 0;
-      if (tile.scratchpad_bytes > 0) tile.args.emplace(DNNL_ARG_SCRATCHPAD, memory(memory::desc(*scratchpad), engine(), nullptr));
+      const memory::desc scratchpad = scratchpad_desc(p.primitive);
+      tile.scratchpad_bytes = scratchpad.get_size();
+      if (tile.scratchpad_bytes > 0) tile.args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad, engine(), nullptr));
     }
     found = bound_tiles.emplace(key, std::move(tile)).first;
   }

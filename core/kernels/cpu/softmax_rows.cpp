@@ -191,7 +191,7 @@ FLOW_AVX512_CORE_TARGET void softmax_scaled_row(const In* x, float max_value, fl
 FLOW_AVX512_BF16_TARGET void softmax_scaled_row_bf16(const BFloat16* x, float max_value, float log_total, float scale, BFloat16* r,
                                                      int64_t n) {
   const __m512 max_vector = splat(max_value), log_total_vector = splat(log_total), scale_vector = splat(scale);
-  auto scaled = [&](__m512 values) FLOW_AVX512_BF16_TARGET {
+  auto scaled = [&](__m512 values) FLOW_AVX512_CORE_TARGET {
     return _mm512_mul_ps(exp16(_mm512_sub_ps(_mm512_sub_ps(values, max_vector), log_total_vector)), scale_vector);
   };
   // Word w of the output is word w % 8 < 4 ? (w / 8) * 4 + w % 8 : 16 + (w / 8) * 4 + w % 8 - 4 of
@@ -217,10 +217,7 @@ FLOW_AVX512_BF16_TARGET void softmax_scaled_row_bf16(const BFloat16* x, float ma
     const __m512i rounded = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(high, low));
     _mm512_storeu_si512(r + j, _mm512_permutexvar_epi16(order, rounded));
   }
-  for (; j < n; j += kSoftmaxLanes) {
-    const __mmask16 m = j + kSoftmaxLanes <= n ? kAll : first_lanes(n - j);
-    store(r + j, m, scaled(load(x + j, m)));
-  }
+  for_each_vector(n - j, [&](int64_t i, __mmask16 m) FLOW_AVX512_CORE_TARGET { store(r + j + i, m, scaled(load(x + j + i, m))); });
 }
 
 }  // namespace
