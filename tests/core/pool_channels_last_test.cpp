@@ -100,4 +100,12 @@ TEST(PoolChannelsLast, MatchesAScanOverNchw) {
   }
 }
 
+// One image of up to 64 channels is one plane: the threads split its output rows (resnet's pooling
+// after the stem at batch 1), each row's windows reading the rows above and below it.
+TEST(PoolChannelsLast, ThreadsSplitTheRowsOfOnePlane) {
+  for (int64_t channels : {32, 64}) {
+    for (int threads : {2, 3}) check({1, channels, 40, 40, 3, 3, 2, 2, 1, 1}, threads);
+  }
+}
+
 }  // namespace

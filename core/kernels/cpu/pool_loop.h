@@ -283,7 +283,8 @@ struct BlockedPlanes {
 };
 
 // The max of every window over a channel-blocked layout: Block channels side by side in each of
-// the planes [begin, end) of g.planes (Block 1 is NCHW), laid out as `planes` says. NaN wins and
+// g.planes planes (Block 1 is NCHW), laid out as `planes` says; output rows [begin, end) of all
+// planes' g.oh rows each, plane after plane. NaN wins and
 // stays, and a window of -inf gives -inf, as in max_pool_plane. With AVX2, blocks of 8 run as
 // vector compare-and-blends: oneDNN 2.6's AVX2 max pooling on nChw8c measured 7x slower than this
 // on an AMD EPYC (64x32x26x26, 2x2 windows: 1.85 vs 0.26 ms), and it skips NaN. Kh, Kw > 0 fix
@@ -292,68 +293,69 @@ template <int Block, int Kh = 0, int Kw = 0>
 void max_pool_blocked(const PoolGeometry& g, const BlockedPlanes& planes, const float* src, float* out, int64_t begin, int64_t end) {
   const WholeColumns whole = whole_columns(g);
   const int64_t pixel = planes.pixel;
-  for (int64_t plane = begin; plane < end; ++plane) {
+  for (int64_t unit = begin; unit < end; ++unit) {
+    const int64_t plane = unit / g.oh, y = unit % g.oh;
     const float* in = src + planes.in_offset(plane);
     float* result = out + planes.out_offset(plane);
-    for (int64_t y = 0; y < g.oh; ++y) {
-      const WindowRange rows = window(y, g.sh, g.ph, g.kh, g.h);
-      float* out_row = result + y * g.ow * pixel;
-      int64_t x0 = 0;
-      auto pool_window = [&] {
-        const WindowRange cols = window(x0, g.sw, g.pw, g.kw, g.w);
-        const int64_t width = cols.end - cols.begin;
-        const float* row = in + (rows.begin * g.w + cols.begin) * pixel;
-        float* o = out_row + x0 * pixel;
+    const WindowRange rows = window(y, g.sh, g.ph, g.kh, g.h);
+    float* out_row = result + y * g.ow * pixel;
+    int64_t x0 = 0;
+    auto pool_window = [&] {
+      const WindowRange cols = window(x0, g.sw, g.pw, g.kw, g.w);
+      const int64_t width = cols.end - cols.begin;
+      const float* row = in + (rows.begin * g.w + cols.begin) * pixel;
+      float* o = out_row + x0 * pixel;
 #if defined(__AVX2__)
-        if constexpr (Block % 8 == 0) {
-          __m256 best[Block / 8];
-          for (int k = 0; k < Block / 8; ++k) best[k] = _mm256_loadu_ps(row + 8 * k);
-          for (int64_t iy = rows.begin; iy < rows.end; ++iy, row += g.w * pixel) {
-            for (int64_t ix = 0; ix < width; ++ix) {
-              for (int k = 0; k < Block / 8; ++k) best[k] = max_keeping_nan(best[k], _mm256_loadu_ps(row + ix * pixel + 8 * k));
-            }
-          }
-          for (int k = 0; k < Block / 8; ++k) _mm256_storeu_ps(o + 8 * k, best[k]);
-          return;
-        }
-#endif
-        float best[Block];
-        for (int lane = 0; lane < Block; ++lane) best[lane] = row[lane];
+      if constexpr (Block % 8 == 0) {
+        __m256 best[Block / 8];
+        for (int k = 0; k < Block / 8; ++k) best[k] = _mm256_loadu_ps(row + 8 * k);
         for (int64_t iy = rows.begin; iy < rows.end; ++iy, row += g.w * pixel) {
           for (int64_t ix = 0; ix < width; ++ix) {
-            for (int lane = 0; lane < Block; ++lane) {
-              const float v = row[ix * pixel + lane];
-              best[lane] = ((v > best[lane]) | (v != v)) ? v : best[lane];
-            }
+            for (int k = 0; k < Block / 8; ++k) best[k] = max_keeping_nan(best[k], _mm256_loadu_ps(row + ix * pixel + 8 * k));
           }
         }
-        for (int lane = 0; lane < Block; ++lane) o[lane] = best[lane];
-      };
-#if defined(__AVX2__)
-      if constexpr (Block % 8 == 0 && Kh > 0) {
-        // Whole windows: a tight loop, so that many outputs' loads are in flight at once.
-        if (rows.end - rows.begin == Kh) {
-          for (; x0 < whole.begin; ++x0) pool_window();
-          const float* corner = in + (rows.begin * g.w + x0 * g.sw - g.pw) * pixel;
-          for (; x0 < whole.end; ++x0, corner += g.sw * pixel) {
-            for (int k = 0; k < Block / 8; ++k) {
-              _mm256_storeu_ps(out_row + x0 * pixel + 8 * k, window_max<Kh, Kw>(corner + 8 * k, g.w * pixel, pixel));
-            }
+        for (int k = 0; k < Block / 8; ++k) _mm256_storeu_ps(o + 8 * k, best[k]);
+        return;
+      }
+#endif
+      float best[Block];
+      for (int lane = 0; lane < Block; ++lane) best[lane] = row[lane];
+      for (int64_t iy = rows.begin; iy < rows.end; ++iy, row += g.w * pixel) {
+        for (int64_t ix = 0; ix < width; ++ix) {
+          for (int lane = 0; lane < Block; ++lane) {
+            const float v = row[ix * pixel + lane];
+            best[lane] = ((v > best[lane]) | (v != v)) ? v : best[lane];
           }
         }
       }
-#endif
-      for (; x0 < g.ow; ++x0) pool_window();
+      for (int lane = 0; lane < Block; ++lane) o[lane] = best[lane];
+    };
+#if defined(__AVX2__)
+    if constexpr (Block % 8 == 0 && Kh > 0) {
+      // Whole windows: a tight loop, so that many outputs' loads are in flight at once.
+      if (rows.end - rows.begin == Kh) {
+        for (; x0 < whole.begin; ++x0) pool_window();
+        const float* corner = in + (rows.begin * g.w + x0 * g.sw - g.pw) * pixel;
+        for (; x0 < whole.end; ++x0, corner += g.sw * pixel) {
+          for (int k = 0; k < Block / 8; ++k) {
+            _mm256_storeu_ps(out_row + x0 * pixel + 8 * k, window_max<Kh, Kw>(corner + 8 * k, g.w * pixel, pixel));
+          }
+        }
+      }
     }
+#endif
+    for (; x0 < g.ow; ++x0) pool_window();
   }
 }
 
-// max_pool_blocked over all g.planes on flow's threads; `block` is 1, 8, 16, 32 or 64.
+// max_pool_blocked over all g.planes on flow's threads; `block` is 1, 8, 16, 32 or 64. The threads
+// split output rows, not planes: at batch 1 a channels-last layout of up to 64 channels is one
+// plane (resnet's 3x3 pooling after the stem ran on one thread of two).
 inline void max_pool_blocked(const PoolGeometry& g, const BlockedPlanes& planes, int block, const float* src, float* out) {
   CHECK(block == 1 || block == 8 || block == 16 || block == 32 || block == 64) << "no blocked max pooling for blocks of " << block;
-  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.plane_in() * block, 1));
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(g.sh * g.w * block, 1));
   with_fixed_window(g, [&]<int Kh, int Kw>() {
-    parallel_for(0, g.planes, grain, [&](int64_t begin, int64_t end) {
+    parallel_for(0, g.planes * g.oh, grain, [&](int64_t begin, int64_t end) {
       switch (block) {
         case 1: max_pool_blocked<1>(g, planes, src, out, begin, end); break;
         case 8: max_pool_blocked<8, Kh, Kw>(g, planes, src, out, begin, end); break;
