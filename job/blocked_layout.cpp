@@ -32,7 +32,9 @@ void bind_parameters(Kernel& kernel, const memory::desc& weight_plain, const mem
                      const std::vector<int>& in, const std::vector<const Tensor*>& constant_of) {
   dnnl::stream stream(engine());
   kernel.weight_values = *constant_of[in[1]];
-  kernel.weights = bind_memory(weight_plain, kernel.weight_values.data_ptr(), weight_wanted, stream, true).inner;
+  Bound bound = bind_memory(weight_plain, kernel.weight_values.data_ptr(), weight_wanted, stream, true);
+  kernel.weights = bound.inner;
+  kernel.reordered_weights = std::move(bound.buffer);
   stream.wait();
   if (!bias_desc.is_zero()) {
     kernel.bias_values = *constant_of[in[2]];

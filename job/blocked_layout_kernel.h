@@ -41,9 +41,11 @@ struct Kernel {
   std::optional<dnnl::convolution_forward::desc> conv_desc;
   std::vector<Operand> operands;
   // oneDNN's convolution: the weights reordered once (unless already in the primitive's layout)
-  // and the bias as exported; the tensors keep the buffers those may point into alive.
+  // and the bias as exported; the tensors and the reordered block keep the buffers those point
+  // into alive.
   memory weights, bias;
   Tensor weight_values, bias_values;
+  std::shared_ptr<Storage> reordered_weights;
   int output = -1;
   TensorMeta out_meta;
   memory::desc out_layout;
