@@ -75,8 +75,8 @@ inline bool is_reference_implementation(const char* impl_info) { return std::str
 // A oneDNN memory in the layout `wanted`, filled from (or later written back to) a plain buffer.
 // The reordered copy lives in a block of flow's CPU allocator (`buffer`), which keeps large blocks
 // for reuse: oneDNN's own allocation was freed after every call, and the next call paid a page
-// fault per 4 KiB of fresh memory (a bfloat16 resnet18 at batch 8 on 1 thread spent a third of its
-// run so, in a VM whose page faults are costly: 162-179 ms against 108-120 with the pages kept).
+// fault per 4 KiB of fresh memory (in a VM whose page faults are costly, oneflow_lite's bfloat16
+// resnet18 at batch 8, whose convolutions run here, took 144 ms a run on 1 thread against 116).
 struct Bound {
   memory user, inner;
   bool reordered;
