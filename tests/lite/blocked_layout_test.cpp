@@ -422,7 +422,9 @@ TEST_F(BlockedLayoutTest, ActivationsInPrimitivesOnlyForInputsWithinTheBound) {
   flow::manual_seed(10);
   auto net = std::make_shared<InvertedResidual>();
   export_net(net, {2, 6, 9, 9});
-  if (flow::cpu::dnnl_util::has_avx512_core()) EXPECT_GE(blocked_->activations_in_primitives(2), 2);  // expansion and depthwise
+  if (flow::cpu::dnnl_util::has_avx512_core()) {
+    EXPECT_GE(blocked_->activations_in_primitives(2), 2);  // expansion and depthwise
+  }
   EXPECT_EQ(plain_->activations_in_primitives(2), 0);
   for (const float special : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -2e6f, 1e30f}) {
     SCOPED_TRACE(special);
@@ -459,7 +461,9 @@ TEST_F(BlockedLayoutTest, ANanWeightKeepsItsConvolutionsActivationOutOfThePrimit
   const int64_t with_finite_weights = blocked_->activations_in_primitives(2);
   net->depthwise.data_ptr<float>()[4] = std::numeric_limits<float>::quiet_NaN();  // channel 0's centre tap
   export_net(net, {2, 6, 9, 9});
-  if (flow::cpu::dnnl_util::has_avx512_core()) EXPECT_EQ(blocked_->activations_in_primitives(2), with_finite_weights - 1);
+  if (flow::cpu::dnnl_util::has_avx512_core()) {
+    EXPECT_EQ(blocked_->activations_in_primitives(2), with_finite_weights - 1);
+  }
   expect_same(net, flow::randn({2, 6, 9, 9}));
 }
 

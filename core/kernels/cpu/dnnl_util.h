@@ -77,24 +77,24 @@ inline bool is_reference_implementation(const char* impl_info) { return std::str
 // for reuse: oneDNN's own allocation was freed after every call, and the next call paid a page
 // fault per 4 KiB of fresh memory (in a VM whose page faults are costly, oneflow_lite's bfloat16
 // resnet18 at batch 8, whose convolutions run here, took 144 ms a run on 1 thread against 116).
+// `buffer` is null when the user's layout is the wanted one and `inner` is `user` itself.
 struct Bound {
   memory user, inner;
-  bool reordered;
   std::shared_ptr<Storage> buffer;
 };
 inline Bound bind_memory(const memory::desc& user_desc, void* data, const memory::desc& wanted, dnnl::stream& stream, bool read) {
   memory user(user_desc, engine(), data);
-  if (wanted == user_desc) return {user, user, false, nullptr};
+  if (wanted == user_desc) return {user, user, nullptr};
   auto buffer = std::make_shared<Storage>(wanted.get_size(), Device(DeviceType::kCPU));
   memory inner(wanted, engine(), buffer->data());
   if (read) dnnl::reorder(user, inner).execute(stream, user, inner);
-  return {user, inner, true, std::move(buffer)};
+  return {user, inner, std::move(buffer)};
 }
 inline Bound bind_memory(const Dims& dims, void* data, const memory::desc& wanted, dnnl::stream& stream, bool read) {
   return bind_memory(plain(dims, wanted.data_type()), data, wanted, stream, read);
 }
 inline void write_back(Bound& bound, dnnl::stream& stream) {
-  if (bound.reordered) dnnl::reorder(bound.inner, bound.user).execute(stream, bound.inner, bound.user);
+  if (bound.buffer) dnnl::reorder(bound.inner, bound.user).execute(stream, bound.inner, bound.user);
 }
 
 // The primitives of `key` for the calling thread's thread count, made by make(key) on first use:

@@ -284,11 +284,11 @@ struct BlockedPlanes {
 
 // The max of every window over a channel-blocked layout: Block channels side by side in each of
 // g.planes planes (Block 1 is NCHW), laid out as `planes` says; output rows [begin, end) of all
-// planes' g.oh rows each, plane after plane. NaN wins and
-// stays, and a window of -inf gives -inf, as in max_pool_plane. With AVX2, blocks of 8 run as
-// vector compare-and-blends: oneDNN 2.6's AVX2 max pooling on nChw8c measured 7x slower than this
-// on an AMD EPYC (64x32x26x26, 2x2 windows: 1.85 vs 0.26 ms), and it skips NaN. Kh, Kw > 0 fix
-// the window size at compile time for windows that lie whole inside the plane.
+// planes' g.oh rows each, plane after plane. NaN wins and stays, and a window of -inf gives -inf,
+// as in max_pool_plane. With AVX2, blocks of 8 run as vector compare-and-blends: oneDNN 2.6's AVX2
+// max pooling on nChw8c measured 7x slower than this on an AMD EPYC (64x32x26x26, 2x2 windows:
+// 1.85 vs 0.26 ms), and it skips NaN. Kh, Kw > 0 fix the window size at compile time for windows
+// that lie whole inside the plane.
 template <int Block, int Kh = 0, int Kw = 0>
 void max_pool_blocked(const PoolGeometry& g, const BlockedPlanes& planes, const float* src, float* out, int64_t begin, int64_t end) {
   const WholeColumns whole = whole_columns(g);
