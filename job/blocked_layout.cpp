@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string_view>
 
@@ -26,16 +27,63 @@ Operand make_operand(int value, const memory::desc& layout, bool blocked, const 
   return operand;
 }
 
-// The constant weights (input 1) reordered once from `weight_plain` into the primitive's layout,
-// and the bias (input 2, when `bias_desc` is set) used as exported.
-void bind_parameters(Kernel& kernel, const memory::desc& weight_plain, const memory::desc& weight_wanted, const memory::desc& bias_desc,
-                     const std::vector<int>& in, const std::vector<const Tensor*>& constant_of) {
+// `source` (in layout `plain`) copied into layout `wanted`; null where the two are one layout.
+std::shared_ptr<Storage> reorder_weights(const void* source, const memory::desc& plain, const memory::desc& wanted) {
   dnnl::stream stream(engine());
-  kernel.weight_values = *constant_of[in[1]];
-  Bound bound = bind_memory(weight_plain, kernel.weight_values.data_ptr(), weight_wanted, stream, true);
-  kernel.weights = bound.inner;
-  kernel.reordered_weights = std::move(bound.buffer);
+  Bound bound = bind_memory(plain, const_cast<void*>(source), wanted, stream, true);
   stream.wait();
+  return std::move(bound.buffer);
+}
+
+}  // namespace
+
+struct ReorderedWeights::Impl {
+  // A copy lives while a kernel holds it, and that kernel holds the weight it was made from
+  // (Kernel::weight_values): a live copy's source address is still that weight's.
+  struct Copy {
+    const void* source;
+    memory::desc plain, wanted;
+    std::weak_ptr<Storage> buffer;
+  };
+  std::mutex mutex;
+  std::vector<Copy> copies;
+
+  std::shared_ptr<Storage> reordered(const void* source, const memory::desc& plain, const memory::desc& wanted) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::erase_if(copies, [](const Copy& copy) { return copy.buffer.expired(); });
+    for (const Copy& copy : copies) {
+      if (copy.source != source || !(copy.plain == plain) || !(copy.wanted == wanted)) continue;
+      // Its last kernel may have let it go since the erase above.
+      if (std::shared_ptr<Storage> buffer = copy.buffer.lock()) return buffer;
+    }
+    std::shared_ptr<Storage> buffer = reorder_weights(source, plain, wanted);
+    if (buffer) copies.push_back({source, plain, wanted, buffer});
+    return buffer;
+  }
+};
+
+ReorderedWeights::ReorderedWeights() : impl_(std::make_unique<Impl>()) {}
+ReorderedWeights::~ReorderedWeights() = default;
+
+int64_t ReorderedWeights::bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  int64_t total = 0;
+  for (const Impl::Copy& copy : impl_->copies) {
+    if (std::shared_ptr<Storage> buffer = copy.buffer.lock()) total += static_cast<int64_t>(buffer->nbytes());
+  }
+  return total;
+}
+
+namespace {
+
+// The constant weights (input 1) in the primitive's layout, reordered once from `weight_plain`
+// (through `shared` when given), and the bias (input 2, when `bias_desc` is set) used as exported.
+void bind_parameters(Kernel& kernel, const memory::desc& weight_plain, const memory::desc& weight_wanted, const memory::desc& bias_desc,
+                     const std::vector<int>& in, const std::vector<const Tensor*>& constant_of, ReorderedWeights* shared) {
+  kernel.weight_values = *constant_of[in[1]];
+  void* source = kernel.weight_values.data_ptr();
+  kernel.reordered_weights = shared ? shared->impl().reordered(source, weight_plain, weight_wanted) : reorder_weights(source, weight_plain, weight_wanted);
+  kernel.weights = kernel.reordered_weights ? memory(weight_wanted, engine(), kernel.reordered_weights->data()) : memory(weight_plain, engine(), source);
   if (!bias_desc.is_zero()) {
     kernel.bias_values = *constant_of[in[2]];
     kernel.bias = memory(bias_desc, engine(), kernel.bias_values.data_ptr());
@@ -126,7 +174,8 @@ std::optional<dnnl::convolution_forward::primitive_desc> with_activation(const d
 
 std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
                                                            const std::vector<std::pair<int, Tensor>>& constants,
-                                                           const std::vector<int>& model_outputs, double checked_input_bound) {
+                                                           const std::vector<int>& model_outputs, double checked_input_bound,
+                                                           ReorderedWeights* shared) {
   // oneDNN fixes a primitive's threads when it is created: those of the calling thread.
   sync_openmp_threads();
   auto impl = std::make_unique<Impl>();
@@ -346,7 +395,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->sum_post_op_slower = std::string(pd.impl_info_str()).find("brgconv_1x1") != std::string::npos;
           kernel->primitive.emplace(dnnl::convolution_forward(pd));
           kernel->operands.push_back(operand(in[0], pd.src_desc()));
-          bind_parameters(*kernel, plain(weight_dims), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
+          bind_parameters(*kernel, plain(weight_dims), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of, shared);
           kernel->out_layout = pd.dst_desc();
         }
         kernel->relu_after = relu;
@@ -368,7 +417,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->kind = Kind::kMatmul;
           kernel->primitive.emplace(dnnl::matmul(pd));
           kernel->operands.push_back(operand(in[0], pd.src_desc()));
-          bind_parameters(*kernel, weight_plain, pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of);
+          bind_parameters(*kernel, weight_plain, pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of, shared);
         } else {
           kernel->kind = Kind::kPackedLinear;
           kernel->packed_linear.emplace(in_features, out_features, constant_of[in[1]]->data_ptr<float>(),

@@ -6,7 +6,7 @@
 // flow's loops (max pooling, residual adds: in place, their ReLU in the same pass), and their
 // results stay in those layouts from one such op to the next. A value crosses to flow's plain NCHW only where another op or a model
 // output reads it. Convolution weights are reordered once, when the program for a batch size is
-// built, and a ReLU or a clamp keeping 0 (ReLU6) that alone reads a convolution's result runs in
+// built (ReorderedWeights shares the copies between programs), and a ReLU or a clamp keeping 0 (ReLU6) that alone reads a convolution's result runs in
 // place right after it (flow's loops, which keep NaN; oneDNN's ReLU and clip post-ops would not),
 // or as oneDNN's post-op where no NaN can reach it (plan's checked_input_bound).
 // On AVX2, convolutions from nChw8c to nChw8c run flow's direct convolution (cpu/conv_blocked.h)
@@ -45,6 +45,26 @@ using BlockedArenaPtr = std::unique_ptr<BlockedArena, BlockedArenaDeleter>;
 // orders of magnitude below it.
 inline constexpr double kCheckedInputBound = 1e6;
 
+// Constant weights reordered into the layouts oneDNN's primitives want, shared by the plans made
+// with it: oneflow_lite plans once per batch size and kernel thread count, and those plans'
+// convolutions want the same layouts of the same weights (resnet50: ~100 MB a copy). A copy lives
+// while a plan uses it. Only for weights that do not change while a plan made with it lives.
+// Thread-safe.
+class ReorderedWeights {
+ public:
+  struct Impl;
+  ReorderedWeights();
+  ~ReorderedWeights();
+  ReorderedWeights(const ReorderedWeights&) = delete;
+  ReorderedWeights& operator=(const ReorderedWeights&) = delete;
+  // The bytes of the copies plans use now.
+  int64_t bytes() const;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 class BlockedLayouts {
  public:
   struct Impl;
@@ -60,9 +80,12 @@ class BlockedLayouts {
   // or clamp as oneDNN's post-op: no NaN can reach it, the one value where oneDNN's post-ops and
   // flow's loops differ, and the separate pass over its result is saved (mobilenet_v2's ReLU6:
   // 10-12% of a run).
+  //
+  // With `shared`, weights are reordered through it (a copy another plan made is reused);
+  // without, this plan makes its own.
   static std::shared_ptr<const BlockedLayouts> plan(const std::vector<LayoutStep>& steps, const std::vector<TensorMeta>& metas,
                                                     const std::vector<std::pair<int, Tensor>>& constants, const std::vector<int>& model_outputs,
-                                                    double checked_input_bound = 0);
+                                                    double checked_input_bound = 0, ReorderedWeights* shared = nullptr);
   ~BlockedLayouts();
 
   // Whether a run on `inputs` may take the blocked steps: always, unless some convolution applies

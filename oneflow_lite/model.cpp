@@ -233,8 +233,8 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
     std::vector<LayoutStep> layout_steps;
     for (const Program::Step& step : program->steps) layout_steps.push_back({step.op, &step.attrs, &step.inputs, &step.outputs});
     try {
-      program->blocked =
-          BlockedLayouts::plan(layout_steps, program->value_metas, program->constants, program->output_values, graph::kCheckedInputBound);
+      program->blocked = BlockedLayouts::plan(layout_steps, program->value_metas, program->constants, program->output_values,
+                                              graph::kCheckedInputBound, reordered_weights.get());
     } catch (const std::exception& e) {
       invalid("model.pb: cannot plan blocked layouts at batch ", batch, ": ", e.what());
     }
@@ -425,6 +425,7 @@ int64_t Model::activations_in_primitives(int64_t batch) const {
 int64_t Model::float32_products() const { return impl_->float32_products; }
 bool Model::batch_buckets() const { return impl_->batch_buckets; }
 int64_t Model::cached_programs() const { return static_cast<int64_t>(impl_->programs->size()); }
+int64_t Model::reordered_weight_bytes() const { return impl_->reordered_weights->bytes(); }
 
 TensorList Model::run(const TensorList& given) const {
   const auto& specs = impl_->inputs;

@@ -38,7 +38,7 @@ struct LoadOptions {
     return *this;
   }
   // Whether float32 convolutions, pooling, ReLU and residual adds on CPU run on oneDNN's
-  // channel-blocked layouts, kept between them, with weights reordered once per batch size
+  // channel-blocked layouts, kept between them, with weights reordered once for all batch sizes
   // (oneflow_lite/blocked_layout.h). Off: every op runs its own kernel on plain NCHW.
   bool blocked_layouts_enabled = true;
   LoadOptions& blocked_layouts(bool enabled) {
@@ -129,6 +129,10 @@ class Model {
   // How many programs are cached now (at most LoadOptions::program_cache_capacity), batch sizes
   // found over the memory limit included.
   int64_t cached_programs() const;
+  // The bytes of weights the cached programs hold reordered into oneDNN's layouts (blocked
+  // layouts on): one copy per weight and layout, shared by the programs of every batch size and
+  // thread count that want that layout, freed with the last of them.
+  int64_t reordered_weight_bytes() const;
 
  private:
   struct Impl;

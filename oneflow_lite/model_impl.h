@@ -92,6 +92,8 @@ struct Model::Impl {
   // By batch size and, with blocked layouts, the calling thread's kernel threads
   // (current_num_threads()): oneDNN fixes a primitive's threads when it is created.
   std::unique_ptr<LruCache<std::pair<int64_t, int>, CachedProgram>> programs;
+  // The weights' copies in oneDNN's layouts, shared by the programs (the weights never change).
+  std::unique_ptr<graph::ReorderedWeights> reordered_weights = std::make_unique<graph::ReorderedWeights>();
 
   template <typename... Args>
   [[noreturn]] void invalid(const Args&... args) const {

@@ -10,7 +10,9 @@
 #include "common/models.h"
 #include "common/test_util.h"
 #include "core/grad_mode.h"
+#include "core/kernels/cpu/dnnl_util.h"
 #include "core/ops/reduce.h"
+#include "core/thread_pool.h"
 #include "graph/export.h"
 #include "oneflow_lite/batch_buckets.h"
 #include "oneflow_lite/model.h"
@@ -119,6 +121,36 @@ TEST_F(ProgramCacheTest, ConvNetRowsAreIndependentToo) {
   const Tensor x = flow::randn({20, 1, 28, 28});
   EXPECT_EQ(bucketed->program_batch(20), 24);
   expect_close(bucketed->run({x}).at(0), exact->run({x}).at(0));
+}
+
+// The programs of every batch size and kernel thread count share the weights reordered into
+// oneDNN's layouts (resnet50: ~100 MB a copy): a model served at many batch sizes holds one copy
+// per layout, not one per program.
+TEST_F(ProgramCacheTest, ProgramsShareTheirReorderedWeights) {
+  // With AVX2 alone, flow's direct convolution packs its own weights (cpu/conv_blocked.h).
+  if (!flow::cpu::dnnl_util::has_avx512_core()) GTEST_SKIP() << "oneDNN's convolutions keep blocked layouts with AVX-512";
+  flow::manual_seed(4);
+  auto net = test_models::resnet();
+  test_models::warm_up_batch_norm(*net, {16, 1, 28, 28});
+  export_net(net, {8, 1, 28, 28});
+  const auto model = Model::load(dir_, LoadOptions().batch_buckets(false));
+  const int64_t one_program = model->reordered_weight_bytes();
+  ASSERT_GT(one_program, 0);
+  const Tensor x = flow::randn({8, 1, 28, 28});
+  Tensor expected;
+  {
+    flow::autograd::NoGradGuard no_grad;
+    expected = net->forward(x);
+  }
+  const int threads = flow::get_num_threads();
+  for (int n : {1, 2}) {
+    flow::set_num_threads(n);
+    for (int64_t batch : {1, 3, 8}) expect_close(model->run({x.narrow(0, 0, batch)}).at(0), expected.narrow(0, 0, batch), 1e-4);
+  }
+  flow::set_num_threads(threads);
+  EXPECT_EQ(model->cached_programs(), 6);
+  EXPECT_EQ(model->reordered_weight_bytes(), one_program);
+  EXPECT_EQ(Model::load(dir_, LoadOptions().blocked_layouts(false))->reordered_weight_bytes(), 0);
 }
 
 // Subtracts the batch's sum (a mean would divide by the batch, making the export static): every
