@@ -2,9 +2,9 @@
 AdamW lr 1e-4) with GPT-2's architecture (pre-norm blocks, causal attention through
 F.scaled_dot_product_attention, or a masked softmax before PyTorch 2.0, GELU tanh, the LM head tied
 to the token embedding, N(0, 0.02) initialisation, dropout off), with the same sizes and flags;
-eager, or with --compile through torch.compile; --amp: bfloat16 autocast. Threads: --threads (torch.set_num_threads), else
-PyTorch's default.
-Prints: "torch-<mode> threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last>"."""
+eager, or with --compile through torch.compile; --amp: bfloat16 autocast (--amp-dtype float16: float16);
+--device cuda: on the GPU. Threads: --threads (torch.set_num_threads), else PyTorch's default.
+Prints: "torch-<mode>[-cuda] threads <n> ms/step <median> tokens/s <rate> loss <first> -> <last>"."""
 import argparse
 import resource
 import statistics
@@ -24,7 +24,7 @@ def attention(q, k, v):
     scores = (q @ k.transpose(-2, -1)) / (q.shape[-1] ** 0.5)
     if causal:
         t = q.shape[-2]
-        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     return scores.softmax(dim=-1) @ v
 
 
@@ -61,7 +61,7 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def loss(self, ids):
-        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
         for block in self.h:
             x, _ = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
@@ -73,19 +73,23 @@ def main():
     for name, default in [("batch", 8), ("tokens", 128), ("layers", 4), ("width", 256), ("heads", 4), ("vocab", 50257),
                           ("warmup", 2), ("steps", 5), ("threads", 0)]:
         parser.add_argument("--" + name, type=int, default=default)
-    parser.add_argument("--amp", action="store_true", help="bfloat16 autocast around the forward (torch.autocast)")
+    parser.add_argument("--amp", action="store_true", help="16-bit autocast around the forward (torch.autocast)")
+    parser.add_argument("--amp-dtype", choices=["bfloat16", "float16"], default="bfloat16", help="the autocast dtype")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     parser.add_argument("--compile", action="store_true", help="time torch.compile(step) instead of eager")
     o = parser.parse_args()
     if o.threads > 0:
         torch.set_num_threads(o.threads)
     torch.manual_seed(0)
-    model = GPT(o.vocab, o.tokens, o.width, o.layers, o.heads)
+    device = torch.device(o.device)
+    amp_dtype = getattr(torch, o.amp_dtype)
+    model = GPT(o.vocab, o.tokens, o.width, o.layers, o.heads).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, o.vocab, (o.batch, o.tokens))
+    ids = torch.randint(0, o.vocab, (o.batch, o.tokens)).to(device)
 
     def step():
         optimizer.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=o.amp):
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=o.amp):
             loss = model.loss(ids)
         loss.backward()
         optimizer.step()
@@ -103,7 +107,8 @@ def main():
         if o.warmup == 0 and i == 0:
             first = last
     median = statistics.median(seconds)
-    mode = ("compile" if o.compile else "eager") + ("-amp" if o.amp else "")
+    mode = ("compile" if o.compile else "eager") + ("" if not o.amp else "-amp-float16" if o.amp_dtype == "float16" else "-amp")
+    mode += "-cuda" if device.type == "cuda" else ""
     print(f"torch-{mode} threads {torch.get_num_threads()} ms/step {median * 1e3:.1f} "
           f"tokens/s {o.batch * o.tokens / median:.0f} loss {first:.4f} -> {last:.4f} "
           f"peak_rss_mb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")

@@ -3,12 +3,12 @@
 # and NCCL but none of flow's other dependencies (no apt there): the test binaries built in
 # build/ (a CUDA build: nvcc present), flow's shared libraries, and every other library they load
 # except the C runtime and CUDA's own, into .gpu/flow-gpu.tar.xz. scripts/gpu_check.sh runs it.
-# Usage: scripts/gpu_package.sh [binary ...]   (default: the cuda and distributed tests, cuda_bench)
+# Usage: scripts/gpu_package.sh [binary ...]   (default: the cuda and distributed tests, cuda_bench, gpt_step)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${FLOW_BUILD_DIR:-build}"
 binaries=("$@")
-((${#binaries[@]})) || binaries=("$build/tests/flow_cuda_tests" "$build/tests/flow_distributed_tests" "$build/bench/cuda_bench")
+((${#binaries[@]})) || binaries=("$build/tests/flow_cuda_tests" "$build/tests/flow_distributed_tests" "$build/bench/cuda_bench" "$build/bench/gpt_step")
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" .gpu
