@@ -1,6 +1,5 @@
 // Host side of the CUDA kernels: builds geometries from tensors, calls the device launchers
-// (launch.h), and registers every kernel for DeviceType::kCUDA. GEMM goes to cuBLAS.
-#include <cublas_v2.h>
+// (launch.h), and registers every kernel for DeviceType::kCUDA. GEMM goes to cuBLAS (cublas_api.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/kernels/cuda/cublas_api.h"
 #include "core/kernels/cuda/host.h"
 #include "core/kernels/cuda/launch.h"
 #include "core/op.h"
@@ -202,7 +202,7 @@ cublasHandle_t cublas_handle(int device) {
   std::lock_guard<std::mutex> lock(mutex);
   if (handles.size() <= static_cast<size_t>(device)) handles.resize(static_cast<size_t>(device) + 1, nullptr);
   if (handles[static_cast<size_t>(device)] == nullptr) {
-    if (cublasCreate(&handles[static_cast<size_t>(device)]) != CUBLAS_STATUS_SUCCESS) fail("matmul", "cublasCreate failed");
+    if (cublas_api("matmul").create(&handles[static_cast<size_t>(device)]) != CUBLAS_STATUS_SUCCESS) fail("matmul", "cublasCreate failed");
   }
   return handles[static_cast<size_t>(device)];
 }
@@ -211,6 +211,7 @@ cublasHandle_t cublas_handle(int device) {
 void gemm(const Tensor& like, bool transpose_b, int64_t m, int64_t n, int64_t k, const void* a, const void* b, void* c,
           double beta, const char* op) {
   cublasHandle_t handle = cublas_handle(like.device().index);
+  const CublasApi& cublas = cublas_api(op);
   const cublasOperation_t tb = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int ldb = static_cast<int>(transpose_b ? k : n);
   cublasStatus_t status;
@@ -219,16 +220,16 @@ void gemm(const Tensor& like, bool transpose_b, int64_t m, int64_t n, int64_t k,
     // bfloat16 products): alpha and beta are float for CUBLAS_COMPUTE_32F.
     const cudaDataType_t type = like.dtype() == kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
     const float alpha = 1.0f, beta_f = static_cast<float>(beta);
-    status = cublasGemmEx(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, type, ldb,
+    status = cublas.gemm_ex(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, type, ldb,
                           a, type, static_cast<int>(k), &beta_f, c, type, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   } else if (like.dtype() == kFloat32) {
     const float alpha = 1.0f, beta_f = static_cast<float>(beta);
-    status = cublasSgemm(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
+    status = cublas.sgemm(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
                          static_cast<const float*>(b), ldb, static_cast<const float*>(a), static_cast<int>(k), &beta_f,
                          static_cast<float*>(c), static_cast<int>(n));
   } else {
     const double alpha = 1.0;
-    status = cublasDgemm(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
+    status = cublas.dgemm(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
                          static_cast<const double*>(b), ldb, static_cast<const double*>(a), static_cast<int>(k), &beta,
                          static_cast<double*>(c), static_cast<int>(n));
   }
