@@ -18,10 +18,12 @@ const flow::Device kCuda("cuda:0");
 
 models::GPT2Config small_config() { return models::GPT2Config().vocab_size(64).n_positions(16).n_embd(32).n_layer(2).n_head(4).dropout(0.0); }
 
-// The same initial weights on every call.
-std::shared_ptr<models::GPT2LMHeadModel> small_model() {
+// The same initial weights on every call, on `device`.
+std::shared_ptr<models::GPT2LMHeadModel> small_model(const flow::Device& device) {
   flow::manual_seed(41);
-  return std::make_shared<models::GPT2LMHeadModel>(small_config());
+  auto model = std::make_shared<models::GPT2LMHeadModel>(small_config());
+  model->to(device);
+  return model;
 }
 
 Tensor token_ids() {
@@ -42,6 +44,38 @@ double eager_step(models::GPT2LMHeadModel& model, flow::optim::Optimizer& optimi
   return loss.item<double>();
 }
 
+// The same small GPT-2 trained three ways, with AdamW: eagerly on the CPU, eagerly on CUDA, and as
+// a Graph on CUDA (its AMP from `amp`, as the eager steps' autocast).
+struct ThreeTrainings {
+  explicit ThreeTrainings(std::optional<flow::DType> amp_dtype = std::nullopt)
+      : amp(amp_dtype),
+        cpu_model(small_model(flow::kCPU)),
+        cuda_model(small_model(kCuda)),
+        graph_model(small_model(kCuda)),
+        cpu_optimizer(cpu_model->parameters(), options),
+        cuda_optimizer(cuda_model->parameters(), options),
+        graph(graph_model, std::make_shared<flow::optim::AdamW>(graph_model->parameters(), options)) {
+    if (amp) graph.config().enable_amp(true, *amp);
+  }
+  struct Losses {
+    double cpu, cuda, graph;
+  };
+  Losses step() {
+    Losses losses{};
+    losses.cpu = eager_step(*cpu_model, cpu_optimizer, ids, amp);
+    losses.cuda = eager_step(*cuda_model, cuda_optimizer, cuda_ids, amp);
+    losses.graph = graph(cuda_ids, cuda_ids).at(0).item<double>();
+    return losses;
+  }
+
+  const std::optional<flow::DType> amp;
+  const flow::optim::AdamWOptions options = flow::optim::AdamWOptions(1e-2);
+  const Tensor ids = token_ids(), cuda_ids = ids.to(kCuda);
+  std::shared_ptr<models::GPT2LMHeadModel> cpu_model, cuda_model, graph_model;
+  flow::optim::AdamW cpu_optimizer, cuda_optimizer;
+  test_graphs::LanguageModelTrainGraph graph;
+};
+
 void expect_same_parameters(models::GPT2LMHeadModel& cuda_model, models::GPT2LMHeadModel& cpu_model, double tolerance) {
   const auto on_cuda = cuda_model.named_parameters(), on_cpu = cpu_model.named_parameters();
   ASSERT_EQ(on_cuda.size(), on_cpu.size());
@@ -55,20 +89,14 @@ void expect_same_parameters(models::GPT2LMHeadModel& cuda_model, models::GPT2LMH
 
 TEST(CudaGPT2, EagerAndGraphTrainingStepsMatchCpu) {
   REQUIRE_CUDA();
-  auto cpu_model = small_model(), cuda_model = small_model(), graph_model = small_model();
-  cuda_model->to(kCuda);
-  graph_model->to(kCuda);
-  const auto options = flow::optim::AdamWOptions(1e-2);
-  flow::optim::AdamW cpu_optimizer(cpu_model->parameters(), options), cuda_optimizer(cuda_model->parameters(), options);
-  test_graphs::LanguageModelTrainGraph graph(graph_model, std::make_shared<flow::optim::AdamW>(graph_model->parameters(), options));
-  const Tensor ids = token_ids(), cuda_ids = ids.to(kCuda);
+  ThreeTrainings runs;
   for (int step = 0; step < 3; ++step) {
-    const double cpu_loss = eager_step(*cpu_model, cpu_optimizer, ids, std::nullopt);
-    EXPECT_NEAR(eager_step(*cuda_model, cuda_optimizer, cuda_ids, std::nullopt), cpu_loss, 1e-4 * cpu_loss) << "step " << step;
-    EXPECT_NEAR(graph(cuda_ids, cuda_ids).at(0).item<double>(), cpu_loss, 1e-4 * cpu_loss) << "step " << step;
+    const ThreeTrainings::Losses losses = runs.step();
+    EXPECT_NEAR(losses.cuda, losses.cpu, 1e-4 * losses.cpu) << "step " << step;
+    EXPECT_NEAR(losses.graph, losses.cpu, 1e-4 * losses.cpu) << "step " << step;
   }
-  expect_same_parameters(*cuda_model, *cpu_model, 1e-4);
-  expect_same_parameters(*graph_model, *cpu_model, 1e-4);
+  expect_same_parameters(*runs.cuda_model, *runs.cpu_model, 1e-4);
+  expect_same_parameters(*runs.graph_model, *runs.cpu_model, 1e-4);
 }
 
 // AMP on CUDA: eager autocast and the Graph's enable_amp give the CPU's autocast losses within the
@@ -77,22 +105,15 @@ TEST(CudaGPT2, MixedPrecisionTrainingMatchesCpuAutocast) {
   REQUIRE_CUDA();
   for (flow::DType amp : {flow::kBFloat16, flow::kFloat16}) {
     SCOPED_TRACE(flow::dtype_name(amp));
-    auto cpu_model = small_model(), cuda_model = small_model(), graph_model = small_model();
-    cuda_model->to(kCuda);
-    graph_model->to(kCuda);
-    const auto options = flow::optim::AdamWOptions(1e-2);
-    flow::optim::AdamW cpu_optimizer(cpu_model->parameters(), options), cuda_optimizer(cuda_model->parameters(), options);
-    test_graphs::LanguageModelTrainGraph graph(graph_model, std::make_shared<flow::optim::AdamW>(graph_model->parameters(), options));
-    graph.config().enable_amp(true, amp);
-    const Tensor ids = token_ids(), cuda_ids = ids.to(kCuda);
+    ThreeTrainings runs(amp);
     std::vector<double> graph_losses;
     for (int step = 0; step < 6; ++step) {
-      const double cpu_loss = eager_step(*cpu_model, cpu_optimizer, ids, amp);
-      EXPECT_NEAR(eager_step(*cuda_model, cuda_optimizer, cuda_ids, amp), cpu_loss, 3e-2 * cpu_loss) << "step " << step;
-      graph_losses.push_back(graph(cuda_ids, cuda_ids).at(0).item<double>());
-      EXPECT_NEAR(graph_losses.back(), cpu_loss, 3e-2 * cpu_loss) << "step " << step;
+      const ThreeTrainings::Losses losses = runs.step();
+      EXPECT_NEAR(losses.cuda, losses.cpu, 3e-2 * losses.cpu) << "step " << step;
+      EXPECT_NEAR(losses.graph, losses.cpu, 3e-2 * losses.cpu) << "step " << step;
+      graph_losses.push_back(losses.graph);
     }
     EXPECT_LT(graph_losses.back(), 0.9 * graph_losses.front());
-    for (const auto& [name, p] : graph_model->named_parameters()) EXPECT_EQ(p.dtype(), flow::kFloat32) << name;
+    for (const auto& [name, p] : runs.graph_model->named_parameters()) EXPECT_EQ(p.dtype(), flow::kFloat32) << name;
   }
 }
