@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   }
   const std::string amp = !o.amp ? "" : amp_dtype == flow::kFloat16 ? "-amp-float16" : "-amp";
   std::printf("flow-%s%s%s threads %d ms/step %.1f tokens/s %.0f loss %.4f -> %.4f peak_rss_mb %.1f\n", o.mode.c_str(), amp.c_str(),
-              device.is_cuda() ? "-cuda" : "", flow::get_num_threads(), median * 1e3, static_cast<double>(o.batch * o.tokens) / median, first_loss,
-              last_loss, static_cast<double>(usage.ru_maxrss) / 1024.0);
+              device.is_cuda() ? "-cuda" : "", flow::get_num_threads(), median * 1e3, static_cast<double>(o.batch * o.tokens) / median,
+              first_loss, last_loss, static_cast<double>(usage.ru_maxrss) / 1024.0);
   return 0;
 }

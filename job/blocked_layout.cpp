@@ -82,8 +82,10 @@ void bind_parameters(Kernel& kernel, const memory::desc& weight_plain, const mem
                      const std::vector<int>& in, const std::vector<const Tensor*>& constant_of, ReorderedWeights* shared) {
   kernel.weight_values = *constant_of[in[1]];
   void* source = kernel.weight_values.data_ptr();
-  kernel.reordered_weights = shared ? shared->impl().reordered(source, weight_plain, weight_wanted) : reorder_weights(source, weight_plain, weight_wanted);
-  kernel.weights = kernel.reordered_weights ? memory(weight_wanted, engine(), kernel.reordered_weights->data()) : memory(weight_plain, engine(), source);
+  kernel.reordered_weights =
+      shared ? shared->impl().reordered(source, weight_plain, weight_wanted) : reorder_weights(source, weight_plain, weight_wanted);
+  kernel.weights = kernel.reordered_weights ? memory(weight_wanted, engine(), kernel.reordered_weights->data())
+                                            : memory(weight_plain, engine(), source);
   if (!bias_desc.is_zero()) {
     kernel.bias_values = *constant_of[in[2]];
     kernel.bias = memory(bias_desc, engine(), kernel.bias_values.data_ptr());

@@ -16,7 +16,9 @@ namespace models = flow::models;
 namespace {
 const flow::Device kCuda("cuda:0");
 
-models::GPT2Config small_config() { return models::GPT2Config().vocab_size(64).n_positions(16).n_embd(32).n_layer(2).n_head(4).dropout(0.0); }
+models::GPT2Config small_config() {
+  return models::GPT2Config().vocab_size(64).n_positions(16).n_embd(32).n_layer(2).n_head(4).dropout(0.0);
+}
 
 // The same initial weights on every call, on `device`.
 std::shared_ptr<models::GPT2LMHeadModel> small_model(const flow::Device& device) {

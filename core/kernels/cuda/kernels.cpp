@@ -221,17 +221,17 @@ void gemm(const Tensor& like, bool transpose_b, int64_t m, int64_t n, int64_t k,
     const cudaDataType_t type = like.dtype() == kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
     const float alpha = 1.0f, beta_f = static_cast<float>(beta);
     status = cublas.gemm_ex(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, type, ldb,
-                          a, type, static_cast<int>(k), &beta_f, c, type, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                            a, type, static_cast<int>(k), &beta_f, c, type, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   } else if (like.dtype() == kFloat32) {
     const float alpha = 1.0f, beta_f = static_cast<float>(beta);
     status = cublas.sgemm(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
-                         static_cast<const float*>(b), ldb, static_cast<const float*>(a), static_cast<int>(k), &beta_f,
-                         static_cast<float*>(c), static_cast<int>(n));
+                          static_cast<const float*>(b), ldb, static_cast<const float*>(a), static_cast<int>(k), &beta_f,
+                          static_cast<float*>(c), static_cast<int>(n));
   } else {
     const double alpha = 1.0;
     status = cublas.dgemm(handle, tb, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
-                         static_cast<const double*>(b), ldb, static_cast<const double*>(a), static_cast<int>(k), &beta,
-                         static_cast<double*>(c), static_cast<int>(n));
+                          static_cast<const double*>(b), ldb, static_cast<const double*>(a), static_cast<int>(k), &beta,
+                          static_cast<double*>(c), static_cast<int>(n));
   }
   if (status != CUBLAS_STATUS_SUCCESS) fail(op, "cuBLAS GEMM failed with status ", static_cast<int>(status));
 }
