@@ -37,18 +37,18 @@ fi
 # GPT-2 small (12 layers, 768 wide, 12 heads, batch 8 x 1024 tokens, GPT-2's vocabulary, random
 # weights) training steps on the GPU: flow eager and Graph, float32 and bfloat16 AMP, beside
 # PyTorch eager and torch.compile when the machine has PyTorch (bench/torch_gpt_step.py).
-# GPT2_STEPS (default 5) timed steps after 2 warm-up steps.
+# GPT2_STEPS (default 5) timed steps after 2 warm-up steps; each run stops after GPT2_TIMEOUT s (150).
 if [ -x /tmp/flow-gpu/bin/gpt_step ]; then
   gpt2=(--layers 12 --width 768 --heads 12 --tokens 1024 --batch 8 --warmup 2 --steps "${GPT2_STEPS:-5}" --device cuda)
   for amp in "" --amp; do
     for mode in eager graph; do
       echo "== gpt_step --mode $mode $amp (GPT-2 small, cuda)"
-      timeout 300 /tmp/flow-gpu/bin/gpt_step --mode "$mode" $amp "${gpt2[@]}" || status=1
+      timeout "${GPT2_TIMEOUT:-150}" /tmp/flow-gpu/bin/gpt_step --mode "$mode" $amp "${gpt2[@]}" || status=1
     done
     if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
       for compile in "" --compile; do
         echo "== torch_gpt_step.py $compile $amp (GPT-2 small, cuda)"
-        timeout 300 python3 bench/torch_gpt_step.py $compile $amp "${gpt2[@]}" || status=1
+        timeout "${GPT2_TIMEOUT:-150}" python3 bench/torch_gpt_step.py $compile $amp "${gpt2[@]}" || status=1
       done
     fi
   done
