@@ -189,7 +189,7 @@ void Model::Impl::add_node(proto::Node& node, int64_t batch, bool rebatch, Progr
   program.steps.push_back(std::move(step));
 }
 
-std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
+std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch, bool plan_layouts) const {
   proto::Job job = exported.job();
   const bool rebatch = batch != exported.batch_size();
   std::map<std::string, proto::Node*> by_name;
@@ -229,7 +229,7 @@ std::shared_ptr<const Program> Model::Impl::make_program(int64_t batch) const {
   // Values that live only in blocked layouts get no plain buffer.
   std::set<std::string> unplanned;
   std::vector<bool> blocked_only(program->num_values, false);
-  if (blocked_layouts) {
+  if (blocked_layouts && plan_layouts) {
     std::vector<LayoutStep> layout_steps;
     for (const Program::Step& step : program->steps) layout_steps.push_back({step.op, &step.attrs, &step.inputs, &step.outputs});
     try {

@@ -106,7 +106,9 @@ struct Model::Impl {
   // The program a run of `batch` rows uses: its bucket's with batch buckets where that run fits
   // the memory limit, else its own (flow::Error where that one does not fit).
   std::shared_ptr<CachedProgram> program_for(int64_t batch) const;
-  std::shared_ptr<const Program> make_program(int64_t batch) const;
+  // plan_layouts false: without the layout pass (its oneDNN primitives and reordered weights), for
+  // a program that is only inspected, never run.
+  std::shared_ptr<const Program> make_program(int64_t batch, bool plan_layouts = true) const;
   // Rewrites the exported Job (and weights) so that its bfloat16 products `choice` does not keep
   // run in float32 (bfloat16_products.h), and logs what it changed. A Job without bfloat16 values
   // is not copied.

@@ -59,7 +59,7 @@ std::shared_ptr<CachedProgram> Model::Impl::program_for(int64_t batch) const {
 bool Model::Impl::rows_independent() const {
   const int64_t exported_batch = exported.batch_size();
   // At one row, element-wise ops broadcast a row instead of splitting rows.
-  const std::shared_ptr<const Program> program = exported_batch >= 2 ? program_for(exported_batch)->program : make_program(2);
+  const std::shared_ptr<const Program> program = exported_batch >= 2 ? program_for(exported_batch)->program : make_program(2, false);
   std::set<std::string> batch_slot_nodes;
   for (const auto& slot : exported.batch_slots()) batch_slot_nodes.insert(slot.node());
   std::vector<RowStep> steps;
