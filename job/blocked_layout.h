@@ -4,11 +4,12 @@
 // (relu(a + b), the fusion pass's fused_elementwise) run on the channel-blocked layouts the
 // convolutions choose (nChw8c with AVX2, channels-last NHWC with AVX-512), as oneDNN primitives or
 // flow's loops (max pooling, residual adds: in place, their ReLU in the same pass), and their
-// results stay in those layouts from one such op to the next. A value crosses to flow's plain NCHW only where another op or a model
-// output reads it. Convolution weights are reordered once, when the program for a batch size is
-// built (ReorderedWeights shares the copies between programs), and a ReLU or a clamp keeping 0 (ReLU6) that alone reads a convolution's result runs in
-// place right after it (flow's loops, which keep NaN; oneDNN's ReLU and clip post-ops would not),
-// or as oneDNN's post-op where no NaN can reach it (plan's checked_input_bound).
+// results stay in those layouts from one such op to the next. A value crosses to flow's plain NCHW
+// only where another op or a model output reads it. Convolution weights are reordered once, when
+// the program for a batch size is built (ReorderedWeights shares the copies between programs), and
+// a ReLU or a clamp keeping 0 (ReLU6) that alone reads a convolution's result runs in place right
+// after it (flow's loops, which keep NaN; oneDNN's ReLU and clip post-ops would not), or as
+// oneDNN's post-op where no NaN can reach it (plan's checked_input_bound).
 // On AVX2, convolutions from nChw8c to nChw8c run flow's direct convolution (cpu/conv_blocked.h)
 // instead of oneDNN's primitive, the ReLU and a folded residual sum inside it. On AVX-512 a
 // network's first convolution on a model input (1-4 channels), its ReLU and a 2x2 max pooling run
