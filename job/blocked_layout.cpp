@@ -132,9 +132,15 @@ constexpr double kMaxSafeBound = 1e30;
 // The largest magnitude a convolution's result can take on inputs of at most `input_bound`: over
 // the output channels, the largest sum of |weight| times the bound, plus the largest |bias|.
 double convolution_bound(const Tensor& weight, const Tensor* bias, double input_bound) {
-  if (!(input_bound < std::numeric_limits<double>::infinity()) || weight.dtype() != kFloat32) return std::numeric_limits<double>::infinity();
+  const auto is_float = [](const Tensor& t) { return t.dtype() == kFloat32 || t.dtype() == kBFloat16; };
+  if (!(input_bound < std::numeric_limits<double>::infinity()) || !is_float(weight) || (bias && !is_float(*bias))) {
+    return std::numeric_limits<double>::infinity();
+  }
+  // bfloat16 widens to float32 exactly.
+  const auto as_float32 = [](const Tensor& t) { return t.dtype() == kFloat32 ? t : t.to(kFloat32); };
+  const Tensor weight_values = as_float32(weight);
   const int64_t channels = weight.size(0), per_channel = channels == 0 ? 0 : weight.numel() / channels;
-  const float* w = weight.data_ptr<float>();
+  const float* w = weight_values.data_ptr<float>();
   double largest = 0;
   for (int64_t c = 0; c < channels; ++c) {
     double sum = 0;
@@ -143,14 +149,13 @@ double convolution_bound(const Tensor& weight, const Tensor* bias, double input_
     largest = std::max(largest, sum);
   }
   double bias_bound = 0;
-  if (bias && bias->dtype() == kFloat32) {
+  if (bias) {
+    const Tensor bias_values = as_float32(*bias);
     for (int64_t c = 0; c < bias->numel(); ++c) {
-      const double magnitude = std::abs(static_cast<double>(bias->data_ptr<float>()[c]));
+      const double magnitude = std::abs(static_cast<double>(bias_values.data_ptr<float>()[c]));
       if (!std::isfinite(magnitude)) return std::numeric_limits<double>::infinity();
       bias_bound = std::max(bias_bound, magnitude);
     }
-  } else if (bias) {
-    return std::numeric_limits<double>::infinity();
   }
   return largest * input_bound + bias_bound;
 }
@@ -243,7 +248,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     if (!conv || conv->kind != Kind::kConv || conv->sum_into >= 0 || conv->clamp_after) return false;
     const std::vector<int>& conv_in = *steps[conv_step].inputs;
     const Attrs& attrs = *steps[conv_step].attrs;
-    if (blocked[conv_in[0]] || producer[conv_in[0]] >= 0 || attrs.get<Pair>("stride") != Pair{1, 1} || attrs.get<Pair>("padding") != Pair{0, 0} ||
+    if (blocked[conv_in[0]] || producer[conv_in[0]] >= 0 || metas[conv_in[0]].dtype != kFloat32 || attrs.get<Pair>("stride") != Pair{1, 1} || attrs.get<Pair>("padding") != Pair{0, 0} ||
         attrs.get<Pair>("dilation") != Pair{1, 1} || attrs.get<int64_t>("groups") != 1) {
       return false;
     }
@@ -343,36 +348,54 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->kind = Kind::kAlias;
         kernel->out_layout = layouts[in[0]];
       } else if (name == "conv2d") {
-        if (!is_cpu_float_4d(in_metas[0]) || !is_cpu_float_4d(out_meta) || !constant_of[in[1]] || !constant_of[in[1]]->is_contiguous() ||
-            (in.size() == 3 && !(constant_of[in[2]] && constant_of[in[2]]->is_contiguous()))) {
+        // bfloat16 (an AMP export's) with AVX-512, where oneDNN has bfloat16 kernels.
+        const DType dtype = in_metas[0].dtype;
+        const bool bfloat16 = dtype == kBFloat16 && has_avx512_core();
+        const auto constant_weight = [&](size_t i, bool float32_too) {
+          return constant_of[in[i]] && constant_of[in[i]]->is_contiguous() && (in_metas[i].dtype == dtype || (float32_too && in_metas[i].dtype == kFloat32));
+        };
+        if (!(is_cpu_float_4d(in_metas[0]) || bfloat16) || !is_cpu_4d(out_meta, dtype) || !constant_weight(1, false) ||
+            (in.size() == 3 && !constant_weight(2, true))) {
           continue;
         }
+        const memory::data_type type = *data_type_of(dtype);
         const Attrs& attrs = *step.attrs;
         const Pair &stride = attrs.get<Pair>("stride"), &padding = attrs.get<Pair>("padding"), &dilation = attrs.get<Pair>("dilation");
         const int64_t groups = attrs.get<int64_t>("groups");
         const Shape& w = in_metas[1].shape;
         const Dims weight_dims = groups == 1 ? Dims{w[0], w[1], w[2], w[3]} : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
+        // A bfloat16 convolution writes its result in float32, unrounded: an AMP export casts it
+        // to float32 for the ops after it, and that cast, when it alone reads the result, is then
+        // the same memory (kAlias). One rounding fewer than the op's kernel and the cast.
+        int result = out;
+        if (bfloat16 && readers[out].size() == 1 && !is_model_output[out]) {
+          const LayoutStep& cast = steps[readers[out][0]];
+          const int cast_out = cast.outputs->front();
+          if (is_float_cast(cast.op->name, out_meta, metas[cast_out])) result = cast_out;
+        }
         // A ReLU or a clamp keeping 0 that alone reads the result is applied right after the
         // convolution (relu_after, clamp_after).
-        const std::vector<size_t>& next = readers[out];
-        const bool alone = next.size() == 1 && !is_model_output[out];
+        const std::vector<size_t>& next = readers[result];
+        const bool alone = next.size() == 1 && !is_model_output[result];
         const bool relu = alone && steps[next[0]].op->name == "relu";
         const std::optional<ClampBounds> clamp =
             alone ? zero_keeping_clamp(steps[next[0]].op->name, *steps[next[0]].attrs, metas[steps[next[0]].outputs->front()]) : std::nullopt;
         const bool has_bias = in.size() == 3;
-        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(dims_of(in_metas[0].shape)),
-                                             any(weight_dims), has_bias ? any({out_meta.shape[1]}) : memory::desc(), any(dims_of(out_meta.shape)),
+        const memory::desc bias_any = has_bias ? any({out_meta.shape[1]}, *data_type_of(in_metas[2].dtype)) : memory::desc();
+        dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                             any(dims_of(in_metas[0].shape), type), any(weight_dims, type), bias_any, any(dims_of(out_meta.shape)),
                                              {stride[0], stride[1]}, {dilation[0] - 1, dilation[1] - 1}, {padding[0], padding[1]},
                                              {padding[0], padding[1]});
         dnnl::convolution_forward::primitive_desc pd(desc, user_scratchpad(), engine());
-        if (groups > 1 && groups == w[0] && groups == in_metas[0].shape[1] && in_metas[0].dtype == kFloat32) {
+        if (bfloat16 && is_reference_implementation(pd.impl_info_str())) continue;  // no bfloat16 kernel here
+        if (groups > 1 && groups == w[0] && groups == in_metas[0].shape[1] && dtype == kFloat32) {
           if (auto jit = depthwise_on_jit_dw(desc, pd)) pd = *jit;
         }
         const double pre_activation = convolution_bound(*constant_of[in[1]], has_bias ? constant_of[in[2]] : nullptr, bound[in[0]]);
         conv_bound = clamp ? std::max(std::abs(clamp->lo), std::abs(clamp->hi)) : pre_activation;
         if (!(pre_activation <= kMaxSafeBound)) conv_bound = kUnbounded;
         bool activation_in_primitive = false;
-        if ((relu || clamp) && pre_activation <= kMaxSafeBound && in_metas[0].dtype == kFloat32) {
+        if ((relu || clamp) && pre_activation <= kMaxSafeBound) {
           if (auto fused = with_activation(desc, pd, clamp)) {
             pd = *fused;
             activation_in_primitive = true;
@@ -384,7 +407,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         // Where oneDNN chose nChw8c in and out (AVX2) and the shape suits flow's direct convolution,
         // that runs instead: 0.55-0.8 of oneDNN's time on 8-16 channels, 0.83-0.9 on 32 -> 64
         // (docs/performance.md).
-        if (groups == 1 && dilation == Pair{1, 1} && !has_avx512_core() && cpu::BlockedConv::supports(direct) &&
+        if (groups == 1 && dilation == Pair{1, 1} && dtype == kFloat32 && !has_avx512_core() && cpu::BlockedConv::supports(direct) &&
             pd.src_desc() == channel_blocked(dims_of(x), 8) && pd.dst_desc() == channel_blocked(dims_of(out_meta.shape), 8)) {
           kernel->kind = Kind::kDirectConv;
           kernel->direct_conv.emplace(direct, constant_of[in[1]]->data_ptr<float>(), has_bias ? constant_of[in[2]]->data_ptr<float>() : nullptr);
@@ -397,7 +420,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->sum_post_op_slower = std::string(pd.impl_info_str()).find("brgconv_1x1") != std::string::npos;
           kernel->primitive.emplace(dnnl::convolution_forward(pd));
           kernel->operands.push_back(operand(in[0], pd.src_desc()));
-          bind_parameters(*kernel, plain(weight_dims), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of, shared);
+          bind_parameters(*kernel, plain(weight_dims, type), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of, shared);
           kernel->out_layout = pd.dst_desc();
         }
         kernel->relu_after = relu;
@@ -425,6 +448,20 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->packed_linear.emplace(in_features, out_features, constant_of[in[1]]->data_ptr<float>(),
                                         in.size() == 3 ? constant_of[in[2]]->data_ptr<float>() : nullptr);
           kernel->operands.push_back(operand(in[0], plain({rows, in_features})));
+        }
+      } else if (is_float_cast(name, in_metas[0], out_meta)) {
+        if (!blocked[in[0]]) continue;
+        const memory::desc& layout = layouts[in[0]];
+        const memory::data_type type = *data_type_of(out_meta.dtype);
+        if (layout.data_type() == type && readers[in[0]].size() == 1 && !is_model_output[in[0]]) {
+          // A bfloat16 convolution's float32 result: already what the cast makes.
+          kernel->kind = Kind::kAlias;
+          kernel->out_layout = layout;
+        } else {
+          kernel->kind = Kind::kConvert;
+          kernel->out_layout = with_data_type(layout, type);
+          kernel->primitive.emplace(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), layout, engine(), kernel->out_layout, user_scratchpad())));
+          kernel->operands.push_back(operand(in[0], layout));
         }
       } else if (name == "max_pool2d_inference") {
         if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
@@ -462,7 +499,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
         kernel->out_layout = pd.dst_desc();
       } else if (std::optional<bool> relu = residual_add(name, *step.attrs, in_metas, out_meta)) {
-        if (!blocked[in[0]] && !blocked[in[1]]) continue;
+        // The sum runs on the layout of a blocked float32 operand (not on a bfloat16 one's).
+        const auto blocked_float32 = [&](int value) { return blocked[value] && layouts[value].data_type() == memory::data_type::f32; };
+        if (!blocked_float32(in[0]) && !blocked_float32(in[1])) continue;
         // A ReLU step alone reading a plain add (unfused: an AMP export's add of two casts, run
         // in float32 by lite) is applied with the sum, as the fused relu(a + b).
         const std::vector<size_t>& next = readers[out];
@@ -480,7 +519,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           // The sum (flow's loop relu(a + b) or a + b over the whole layout: padding channels hold
           // zeros in both) reads and writes the layout of a blocked operand; the other is reordered
           // to it.
-          const int first = blocked[in[0]] ? in[0] : in[1], second = first == in[0] ? in[1] : in[0];
+          const int first = blocked_float32(in[0]) ? in[0] : in[1], second = first == in[0] ? in[1] : in[0];
           const memory::desc& layout = layouts[first];
           kernel->kind = Kind::kAdd;
           kernel->relu_after = *relu;
@@ -504,6 +543,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         break;
       case Kind::kAdd:
         bound[out] = bound[in[0]] + bound[in[1]];
+        break;
+      case Kind::kConvert:  // rounding to bfloat16 may grow a value by half a unit in the last place
+        bound[out] = bound[in[0]] * (1 + 1.0 / 256);
         break;
       case Kind::kAlias:  // a ReLU or clamp its convolution applies, or a residual add folded into one
         bound[out] = in.size() == 2 ? bound[in[0]] + bound[in[1]] : bound[in[0]];

@@ -21,7 +21,8 @@ using Pair = std::vector<int64_t>;
 
 // kShallowConvPool: a first-layer convolution (+ ReLU) + 2x2 max pooling as one pass; the
 // convolution's and ReLU's steps become kComputedLater (no memory, nothing to run).
-enum class Kind { kConv, kDirectConv, kPackedLinear, kMatmul, kPool, kMaxPool, kShallowConvPool, kRelu, kAdd, kAlias, kComputedLater };
+// kConvert: a cast between float32 and bfloat16 within one layout.
+enum class Kind { kConv, kDirectConv, kPackedLinear, kMatmul, kPool, kMaxPool, kShallowConvPool, kRelu, kAdd, kConvert, kAlias, kComputedLater };
 
 // Where a primitive reads one input: a blocked value's memory or a plain tensor, reordered into
 // the primitive's layout when the two differ.
@@ -95,6 +96,13 @@ inline Dims dims_of(const Shape& shape) { return Dims(shape.begin(), shape.end()
 inline memory::desc channel_blocked(const Dims& dims, int block) {
   const auto tag = block == 1 ? memory::format_tag::abcd : block == 8 ? memory::format_tag::aBcd8b : memory::format_tag::aBcd16b;
   return memory::desc(dims, memory::data_type::f32, tag);
+}
+
+// `layout` with elements of `type`: the same dims, order and blocking.
+inline memory::desc with_data_type(const memory::desc& layout, memory::data_type type) {
+  dnnl_memory_desc_t data = layout.data;
+  data.data_type = static_cast<dnnl_data_type_t>(type);
+  return memory::desc(data);
 }
 
 // The 4-d layout NHWC, which oneDNN's convolutions choose on AVX-512.

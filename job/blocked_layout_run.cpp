@@ -45,7 +45,7 @@ void apply_after(const Kernel& kernel, void* data, int64_t bytes) {
       });
     };
     // A bfloat16 linear's ReLU runs on its rounded result: rounding keeps signs, zeros and NaN.
-    if (kernel.out_meta.dtype == kBFloat16) {
+    if (kernel.out_layout.data_type() == memory::data_type::bf16) {
       relu_all.operator()<BFloat16>();
     } else {
       relu_all.operator()<float>();

@@ -41,21 +41,28 @@ inline bool is_small(const std::string& op, const std::vector<TensorMeta>& in, c
   return std::max(in.empty() ? 0 : in[0].shape.numel(), out.shape.numel()) < kParallelElements;
 }
 
-// A float32 4-d tensor with elements on the CPU: what the blocked convolutions and poolings take.
-inline bool is_cpu_float_4d(const TensorMeta& meta) {
-  return meta.dtype == kFloat32 && meta.device.type == DeviceType::kCPU && meta.shape.size() == 4 && meta.shape.numel() > 0;
+// A 4-d tensor of `dtype` with elements on the CPU.
+inline bool is_cpu_4d(const TensorMeta& meta, DType dtype) {
+  return meta.dtype == dtype && meta.device.type == DeviceType::kCPU && meta.shape.size() == 4 && meta.shape.numel() > 0;
 }
 
-// Whether a step is a residual add: an add, or a fused_elementwise program a + b or relu(a + b),
-// of two operands of the result's shape. Returns whether a ReLU follows the sum.
+// A float32 4-d tensor with elements on the CPU: what the blocked convolutions and poolings take.
+inline bool is_cpu_float_4d(const TensorMeta& meta) { return is_cpu_4d(meta, kFloat32); }
+
+// Whether a step is a residual add: an add of two float32 operands, or a fused_elementwise program
+// a + b or relu(a + b) of two float32 or bfloat16 operands (the program converts the latter as it
+// loads them: an AMP export's sum of a bfloat16 convolution's result), of the result's shape, into
+// float32. Returns whether a ReLU follows the sum.
 inline std::optional<bool> residual_add(const std::string& name, const Attrs& attrs, const std::vector<TensorMeta>& in, const TensorMeta& out) {
-  if ((name != "add" && name != "fused_elementwise") || in.size() != 2) return std::nullopt;
+  if ((name != "add" && name != "fused_elementwise") || in.size() != 2 || out.dtype != kFloat32) return std::nullopt;
   for (const TensorMeta& meta : in) {
-    if (!is_cpu_float_4d(meta) || !(meta.shape == out.shape)) return std::nullopt;
+    const bool converted = name == "fused_elementwise" && is_cpu_4d(meta, kBFloat16);
+    if (!(is_cpu_float_4d(meta) || converted) || !(meta.shape == out.shape)) return std::nullopt;
   }
   if (name == "add") return false;
   if (attrs.has("destinations")) return std::nullopt;
-  const fused::Program program = fused::decode(attrs.get<std::string>("program"));
+  // The layout pass converts a bfloat16 operand when it reads it.
+  const fused::Program program = fused::without_conversions(fused::decode(attrs.get<std::string>("program")), [](int) { return true; });
   const auto& steps = program.steps;
   // a + b or b + a: the same sum.
   const bool sums_operands = steps.size() <= 2 && !steps.empty() && steps[0].op == "add" &&
@@ -67,6 +74,13 @@ inline std::optional<bool> residual_add(const std::string& name, const Attrs& at
   if (relu && (steps[1].op != "relu" || steps[1].args != std::vector<int>{fused::step_arg(0)} || !steps[1].attrs.values().empty())) return std::nullopt;
   if (program.outputs != std::vector<int>{static_cast<int>(steps.size()) - 1}) return std::nullopt;
   return relu;
+}
+
+// Whether a step casts a 4-d CPU tensor from float32 to bfloat16 or back (a copy op on one
+// device): the casts an AMP export puts around its bfloat16 convolutions.
+inline bool is_float_cast(const std::string& name, const TensorMeta& in, const TensorMeta& out) {
+  if (name != "copy" || !(in.device == out.device)) return false;
+  return (is_cpu_4d(in, kFloat32) && is_cpu_4d(out, kBFloat16)) || (is_cpu_4d(in, kBFloat16) && is_cpu_4d(out, kFloat32));
 }
 
 // The bounds of a float32 clamp step that keeps 0 at 0 (ReLU6: [0, 6]), so that it may also run

@@ -24,31 +24,6 @@ bool is_widenable(const std::string& op) { return op == "conv2d" || op == "linea
 // a neighbour was.
 bool is_product(const std::string& op) { return is_widenable(op) || op == "conv2d_grad_input" || op == "flash_attention"; }
 
-// A widened fused_elementwise program without its conversions of operands to the program's
-// dtype (copy steps without a "dtype") where the operand is float32 now, the dtype of the
-// program: they convert nothing, and the layout pass's residual-add matcher
-// (job/blocked_layout_steps.h) knows only the plain a + b and relu(a + b).
-std::string without_float32_conversions(const std::string& text, const std::vector<DType>& operand_dtypes) {
-  const fused::Program program = fused::decode(text);
-  const std::set<int> outputs(program.outputs.begin(), program.outputs.end());
-  fused::Program kept;
-  std::vector<int> arg_of_step(program.steps.size());  // what a later step reads for each step
-  for (size_t s = 0; s < program.steps.size(); ++s) {
-    fused::Step step = program.steps[s];
-    for (int& arg : step.args) arg = arg >= 0 ? arg : arg_of_step.at(-arg - 1);
-    const bool conversion = step.op == "copy" && step.attrs.values().empty() && step.args.size() == 1 && step.args[0] >= 0 &&
-                            static_cast<size_t>(step.args[0]) < operand_dtypes.size() && operand_dtypes[step.args[0]] == kFloat32;
-    if (conversion && !outputs.count(static_cast<int>(s))) {
-      arg_of_step[s] = step.args[0];
-      continue;
-    }
-    arg_of_step[s] = fused::step_arg(static_cast<int>(kept.steps.size()));
-    kept.steps.push_back(std::move(step));
-  }
-  for (int output : program.outputs) kept.outputs.push_back(-arg_of_step.at(output) - 1);
-  return fused::encode(kept);
-}
-
 bool has_isa(dnnl::cpu_isa wanted) {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), bits = static_cast<unsigned>(wanted);
   return (isa & bits) == bits;
@@ -143,7 +118,9 @@ class Widening {
         std::vector<DType> operand_dtypes;
         for (const auto& input : node.inputs()) operand_dtypes.push_back(metas_.at(input).dtype == kBFloat16 ? kFloat32 : metas_.at(input).dtype);
         auto& program = (*node.mutable_attrs())["program"];
-        program.set_s(without_float32_conversions(program.s(), operand_dtypes));
+        // The program's conversions of operands that are float32 now convert nothing.
+        const auto is_float32 = [&](int operand) { return operand_dtypes.at(operand) == kFloat32; };
+        program.set_s(fused::encode(fused::without_conversions(fused::decode(program.s()), is_float32)));
       }
       for (auto& input : *node.mutable_inputs()) {
         const bool bfloat16 = metas_.at(input).dtype == kBFloat16;

@@ -266,6 +266,25 @@ Program decode_unchecked(const std::string& text) {
 }
 }  // namespace
 
+Program without_conversions(const Program& program, const std::function<bool(int operand)>& strip) {
+  const std::set<int> outputs(program.outputs.begin(), program.outputs.end());
+  Program kept;
+  std::vector<int> arg_of_step(program.steps.size());  // what a later step reads for each step
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    Step step = program.steps[s];
+    for (int& arg : step.args) arg = arg >= 0 ? arg : arg_of_step.at(-arg - 1);
+    const bool conversion = step.op == "copy" && step.attrs.values().empty() && step.args.size() == 1 && step.args[0] >= 0 && strip(step.args[0]);
+    if (conversion && !outputs.count(static_cast<int>(s))) {
+      arg_of_step[s] = step.args[0];
+      continue;
+    }
+    arg_of_step[s] = step_arg(static_cast<int>(kept.steps.size()));
+    kept.steps.push_back(std::move(step));
+  }
+  for (int output : program.outputs) kept.outputs.push_back(-arg_of_step.at(output) - 1);
+  return kept;
+}
+
 Program decode(const std::string& text) {
   try {
     return decode_unchecked(text);

@@ -6,6 +6,7 @@
 // fused.cu) follows the CPU's formulas, which CUDA's single kernels do not all share (maximum and
 // minimum with a NaN second argument, pow computed in double): there a fused chain can differ from
 // the unfused one in those cases and in the last bits.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +50,12 @@ std::optional<OperandLayout> operand_layout(const Shape& operand, const Shape& o
 // The program as the op's "program" attribute and back.
 std::string encode(const Program& program);
 Program decode(const std::string& text);
+
+// `program` without its conversions of operands (copy steps without a "dtype") for which
+// `strip(operand)` holds: the steps that read one read the operand itself. A conversion that is
+// one of the program's outputs stays. For callers whose operands are already of the program's
+// dtype, or who convert them as they load them.
+Program without_conversions(const Program& program, const std::function<bool(int operand)>& strip);
 
 // Op "fused_linear" (made by the Graph's fusion pass, no functional entry point): linear(x, w[, b])
 // with an element-wise program as its epilogue. Its inputs are the linear's (attr

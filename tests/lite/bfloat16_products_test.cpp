@@ -135,9 +135,10 @@ TEST_P(Bfloat16ExportTest, KeptInBfloat16) {
 
 TEST_P(Bfloat16ExportTest, WidenedToFloat32RunOnTheBlockedLayoutsAsTheFloat32Export) {
   const auto widened = Model::load(dir(true), LoadOptions().bfloat16_products(Bfloat16Products::kFloat32));
-  const auto kept = Model::load(dir(true), LoadOptions().bfloat16_products(Bfloat16Products::kKeep));
   EXPECT_EQ(widened->float32_products(), products_);
-  EXPECT_GT(widened->blocked_steps(8), kept->blocked_steps(8)) << "float32 convolutions, pooling and ReLU on oneDNN's layouts";
+  // At least as many: the AMP export's residual add and its ReLU are two steps, where the float32
+  // export's fusion pass made one.
+  EXPECT_GE(widened->blocked_steps(8), Model::load(dir(false))->blocked_steps(8)) << "float32 convolutions, pooling and ReLU on oneDNN's layouts";
   expect_like_float32(*widened);
   const auto plain = Model::load(dir(true), LoadOptions().bfloat16_products(Bfloat16Products::kFloat32).blocked_layouts(false));
   expect_like_float32(*plain);
