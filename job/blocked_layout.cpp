@@ -126,6 +126,9 @@ std::optional<dnnl::convolution_forward::primitive_desc> depthwise_on_jit_dw(con
   return on_chosen_layouts(desc, chosen, user_scratchpad(), [](std::string_view name) { return name.starts_with("jit_dw"); });
 }
 
+// How much rounding to bfloat16 may grow a value's magnitude: half a unit in its last place.
+constexpr double kRoundingGrowth = 1 + 1.0 / 256;
+
 // Bounds at most this large keep a float32 convolution's sums far from overflow.
 constexpr double kMaxSafeBound = 1e30;
 
@@ -213,6 +216,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
   std::vector<bool> blocked(num_values, false);
   // ReLU and clamp steps applied in place by the convolution before them (relu_after, clamp_after).
   std::vector<bool> fused_relu_step(steps.size(), false);
+  // Whether a value is blocked and held in float32, which flow's loops over blocked memory read.
+  auto blocked_float32 = [&](int value) { return blocked[value] && layouts[value].data_type() == memory::data_type::f32; };
   auto operand = [&](int value, const memory::desc& wanted) {
     return make_operand(value, blocked[value] ? layouts[value] : plain_of(metas[value]), blocked[value], wanted, impl->scratch_bytes);
   };
@@ -364,9 +369,16 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         const int64_t groups = attrs.get<int64_t>("groups");
         const Shape& w = in_metas[1].shape;
         const Dims weight_dims = groups == 1 ? Dims{w[0], w[1], w[2], w[3]} : Dims{groups, w[0] / groups, w[1], w[2], w[3]};
-        // A bfloat16 convolution writes its result in float32, unrounded: an AMP export casts it
-        // to float32 for the ops after it, and that cast, when it alone reads the result, is then
-        // the same memory (kAlias). One rounding fewer than the op's kernel and the cast.
+        // oneDNN's bfloat16 convolutions multiply input channels in pairs: with an odd count per
+        // group, the last pair's second element is the next pixel's first channel times a zero
+        // weight, which makes NaN of an infinite or NaN input at a neighbouring output too. They
+        // take the blocked steps only where no such input can reach them (finite bound, from
+        // inputs accepts() checks).
+        const bool needs_finite_input = bfloat16 && w[1] % 2 == 1;
+        if (needs_finite_input && !(bound[in[0]] <= kMaxSafeBound)) continue;
+        // An AMP export casts a bfloat16 convolution's result to float32 for the ops after it;
+        // that cast, when it alone reads the result, is the same memory (kAlias), and so is the
+        // ReLU or clamp after it.
         int result = out;
         if (bfloat16 && readers[out].size() == 1 && !is_model_output[out]) {
           const LayoutStep& cast = steps[readers[out][0]];
@@ -380,10 +392,24 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         const bool relu = alone && steps[next[0]].op->name == "relu";
         const std::optional<ClampBounds> clamp =
             alone ? zero_keeping_clamp(steps[next[0]].op->name, *steps[next[0]].attrs, metas[steps[next[0]].outputs->front()]) : std::nullopt;
+        // A bfloat16 convolution writes bfloat16 (rounded, as its op's kernel) where only casts
+        // back to bfloat16 or bfloat16 convolutions read the value its result becomes, and they
+        // read it as it is (kAlias); elsewhere float32, unrounded, which the ops after it read
+        // without a cast.
+        const int reaching = relu || clamp ? steps[next[0]].outputs->front() : result;
+        const auto reads_bfloat16 = [&](size_t reader) {
+          const LayoutStep& step = steps[reader];
+          if (step.op->name == "conv2d") return metas[reaching].dtype == kBFloat16;
+          return metas[reaching].dtype == kFloat32 && is_float_cast(step.op->name, metas[reaching], metas[step.outputs->front()]);
+        };
+        const std::vector<size_t>& reaching_readers = readers[reaching];
+        const bool bfloat16_result = bfloat16 && !is_model_output[reaching] && !reaching_readers.empty() &&
+                                     std::all_of(reaching_readers.begin(), reaching_readers.end(), reads_bfloat16);
         const bool has_bias = in.size() == 3;
         const memory::desc bias_any = has_bias ? any({out_meta.shape[1]}, *data_type_of(in_metas[2].dtype)) : memory::desc();
         dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                             any(dims_of(in_metas[0].shape), type), any(weight_dims, type), bias_any, any(dims_of(out_meta.shape)),
+                                             any(dims_of(in_metas[0].shape), type), any(weight_dims, type), bias_any,
+                                             any(dims_of(out_meta.shape), bfloat16_result ? memory::data_type::bf16 : memory::data_type::f32),
                                              {stride[0], stride[1]}, {dilation[0] - 1, dilation[1] - 1}, {padding[0], padding[1]},
                                              {padding[0], padding[1]});
         dnnl::convolution_forward::primitive_desc pd(desc, user_scratchpad(), engine());
@@ -416,6 +442,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         } else {
           kernel->kind = Kind::kConv;
           kernel->activation_in_primitive = activation_in_primitive;
+          kernel->needs_finite_input = needs_finite_input;
           kernel->conv_desc.emplace(desc);
           kernel->sum_post_op_slower = std::string(pd.impl_info_str()).find("brgconv_1x1") != std::string::npos;
           kernel->primitive.emplace(dnnl::convolution_forward(pd));
@@ -450,21 +477,26 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->operands.push_back(operand(in[0], plain({rows, in_features})));
         }
       } else if (is_float_cast(name, in_metas[0], out_meta)) {
-        if (!blocked[in[0]]) continue;
+        if (!blocked[in[0]]) {
+          bound[out] = bound[in[0]] * kRoundingGrowth;  // its op's kernel rounds as a kConvert step does
+          continue;
+        }
         const memory::desc& layout = layouts[in[0]];
-        const memory::data_type type = *data_type_of(out_meta.dtype);
-        if (layout.data_type() == type && readers[in[0]].size() == 1 && !is_model_output[in[0]]) {
-          // A bfloat16 convolution's float32 result: already what the cast makes.
+        // A value's layout may hold it in the other dtype: a bfloat16 convolution's float32 result
+        // (unrounded), or a float32 value that is one rounded to bfloat16. Widening to float32 is
+        // exact, so the cast is then the same memory, as is one to bfloat16 of a rounded value.
+        if (out_meta.dtype == kFloat32 || layout.data_type() == memory::data_type::bf16) {
           kernel->kind = Kind::kAlias;
           kernel->out_layout = layout;
         } else {
+          const memory::data_type type = *data_type_of(out_meta.dtype);
           kernel->kind = Kind::kConvert;
           kernel->out_layout = with_data_type(layout, type);
           kernel->primitive.emplace(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), layout, engine(), kernel->out_layout, user_scratchpad())));
           kernel->operands.push_back(operand(in[0], layout));
         }
       } else if (name == "max_pool2d_inference") {
-        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
+        if (!blocked_float32(in[0]) || !is_cpu_float_4d(out_meta)) continue;
         if (!fold_shallow_conv(s, *kernel)) {
           const Dims out_dims = dims_of(out_meta.shape);
           const bool channels_last = layouts[in[0]] == channels_last_layout(layouts[in[0]].dims());
@@ -480,7 +512,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->relu_after = take_relu_before_pooling(in[0]);
         }
       } else if (name == "avg_pool2d") {
-        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
+        if (!blocked_float32(in[0]) || !is_cpu_float_4d(out_meta)) continue;
         const Attrs& attrs = *step.attrs;
         const Pair &kernel_size = attrs.get<Pair>("kernel_size"), &stride = attrs.get<Pair>("stride"), &padding = attrs.get<Pair>("padding");
         dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_include_padding, layouts[in[0]],
@@ -491,7 +523,7 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->operands.push_back(operand(in[0], pd.src_desc()));
         kernel->out_layout = pd.dst_desc();
       } else if (name == "relu") {
-        if (!blocked[in[0]] || !is_cpu_float_4d(out_meta)) continue;
+        if (!blocked_float32(in[0]) || !is_cpu_float_4d(out_meta)) continue;
         dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_relu, layouts[in[0]], 0.f, 0.f);
         dnnl::eltwise_forward::primitive_desc pd(desc, user_scratchpad(), engine());
         kernel->kind = Kind::kRelu;
@@ -500,7 +532,6 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         kernel->out_layout = pd.dst_desc();
       } else if (std::optional<bool> relu = residual_add(name, *step.attrs, in_metas, out_meta)) {
         // The sum runs on the layout of a blocked float32 operand (not on a bfloat16 one's).
-        const auto blocked_float32 = [&](int value) { return blocked[value] && layouts[value].data_type() == memory::data_type::f32; };
         if (!blocked_float32(in[0]) && !blocked_float32(in[1])) continue;
         // A ReLU step alone reading a plain add (unfused: an AMP export's add of two casts, run
         // in float32 by lite) is applied with the sum, as the fused relu(a + b).
@@ -544,8 +575,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
       case Kind::kAdd:
         bound[out] = bound[in[0]] + bound[in[1]];
         break;
-      case Kind::kConvert:  // rounding to bfloat16 may grow a value by half a unit in the last place
-        bound[out] = bound[in[0]] * (1 + 1.0 / 256);
+      case Kind::kConvert:
+        bound[out] = bound[in[0]] * kRoundingGrowth;
         break;
       case Kind::kAlias:  // a ReLU or clamp its convolution applies, or a residual add folded into one
         bound[out] = in.size() == 2 ? bound[in[0]] + bound[in[1]] : bound[in[0]];
@@ -563,8 +594,12 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     ++impl->blocked_steps;
   }
 
-  for (const auto& kernel : impl->kernels) impl->activations_in_primitives += kernel && kernel->activation_in_primitive;
-  if (impl->activations_in_primitives > 0) impl->input_bound = checked_input_bound;
+  bool checks_inputs = false;
+  for (const auto& kernel : impl->kernels) {
+    impl->activations_in_primitives += kernel && kernel->activation_in_primitive;
+    checks_inputs = checks_inputs || (kernel && (kernel->activation_in_primitive || kernel->needs_finite_input));
+  }
+  if (checks_inputs) impl->input_bound = checked_input_bound;
 
   // Results read by an op's kernel or returned by the model are also written in plain NCHW.
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -580,22 +615,24 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     }
   }
 
-  // Arena buffers: a value takes a free buffer when its step runs and gives it back after its last
-  // blocked reader; a fused ReLU's result lives in its convolution's buffer, and a residual add's
-  // in that of an operand it reads last (the sum is element by element, in place).
+  // Arena buffers: a value takes a free buffer when its step runs. An alias's result (a fused
+  // ReLU's, a cast's) lives in its input's buffer, that of a convolution summing into another value
+  // in that value's, and a residual add's in that of an operand nothing reads after it (the sum is
+  // element by element, in place). A buffer is free again after the last blocked reader of every
+  // value in it.
   impl->slot_of.assign(num_values, -1);
   std::vector<size_t> last_reader(num_values, 0);
   for (size_t s = 0; s < steps.size(); ++s) {
     if (!impl->kernels[s]) continue;
     for (int id : *steps[s].inputs) last_reader[id] = s;
   }
+  std::vector<size_t> last_use;  // by buffer: the last step that reads a value in it
+  std::vector<bool> is_free;     // by buffer
   std::vector<int> free_slots;
-  // A residual add's buffer: that of a blocked operand in the add's layout that nothing reads
-  // after it; -1 for none.
   auto add_in_place = [&](const Kernel& kernel, size_t s) {
     if (kernel.kind != Kind::kAdd) return -1;
     for (const Operand& operand : kernel.operands) {
-      if (operand.blocked && !operand.reorder && last_reader[operand.value] == s) return impl->slot_of[operand.value];
+      if (operand.blocked && !operand.reorder && last_use[impl->slot_of[operand.value]] == s) return impl->slot_of[operand.value];
     }
     return -1;
   };
@@ -603,33 +640,32 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     const Kernel* kernel = impl->kernels[s].get();
     if (!kernel || kernel->kind == Kind::kComputedLater) continue;  // the latter: no memory, slot -1
     const int out = kernel->output;
-    std::vector<int> released;
+    int slot;
     if (kernel->kind == Kind::kAlias) {
-      impl->slot_of[out] = impl->slot_of[steps[s].inputs->front()];
+      slot = impl->slot_of[steps[s].inputs->front()];
+    } else if (kernel->sum_into >= 0) {
+      slot = impl->slot_of[kernel->sum_into];
+    } else if (const int reused = add_in_place(*kernel, s); reused >= 0) {
+      slot = reused;
+    } else if (free_slots.empty()) {
+      slot = static_cast<int>(impl->slot_bytes.size());
+      impl->slot_bytes.push_back(0);
+      last_use.push_back(0);
+      is_free.push_back(false);
     } else {
-      int slot;
-      if (kernel->sum_into >= 0) {
-        slot = impl->slot_of[kernel->sum_into];
-      } else if (const int reused = add_in_place(*kernel, s); reused >= 0) {
-        slot = reused;
-      } else if (free_slots.empty()) {
-        slot = static_cast<int>(impl->slot_bytes.size());
-        impl->slot_bytes.push_back(0);
-      } else {
-        slot = free_slots.back();
-        free_slots.pop_back();
-      }
-      impl->slot_of[out] = slot;
-      impl->slot_bytes[slot] = std::max(impl->slot_bytes[slot], kernel->out_layout.get_size());
-      for (const Operand& operand : kernel->operands) {
-        if (operand.blocked && last_reader[operand.value] == s && impl->slot_of[operand.value] != slot) {
-          released.push_back(impl->slot_of[operand.value]);
-        }
-      }
+      slot = free_slots.back();
+      free_slots.pop_back();
+      is_free[slot] = false;
+      last_use[slot] = 0;
     }
-    if (last_reader[out] <= s) released.push_back(impl->slot_of[out]);
-    for (int slot : released) {
-      if (std::find(free_slots.begin(), free_slots.end(), slot) == free_slots.end()) free_slots.push_back(slot);
+    impl->slot_of[out] = slot;
+    if (kernel->kind != Kind::kAlias) impl->slot_bytes[slot] = std::max(impl->slot_bytes[slot], kernel->out_layout.get_size());
+    last_use[slot] = std::max({last_use[slot], last_reader[out], s});
+    for (size_t used = 0; used < last_use.size(); ++used) {
+      if (!is_free[used] && last_use[used] <= s) {
+        is_free[used] = true;
+        free_slots.push_back(static_cast<int>(used));
+      }
     }
   }
   return std::shared_ptr<const BlockedLayouts>(new BlockedLayouts(std::move(impl)));

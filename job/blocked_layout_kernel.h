@@ -82,6 +82,9 @@ struct Kernel {
   // Convolution: its relu_after or clamp_after is oneDNN's post-op, not a pass of flow's loop (the
   // plan proved that no NaN reaches it from any inputs BlockedLayouts::accepts()).
   bool activation_in_primitive = false;
+  // Convolution: a bfloat16 one with an odd count of input channels per group, correct only on
+  // finite inputs (the plan proved that none other reaches it from inputs accepts()).
+  bool needs_finite_input = false;
   // Convolution: the value whose buffer the result is added onto and written to (a residual add
   // folded into the convolution as oneDNN's sum post-op); -1 for none.
   int sum_into = -1;

@@ -1,5 +1,6 @@
 #include "job/blocked_layout.h"
 
+#include <bit>
 #include <cmath>
 #include <unordered_map>
 
@@ -31,30 +32,53 @@ void add_residual(const float* a, const float* b, float* out, int64_t count, boo
   });
 }
 
-// The ReLU or clamp a kernel applies after its primitive (relu_after, clamp_after), in place on
-// `bytes` of its result from `data`: every element of the layout, since the padding channels of a
-// blocked one hold zeros, which both keep. Kernels that apply their ReLU themselves are skipped.
-void apply_after(const Kernel& kernel, void* data, int64_t bytes) {
-  if (kernel.activation_in_primitive) return;
-  if (kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear && kernel.kind != Kind::kShallowConvPool &&
-      kernel.kind != Kind::kAdd) {
-    const auto relu_all = [&]<typename T>() {
-      T* values = static_cast<T*>(data);
-      parallel_for(0, bytes / static_cast<int64_t>(sizeof(T)), kElementwiseGrain, [values](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) values[i] = cpu::math::relu(values[i]);
-      });
-    };
-    // A bfloat16 linear's ReLU runs on its rounded result: rounding keeps signs, zeros and NaN.
-    if (kernel.out_layout.data_type() == memory::data_type::bf16) {
-      relu_all.operator()<BFloat16>();
-    } else {
-      relu_all.operator()<float>();
-    }
+// Whether a kernel's relu_after is for apply_after (the others apply it themselves).
+bool relu_applied_after(const Kernel& kernel) {
+  return kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear && kernel.kind != Kind::kShallowConvPool &&
+         kernel.kind != Kind::kAdd;
+}
+
+// A bfloat16's value and back: exact for a float32 that is a bfloat16 (its low half zero).
+inline float widened(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+inline uint16_t narrowed(float value) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(value) >> 16); }
+
+// apply_after on a bfloat16 result (a linear's or convolution's), as rounded: rounding keeps
+// signs, zeros and NaN and is monotonic, so the ReLU or clamp of the rounded value (to the rounded
+// bounds) is the rounded ReLU or clamp, and is a bfloat16 itself. On the bits, in float32
+// arithmetic that vectorises (BFloat16's own conversions round, and their loop does not).
+void activate_bfloat16(const Kernel& kernel, uint16_t* bits, int64_t count) {
+  if (relu_applied_after(kernel)) {
+    parallel_for(0, count, kElementwiseGrain, [bits](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) bits[i] = narrowed(cpu::math::relu(widened(bits[i])));
+    });
   }
   if (kernel.clamp_after) {
-    float* values = static_cast<float*>(data);
+    const float lo = BFloat16(kernel.clamp_after->lo), hi = BFloat16(kernel.clamp_after->hi);
+    parallel_for(0, count, kElementwiseGrain, [bits, lo, hi](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) bits[i] = narrowed(cpu::math::clamp(widened(bits[i]), lo, hi));
+    });
+  }
+}
+
+// The ReLU or clamp a kernel applies after its primitive (relu_after, clamp_after), in place on
+// `bytes` of its result from `data`: every element of the layout, since the padding channels of a
+// blocked one hold zeros, which both keep.
+void apply_after(const Kernel& kernel, void* data, int64_t bytes) {
+  if (kernel.activation_in_primitive) return;
+  if (kernel.out_layout.data_type() == memory::data_type::bf16) {
+    activate_bfloat16(kernel, static_cast<uint16_t*>(data), bytes / static_cast<int64_t>(sizeof(uint16_t)));
+    return;
+  }
+  float* values = static_cast<float*>(data);
+  const int64_t count = bytes / static_cast<int64_t>(sizeof(float));
+  if (relu_applied_after(kernel)) {
+    parallel_for(0, count, kElementwiseGrain, [values](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) values[i] = cpu::math::relu(values[i]);
+    });
+  }
+  if (kernel.clamp_after) {
     const ClampBounds bounds = *kernel.clamp_after;
-    parallel_for(0, bytes / static_cast<int64_t>(sizeof(float)), kElementwiseGrain, [values, bounds](int64_t lo, int64_t hi) {
+    parallel_for(0, count, kElementwiseGrain, [values, bounds](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) values[i] = cpu::math::clamp(values[i], bounds.lo, bounds.hi);
     });
   }

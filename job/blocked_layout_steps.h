@@ -83,10 +83,10 @@ inline bool is_float_cast(const std::string& name, const TensorMeta& in, const T
   return (is_cpu_4d(in, kFloat32) && is_cpu_4d(out, kBFloat16)) || (is_cpu_4d(in, kBFloat16) && is_cpu_4d(out, kFloat32));
 }
 
-// The bounds of a float32 clamp step that keeps 0 at 0 (ReLU6: [0, 6]), so that it may also run
-// over the zero padding channels of a blocked layout; nullopt for any other step.
+// The bounds of a float32 or bfloat16 clamp step that keeps 0 at 0 (ReLU6: [0, 6]), so that it
+// may also run over the zero padding channels of a blocked layout; nullopt for any other step.
 inline std::optional<ClampBounds> zero_keeping_clamp(const std::string& name, const Attrs& attrs, const TensorMeta& out) {
-  if (name != "clamp" || out.dtype != kFloat32) return std::nullopt;
+  if (name != "clamp" || (out.dtype != kFloat32 && out.dtype != kBFloat16)) return std::nullopt;
   ClampBounds bounds{-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity()};
   if (attrs.get<bool>("has_min")) bounds.lo = attrs.get<Scalar>("min").to<float>();
   if (attrs.get<bool>("has_max")) bounds.hi = attrs.get<Scalar>("max").to<float>();

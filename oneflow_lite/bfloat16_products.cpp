@@ -241,13 +241,14 @@ Bfloat16Hardware cpu_bfloat16_hardware() {
   return hardware;
 }
 
-bool bfloat16_pays_off(const Bfloat16Product& product, Bfloat16Hardware hardware) {
+bool bfloat16_pays_off(const Bfloat16Product& product, Bfloat16Hardware hardware, bool on_blocked_layouts) {
   const std::string& op = product.op;
   if (op == "linear" || op == "fused_linear" || op == "matmul") {
     return hardware.dot_products && product.inputs.at(1).shape.numel() >= kMinBfloat16ProductWeights;
   }
   if (op != "conv2d" || hardware.matrix_tiles) return true;
   if (!hardware.dot_products) return false;
+  if (on_blocked_layouts) return true;
   const Shape& x = product.inputs.at(0).shape;
   const Shape& weight = product.inputs.at(1).shape;  // (out, in / groups, kh, kw)
   const auto stride = product.attrs.get<std::vector<int64_t>>("stride");

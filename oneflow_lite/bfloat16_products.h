@@ -43,24 +43,30 @@ struct Bfloat16Product {
 // 512 -> 10 (5120) faster at 64 rows (docs/performance.md, 2026-11-28).
 inline constexpr int64_t kMinBfloat16ProductWeights = 1024;
 
-// Convolutions with AVX512-BF16 and no AMX (Zen 4), measured one by one at batch 1 in resnet18,
-// resnet50 and mobilenet_v2 (bfloat16 with its casts and reorders against float32 on the layout
-// pass; docs/performance.md, 2026-11-28): depthwise ones take 2-4x the float32 time; 1x1 ones
-// with under 256 input or 128 output channels 1.1-2.9x; any on fewer than 14x14 output pixels
-// 0.95-1.4x (and the CNN's 32 -> 64 3x3 on 11x11 1.27x); the 3x3 ones of 64-256 channels on
-// 14x14 and more 0.6-0.77x, and 1x1 ones of 256+ to 128+ channels there 0.75-0.93x. A
-// convolution stays bfloat16 only with groups 1, at least kMinBfloat16ConvReduction
-// multiply-adds per output (input channels x window), kMinBfloat16ConvPixels output pixels per
-// image, and, for a 1x1 window, kMinBfloat16PointwiseChannels output channels.
+// Convolutions with AVX512-BF16 and no AMX off the layout pass (LoadOptions::blocked_layouts(false):
+// each runs through its op's kernel, reordering its operands on every call), measured one by one
+// at batch 1 in resnet18, resnet50 and mobilenet_v2 against float32 (docs/performance.md,
+// 2026-11-28): depthwise ones take 2-4x the float32 time; 1x1 ones with under 256 input or 128
+// output channels 1.1-2.9x; any on fewer than 14x14 output pixels 0.95-1.4x (and the CNN's
+// 32 -> 64 3x3 on 11x11 1.27x); the 3x3 ones of 64-256 channels on 14x14 and more 0.6-0.77x, and
+// 1x1 ones of 256+ to 128+ channels there 0.75-0.93x. There a convolution stays bfloat16 only with
+// groups 1, at least kMinBfloat16ConvReduction multiply-adds per output (input channels x
+// window), kMinBfloat16ConvPixels output pixels per image, and, for a 1x1 window,
+// kMinBfloat16PointwiseChannels output channels. On the layout pass (job/blocked_layout.h) every
+// bfloat16 convolution runs as oneDNN's primitive on blocked layouts, its casts reorders within
+// them or none, and the whole export kept in bfloat16 ran faster than any mix on Zen 5: resnet18,
+// resnet50 and mobilenet_v2 at batch 1 and 8, 1 and 2 threads, 0.55-0.9 of the float32 export's
+// time (docs/performance.md, "bfloat16 convolutions on the layout pass").
 inline constexpr int64_t kMinBfloat16ConvReduction = 256;
 inline constexpr int64_t kMinBfloat16ConvPixels = 14 * 14;
 inline constexpr int64_t kMinBfloat16PointwiseChannels = 128;
 
-// Whether `product` runs faster in bfloat16 than in float32 on a CPU with `hardware`. Matmuls and
-// linears: with AVX512-BF16 and kMinBfloat16ProductWeights. Convolutions: with AMX (not measured
-// here: oneDNN's AMX kernels are its fastest), or with AVX512-BF16 on the shapes above. Other ops
-// are not products lite widens: true (kept as exported).
-bool bfloat16_pays_off(const Bfloat16Product& product, Bfloat16Hardware hardware);
+// Whether `product` runs faster in bfloat16 than in float32 on a CPU with `hardware`, on the layout
+// pass or (`on_blocked_layouts` false) through the ops' kernels. Matmuls and linears: with
+// AVX512-BF16 and kMinBfloat16ProductWeights. Convolutions: with AMX (not measured here: oneDNN's
+// AMX kernels are its fastest), with AVX512-BF16 on the layout pass, or with AVX512-BF16 off it on
+// the shapes above. Other ops are not products lite widens: true (kept as exported).
+bool bfloat16_pays_off(const Bfloat16Product& product, Bfloat16Hardware hardware, bool on_blocked_layouts);
 
 // The choice in force: `option` unless it is kAuto and the environment variable
 // FLOW_LITE_BFLOAT16 (`env`, null when unset) says "keep" or "float32" ("auto" leaves kAuto).

@@ -37,29 +37,42 @@ flow::lite::Bfloat16Product conv(const flow::Shape& x, const flow::Shape& weight
   return product("conv2d", x, weight, flow::Attrs().set("stride", std::vector<int64_t>{stride, stride}).set("groups", groups));
 }
 
-TEST(Bfloat16Decision, ConvolutionsPayOffWithMatrixTilesOrOnLargeShapes) {
-  using flow::lite::bfloat16_pays_off;
+TEST(Bfloat16Decision, ConvolutionsPayOffWithMatrixTilesOrOnLargeShapesOffTheLayoutPass) {
   const Bfloat16Hardware none{}, zen4{true, false}, sapphire_rapids{true, true};
+  const auto pays_off = [](const flow::lite::Bfloat16Product& product, Bfloat16Hardware hardware) {
+    return flow::lite::bfloat16_pays_off(product, hardware, false);
+  };
   const auto resnet_3x3 = conv({1, 64, 56, 56}, {64, 64, 3, 3});
-  EXPECT_FALSE(bfloat16_pays_off(resnet_3x3, none));
-  EXPECT_TRUE(bfloat16_pays_off(resnet_3x3, zen4));
-  EXPECT_TRUE(bfloat16_pays_off(conv({1, 256, 14, 14}, {256, 256, 3, 3}), zen4));
-  EXPECT_TRUE(bfloat16_pays_off(conv({1, 1024, 14, 14}, {256, 1024, 1, 1}), zen4)) << "a wide 1x1";
-  EXPECT_FALSE(bfloat16_pays_off(conv({1, 512, 7, 7}, {512, 512, 3, 3}), zen4)) << "7x7 pixels";
-  EXPECT_FALSE(bfloat16_pays_off(conv({1, 64, 56, 56}, {128, 64, 1, 1}, 2), zen4)) << "64 input channels, 1x1";
-  EXPECT_FALSE(bfloat16_pays_off(conv({1, 256, 56, 56}, {64, 256, 1, 1}), zen4)) << "64 output channels, 1x1";
-  EXPECT_FALSE(bfloat16_pays_off(conv({1, 96, 56, 56}, {96, 1, 3, 3}, 1, 96), zen4)) << "depthwise";
-  EXPECT_FALSE(bfloat16_pays_off(conv({1, 8, 28, 28}, {16, 8, 3, 3}), zen4)) << "the test nets' few channels";
-  EXPECT_FALSE(bfloat16_pays_off(conv({1, 3, 224, 224}, {64, 3, 7, 7}, 2), zen4)) << "a stem on 3 channels";
+  EXPECT_FALSE(pays_off(resnet_3x3, none));
+  EXPECT_TRUE(pays_off(resnet_3x3, zen4));
+  EXPECT_TRUE(pays_off(conv({1, 256, 14, 14}, {256, 256, 3, 3}), zen4));
+  EXPECT_TRUE(pays_off(conv({1, 1024, 14, 14}, {256, 1024, 1, 1}), zen4)) << "a wide 1x1";
+  EXPECT_FALSE(pays_off(conv({1, 512, 7, 7}, {512, 512, 3, 3}), zen4)) << "7x7 pixels";
+  EXPECT_FALSE(pays_off(conv({1, 64, 56, 56}, {128, 64, 1, 1}, 2), zen4)) << "64 input channels, 1x1";
+  EXPECT_FALSE(pays_off(conv({1, 256, 56, 56}, {64, 256, 1, 1}), zen4)) << "64 output channels, 1x1";
+  EXPECT_FALSE(pays_off(conv({1, 96, 56, 56}, {96, 1, 3, 3}, 1, 96), zen4)) << "depthwise";
+  EXPECT_FALSE(pays_off(conv({1, 8, 28, 28}, {16, 8, 3, 3}), zen4)) << "the test nets' few channels";
+  EXPECT_FALSE(pays_off(conv({1, 3, 224, 224}, {64, 3, 7, 7}, 2), zen4)) << "a stem on 3 channels";
   for (const auto& shapes : {conv({1, 8, 28, 28}, {16, 8, 3, 3}), conv({1, 96, 56, 56}, {96, 1, 3, 3}, 1, 96)}) {
-    EXPECT_TRUE(bfloat16_pays_off(shapes, sapphire_rapids)) << "AMX";
+    EXPECT_TRUE(pays_off(shapes, sapphire_rapids)) << "AMX";
+  }
+}
+
+TEST(Bfloat16Decision, EveryConvolutionPaysOffOnTheLayoutPassWithDotProducts) {
+  const Bfloat16Hardware none{}, zen4{true, false};
+  for (const auto& shapes : {conv({1, 64, 56, 56}, {64, 64, 3, 3}), conv({1, 512, 7, 7}, {512, 512, 3, 3}),
+                             conv({1, 96, 56, 56}, {96, 1, 3, 3}, 1, 96), conv({1, 3, 224, 224}, {64, 3, 7, 7}, 2)}) {
+    EXPECT_TRUE(flow::lite::bfloat16_pays_off(shapes, zen4, true));
+    EXPECT_FALSE(flow::lite::bfloat16_pays_off(shapes, none, true));
   }
 }
 
 TEST(Bfloat16Decision, MatmulsPayOffWithDotProductsAboveAFewWeights) {
-  using flow::lite::bfloat16_pays_off;
   using flow::lite::kMinBfloat16ProductWeights;
   const Bfloat16Hardware none{}, zen4{true, false}, sapphire_rapids{true, true};
+  const auto bfloat16_pays_off = [](const flow::lite::Bfloat16Product& product, Bfloat16Hardware hardware) {
+    return flow::lite::bfloat16_pays_off(product, hardware, true) && flow::lite::bfloat16_pays_off(product, hardware, false);
+  };
   for (const char* op : {"linear", "fused_linear", "matmul"}) {
     EXPECT_FALSE(bfloat16_pays_off(product(op, {1, 784}, {512, 784}), none)) << op;
     EXPECT_TRUE(bfloat16_pays_off(product(op, {1, 784}, {512, 784}), zen4)) << op;
@@ -148,11 +161,16 @@ TEST_P(Bfloat16ExportTest, AutoWidensWhatThisCpuRunsSlowerInBfloat16) {
   const auto model = Model::load(dir(true));
   const Bfloat16Hardware cpu = flow::lite::cpu_bfloat16_hardware();
   const bool cnn = GetParam() == "cnn";
-  // The convolutions (8 and 16 channels) without AMX; the CNN's 400 -> 32 linear without
-  // AVX512-BF16; the last linear (32 -> 10, 16 -> 10) is under kMinBfloat16ProductWeights.
-  const int64_t expected = (cpu.matrix_tiles ? 0 : cnn ? 2 : 6) + (cnn && !cpu.dot_products ? 1 : 0) + 1;
-  EXPECT_EQ(model->float32_products(), expected);
+  // The convolutions (8 and 16 channels) without AVX512-BF16 (on the layout pass, which runs
+  // them all in bfloat16 with it); the CNN's 400 -> 32 linear without AVX512-BF16; the last linear
+  // (32 -> 10, 16 -> 10) is under kMinBfloat16ProductWeights.
+  const int64_t linears = (cnn && !cpu.dot_products ? 1 : 0) + 1;
+  EXPECT_EQ(model->float32_products(), (cpu.dot_products || cpu.matrix_tiles ? 0 : cnn ? 2 : 6) + linears);
   expect_like_float32(*model);
+  // Off the layout pass, convolutions this small run in float32 without AMX.
+  const auto plain = Model::load(dir(true), LoadOptions().blocked_layouts(false));
+  EXPECT_EQ(plain->float32_products(), (cpu.matrix_tiles ? 0 : cnn ? 2 : 6) + linears);
+  expect_like_float32(*plain);
 }
 
 TEST_P(Bfloat16ExportTest, TheEnvironmentForcesEitherWay) {
