@@ -496,7 +496,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->operands.push_back(operand(in[0], layout));
         }
       } else if (name == "max_pool2d_inference") {
-        if (!blocked_float32(in[0]) || !is_cpu_float_4d(out_meta)) continue;
+        // Also a bfloat16 value held in float32 (a bfloat16 convolution's result, unrounded): the
+        // maximum of rounded values is the rounded maximum, so it stays unrounded too.
+        if (!blocked_float32(in[0]) || !(is_cpu_float_4d(out_meta) || is_cpu_4d(out_meta, kBFloat16))) continue;
         if (!fold_shallow_conv(s, *kernel)) {
           const Dims out_dims = dims_of(out_meta.shape);
           const bool channels_last = layouts[in[0]] == channels_last_layout(layouts[in[0]].dims());

@@ -14,6 +14,10 @@
 // instead of oneDNN's primitive, the ReLU and a folded residual sum inside it. On AVX-512 a
 // network's first convolution on a model input (1-4 channels), its ReLU and a 2x2 max pooling run
 // as one pass (cpu/conv_shallow_pool.h) that writes only the pooled result, channels-last.
+// An AMP export's bfloat16 convolutions (AVX-512) run there too, on bfloat16 weights reordered
+// once: the casts around them are reorders within a layout, or no step where the convolution
+// writes the dtype its readers take (float32 unrounded, or bfloat16 where only casts back to
+// bfloat16 or bfloat16 convolutions read it).
 // ONNX Runtime's NCHWc transformer does the same for its CPU provider; without it every conv and
 // pool reorders its input, output and weights on each call. Linears on constant weights (with the
 // fusion pass's ReLU) run on weights packed once: oneDNN's matmul for 2+ rows with AVX-512, flow's
@@ -90,9 +94,9 @@ class BlockedLayouts {
   ~BlockedLayouts();
 
   // Whether a run on `inputs` may take the blocked steps: always, unless some convolution applies
-  // its activation as a post-op, whose proof needs every floating input finite and at most the
-  // plan's checked_input_bound in magnitude. Otherwise the caller runs every step through its op's
-  // kernel.
+  // its activation as a post-op or is a bfloat16 one of an odd input channel count, whose proofs
+  // need every floating input finite and at most the plan's checked_input_bound in magnitude.
+  // Otherwise the caller runs every step through its op's kernel.
   bool accepts(const TensorList& inputs) const;
   // How many convolutions apply their ReLU or clamp as oneDNN's post-op.
   int64_t activations_in_primitives() const;
