@@ -253,8 +253,9 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     if (!conv || conv->kind != Kind::kConv || conv->sum_into >= 0 || conv->clamp_after) return false;
     const std::vector<int>& conv_in = *steps[conv_step].inputs;
     const Attrs& attrs = *steps[conv_step].attrs;
-    if (blocked[conv_in[0]] || producer[conv_in[0]] >= 0 || metas[conv_in[0]].dtype != kFloat32 || attrs.get<Pair>("stride") != Pair{1, 1} || attrs.get<Pair>("padding") != Pair{0, 0} ||
-        attrs.get<Pair>("dilation") != Pair{1, 1} || attrs.get<int64_t>("groups") != 1) {
+    if (blocked[conv_in[0]] || producer[conv_in[0]] >= 0 || metas[conv_in[0]].dtype != kFloat32 ||
+        attrs.get<Pair>("stride") != Pair{1, 1} || attrs.get<Pair>("padding") != Pair{0, 0} || attrs.get<Pair>("dilation") != Pair{1, 1} ||
+        attrs.get<int64_t>("groups") != 1) {
       return false;
     }
     const Shape &x = metas[conv_in[0]].shape, &w = metas[conv_in[1]].shape;
@@ -357,7 +358,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
         const DType dtype = in_metas[0].dtype;
         const bool bfloat16 = dtype == kBFloat16 && has_avx512_core();
         const auto constant_weight = [&](size_t i, bool float32_too) {
-          return constant_of[in[i]] && constant_of[in[i]]->is_contiguous() && (in_metas[i].dtype == dtype || (float32_too && in_metas[i].dtype == kFloat32));
+          const bool dtype_ok = in_metas[i].dtype == dtype || (float32_too && in_metas[i].dtype == kFloat32);
+          return constant_of[in[i]] && constant_of[in[i]]->is_contiguous() && dtype_ok;
         };
         if (!(is_cpu_float_4d(in_metas[0]) || bfloat16) || !is_cpu_4d(out_meta, dtype) || !constant_weight(1, false) ||
             (in.size() == 3 && !constant_weight(2, true))) {
@@ -407,9 +409,10 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
                                      std::all_of(reaching_readers.begin(), reaching_readers.end(), reads_bfloat16);
         const bool has_bias = in.size() == 3;
         const memory::desc bias_any = has_bias ? any({out_meta.shape[1]}, *data_type_of(in_metas[2].dtype)) : memory::desc();
+        const memory::data_type result_type = bfloat16_result ? memory::data_type::bf16 : memory::data_type::f32;
         dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                              any(dims_of(in_metas[0].shape), type), any(weight_dims, type), bias_any,
-                                             any(dims_of(out_meta.shape), bfloat16_result ? memory::data_type::bf16 : memory::data_type::f32),
+                                             any(dims_of(out_meta.shape), result_type),
                                              {stride[0], stride[1]}, {dilation[0] - 1, dilation[1] - 1}, {padding[0], padding[1]},
                                              {padding[0], padding[1]});
         dnnl::convolution_forward::primitive_desc pd(desc, user_scratchpad(), engine());
@@ -447,7 +450,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           kernel->sum_post_op_slower = std::string(pd.impl_info_str()).find("brgconv_1x1") != std::string::npos;
           kernel->primitive.emplace(dnnl::convolution_forward(pd));
           kernel->operands.push_back(operand(in[0], pd.src_desc()));
-          bind_parameters(*kernel, plain(weight_dims, type), pd.weights_desc(), has_bias ? pd.bias_desc() : memory::desc(), in, constant_of, shared);
+          const memory::desc bias_desc = has_bias ? pd.bias_desc() : memory::desc();
+          bind_parameters(*kernel, plain(weight_dims, type), pd.weights_desc(), bias_desc, in, constant_of, shared);
           kernel->out_layout = pd.dst_desc();
         }
         kernel->relu_after = relu;
@@ -492,7 +496,8 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
           const memory::data_type type = *data_type_of(out_meta.dtype);
           kernel->kind = Kind::kConvert;
           kernel->out_layout = with_data_type(layout, type);
-          kernel->primitive.emplace(dnnl::reorder(dnnl::reorder::primitive_desc(engine(), layout, engine(), kernel->out_layout, user_scratchpad())));
+          const dnnl::reorder::primitive_desc pd(engine(), layout, engine(), kernel->out_layout, user_scratchpad());
+          kernel->primitive.emplace(dnnl::reorder(pd));
           kernel->operands.push_back(operand(in[0], layout));
         }
       } else if (name == "max_pool2d_inference") {

@@ -22,7 +22,9 @@ using Pair = std::vector<int64_t>;
 // kShallowConvPool: a first-layer convolution (+ ReLU) + 2x2 max pooling as one pass; the
 // convolution's and ReLU's steps become kComputedLater (no memory, nothing to run).
 // kConvert: a cast between float32 and bfloat16 within one layout.
-enum class Kind { kConv, kDirectConv, kPackedLinear, kMatmul, kPool, kMaxPool, kShallowConvPool, kRelu, kAdd, kConvert, kAlias, kComputedLater };
+enum class Kind {
+  kConv, kDirectConv, kPackedLinear, kMatmul, kPool, kMaxPool, kShallowConvPool, kRelu, kAdd, kConvert, kAlias, kComputedLater
+};
 
 // Where a primitive reads one input: a blocked value's memory or a plain tensor, reordered into
 // the primitive's layout when the two differ.

@@ -34,8 +34,10 @@ void add_residual(const float* a, const float* b, float* out, int64_t count, boo
 
 // Whether a kernel's relu_after is for apply_after (the others apply it themselves).
 bool relu_applied_after(const Kernel& kernel) {
-  return kernel.relu_after && kernel.kind != Kind::kDirectConv && kernel.kind != Kind::kPackedLinear && kernel.kind != Kind::kShallowConvPool &&
-         kernel.kind != Kind::kAdd;
+  const Kind kind = kernel.kind;
+  const bool applies_its_own =
+      kind == Kind::kDirectConv || kind == Kind::kPackedLinear || kind == Kind::kShallowConvPool || kind == Kind::kAdd;
+  return kernel.relu_after && !applies_its_own;
 }
 
 // A bfloat16's value and back: exact for a float32 that is a bfloat16 (its low half zero).

@@ -43,23 +43,24 @@ struct Bfloat16Product {
 // 512 -> 10 (5120) faster at 64 rows (docs/performance.md, 2026-11-28).
 inline constexpr int64_t kMinBfloat16ProductWeights = 1024;
 
-// Convolutions with AVX512-BF16 and no AMX off the layout pass (LoadOptions::blocked_layouts(false):
-// each runs through its op's kernel, reordering its operands on every call), measured one by one
-// at batch 1 in resnet18, resnet50 and mobilenet_v2 against float32 (docs/performance.md,
+// Convolutions with AVX512-BF16 and no AMX, off the layout pass (LoadOptions::blocked_layouts(
+// false): each runs through its op's kernel, reordering its operands on every call), measured one
+// by one at batch 1 in resnet18, resnet50 and mobilenet_v2 against float32 (docs/performance.md,
 // 2026-11-28): depthwise ones take 2-4x the float32 time; 1x1 ones with under 256 input or 128
 // output channels 1.1-2.9x; any on fewer than 14x14 output pixels 0.95-1.4x (and the CNN's
 // 32 -> 64 3x3 on 11x11 1.27x); the 3x3 ones of 64-256 channels on 14x14 and more 0.6-0.77x, and
-// 1x1 ones of 256+ to 128+ channels there 0.75-0.93x. There a convolution stays bfloat16 only with
-// groups 1, at least kMinBfloat16ConvReduction multiply-adds per output (input channels x
+// 1x1 ones of 256+ to 128+ channels there 0.75-0.93x. There a convolution stays bfloat16 only
+// with groups 1, at least kMinBfloat16ConvReduction multiply-adds per output (input channels x
 // window), kMinBfloat16ConvPixels output pixels per image, and, for a 1x1 window,
-// kMinBfloat16PointwiseChannels output channels. On the layout pass (job/blocked_layout.h) every
-// bfloat16 convolution runs as oneDNN's primitive on blocked layouts, its casts reorders within
-// them or none, and the whole export kept in bfloat16 ran faster than any mix on Zen 5: resnet18,
-// resnet50 and mobilenet_v2 at batch 1 and 8, 1 and 2 threads, 0.55-0.9 of the float32 export's
-// time (docs/performance.md, "bfloat16 convolutions on the layout pass"), except a first layer
-// that the pass runs in float32 with its ReLU and max pooling as one pass of flow's kernel
-// (cpu::ShallowConvPool: 1-4 input channels, stride 1, no padding): the CNN's 1 -> 8 3x3 took
-// 124 us so and 358 us in bfloat16 (batch 64, 2 threads).
+// kMinBfloat16PointwiseChannels output channels.
+// On the layout pass (job/blocked_layout.h) every bfloat16 convolution runs as oneDNN's primitive
+// on blocked layouts, its casts reorders within them or no step, and the whole export kept in
+// bfloat16 ran faster than any mix on Zen 5: resnet18, resnet50 and mobilenet_v2 at batch 1 and 8,
+// 1 and 2 threads, 0.55-0.7 of the float32 export's time (docs/performance.md, "bfloat16
+// convolutions on the layout pass"). The exception is a first layer that the pass runs in float32
+// with its ReLU and max pooling as one pass of flow's kernel (cpu::ShallowConvPool: 1-4 input
+// channels, stride 1, no padding): the benchmark CNN's 1 -> 32 3x3 took 124 us so, and 358 us in
+// bfloat16 (batch 64, 2 threads).
 inline constexpr int64_t kMinBfloat16ConvReduction = 256;
 inline constexpr int64_t kMinBfloat16ConvPixels = 14 * 14;
 inline constexpr int64_t kMinBfloat16PointwiseChannels = 128;
@@ -68,7 +69,8 @@ inline constexpr int64_t kMinBfloat16PointwiseChannels = 128;
 // pass or (`on_blocked_layouts` false) through the ops' kernels. Matmuls and linears: with
 // AVX512-BF16 and kMinBfloat16ProductWeights. Convolutions: with AMX (not measured here: oneDNN's
 // AMX kernels are its fastest), with AVX512-BF16 on the layout pass but for such a first layer,
-// or with AVX512-BF16 off it on the shapes above. Other ops are not products lite widens: true (kept as exported).
+// or with AVX512-BF16 off it on the shapes above. Other ops are not products lite widens: true
+// (kept as exported).
 bool bfloat16_pays_off(const Bfloat16Product& product, Bfloat16Hardware hardware, bool on_blocked_layouts);
 
 // The choice in force: `option` unless it is kAuto and the environment variable

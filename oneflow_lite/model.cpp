@@ -280,7 +280,8 @@ void Model::Impl::widen_bfloat16_products(Bfloat16Products choice) {
   if (choice == Bfloat16Products::kKeep || !has_bfloat16) return;
   const Bfloat16Hardware hardware = cpu_bfloat16_hardware();
   auto widen = [&](const Bfloat16Product& product) {
-    return choice == Bfloat16Products::kFloat32 || (choice == Bfloat16Products::kAuto && !bfloat16_pays_off(product, hardware, blocked_layouts));
+    if (choice == Bfloat16Products::kFloat32) return true;
+    return choice == Bfloat16Products::kAuto && !bfloat16_pays_off(product, hardware, blocked_layouts);
   };
   // On a copy: a Job the rewrite cannot read is left as it is, for make_program's checks to name
   // what is wrong with it.

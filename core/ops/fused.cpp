@@ -273,7 +273,8 @@ Program without_conversions(const Program& program, const std::function<bool(int
   for (size_t s = 0; s < program.steps.size(); ++s) {
     Step step = program.steps[s];
     for (int& arg : step.args) arg = arg >= 0 ? arg : arg_of_step.at(-arg - 1);
-    const bool conversion = step.op == "copy" && step.attrs.values().empty() && step.args.size() == 1 && step.args[0] >= 0 && strip(step.args[0]);
+    const bool conversion =
+        step.op == "copy" && step.attrs.values().empty() && step.args.size() == 1 && step.args[0] >= 0 && strip(step.args[0]);
     if (conversion && !outputs.count(static_cast<int>(s))) {
       arg_of_step[s] = step.args[0];
       continue;

@@ -34,10 +34,12 @@ flow::lite::Bfloat16Product product(const std::string& op, const flow::Shape& x,
   return {op, {x_meta, weight_meta}, std::move(attrs)};
 }
 
-flow::lite::Bfloat16Product conv(const flow::Shape& x, const flow::Shape& weight, int64_t stride = 1, int64_t groups = 1, int64_t padding = 1) {
+flow::lite::Bfloat16Product conv(const flow::Shape& x, const flow::Shape& weight, int64_t stride = 1, int64_t groups = 1,
+                                 int64_t padding = 1) {
   using Pair = std::vector<int64_t>;
-  return product("conv2d", x, weight,
-                 flow::Attrs().set("stride", Pair{stride, stride}).set("padding", Pair{padding, padding}).set("dilation", Pair{1, 1}).set("groups", groups));
+  flow::Attrs attrs;
+  attrs.set("stride", Pair{stride, stride}).set("padding", Pair{padding, padding}).set("dilation", Pair{1, 1}).set("groups", groups);
+  return product("conv2d", x, weight, std::move(attrs));
 }
 
 TEST(Bfloat16Decision, ConvolutionsPayOffWithMatrixTilesOrOnLargeShapesOffTheLayoutPass) {
@@ -158,7 +160,8 @@ TEST_P(Bfloat16ExportTest, WidenedToFloat32RunOnTheBlockedLayoutsAsTheFloat32Exp
   EXPECT_EQ(widened->float32_products(), products_);
   // At least as many: the AMP export's residual add and its ReLU are two steps, where the float32
   // export's fusion pass made one.
-  EXPECT_GE(widened->blocked_steps(8), Model::load(dir(false))->blocked_steps(8)) << "float32 convolutions, pooling and ReLU on oneDNN's layouts";
+  EXPECT_GE(widened->blocked_steps(8), Model::load(dir(false))->blocked_steps(8))
+      << "float32 convolutions, pooling and ReLU on oneDNN's layouts";
   expect_like_float32(*widened);
   const auto plain = Model::load(dir(true), LoadOptions().bfloat16_products(Bfloat16Products::kFloat32).blocked_layouts(false));
   expect_like_float32(*plain);
