@@ -56,7 +56,7 @@ inline constexpr int64_t kMinBfloat16ProductWeights = 1024;
 // On the layout pass (job/blocked_layout.h) every bfloat16 convolution runs as oneDNN's primitive
 // on blocked layouts, its casts reorders within them or no step, and the whole export kept in
 // bfloat16 ran faster than any mix on Zen 5: resnet18, resnet50 and mobilenet_v2 at batch 1 and 8,
-// 1 and 2 threads, 0.55-0.7 of the float32 export's time (docs/performance.md, "bfloat16
+// 1 and 2 threads, 0.52-0.70 of the float32 export's time (docs/performance.md, "bfloat16
 // convolutions on the layout pass"). The exception is a first layer that the pass runs in float32
 // with its ReLU and max pooling as one pass of flow's kernel (cpu::ShallowConvPool: 1-4 input
 // channels, stride 1, no padding): the benchmark CNN's 1 -> 32 3x3 took 124 us so, and 358 us in
