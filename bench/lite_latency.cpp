@@ -7,7 +7,9 @@
 // `--warmup` inferences, then times single inferences (steady clock around Model::run) until
 // both `--min-time` seconds and `--min-iters` samples are reached, and prints one line:
 //   median_ms=<median> min_ms=<min> max_ms=<max> iters=<n>
-// `--output` writes the last output (raw float32) for comparing with ONNX Runtime's.
+// `--output` writes the last output (raw float32) for comparing with ONNX Runtime's. With
+// `--graph-model NAME --amp` the Graph runs with bfloat16 AMP (`config().enable_amp()`), as the
+// `<model>_bf16` exports of bench/ort_bench.sh were made.
 // Profiling: `--min-time 0 --min-iters N` runs exactly N timed inferences; the line
 // "lite_latency: timed" is printed (and flushed) before them, so that ONEDNN_VERBOSE output of
 // the timed calls can be told from that of the load and warm-up.
@@ -41,7 +43,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-iters", min_iters, "timed inferences at least")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--output", output, "write the last output here (raw float32)");
   app.add_option("--graph-model", graph_model, "time the inference nn::Graph of this model of bench/ort_models.h instead of lite");
-  bool plain_layouts = false;
+  bool plain_layouts = false, amp = false;
+  app.add_flag("--amp", amp, "with --graph-model: the Graph with bfloat16 AMP (config().enable_amp())");
   app.add_flag("--plain-layouts", plain_layouts, "every op on plain NCHW with its own kernel (lite::LoadOptions::blocked_layouts(false); with --graph-model the Graph unfrozen)");
   if (const auto status = flow::cli::parse(app, argc, argv)) return *status;
 
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
     flow::manual_seed(0);
     auto graph = std::make_shared<test_graphs::PredictGraph>(model->make());
     graph->config().enable_inference_freezing(!plain_layouts);
+    if (amp) graph->config().enable_amp();
     infer = [graph, x] { return (*graph)(x); };
   }
   flow::TensorList out;

@@ -14,9 +14,10 @@
 # include the Node binding's per-call cost (promise, tensor wrapping); the relu row shows each
 # runtime's floor. The outputs of lite and ORT are compared (max abs difference) for every case.
 # Rows "<model>_bf16" (unless ORT_BENCH_BF16=0) run lite on the bfloat16 AMP export of the model,
-# timed right after the float32 one, against the same ORT float32 run. The float32 rows also time
-# the inference nn::Graph the exports come from (unless ORT_BENCH_GRAPH=0; lite_latency
-# --graph-model builds the model in-process with the same weights), between lite and ORT.
+# timed right after the float32 one, against the same ORT float32 run. The rows also time the
+# inference nn::Graph the exports come from (unless ORT_BENCH_GRAPH=0; lite_latency
+# --graph-model builds the model in-process with the same weights, with --amp for the bfloat16
+# rows), between lite and ORT.
 #
 # With ORT_BENCH_VISION=1 the vision models of flow::vision::models (resnet18, resnet50,
 # mobilenet_v2: random weights, 1000 classes, inputs (B, 3, 224, 224)) add their rows at the
@@ -86,7 +87,12 @@ for round in $(seq 1 "$rounds"); do
       if [ "${ORT_BENCH_BF16:-1}" != 0 ] && [ -d "$work/${model}_bf16" ]; then
         lite_bf16=$("$build/bench/lite_latency" "$work/${model}_bf16" "$input" "${common[@]}" \
                     --output "$work/out/lite_${model}_bf16_b${batch}_t${threads}.bin" | field median_ms)
-        printf '%s\t%s\t%s\t%s\t%s\t%s\t-\n' "${model}_bf16" "$batch" "$threads" "$round" "$lite_bf16" "$ort" >> "$results"
+        graph_bf16=-
+        if [ "${ORT_BENCH_GRAPH:-1}" != 0 ]; then
+          graph_bf16=$("$build/bench/lite_latency" "$work/${model}_bf16" "$input" "${common[@]}" --graph-model "$model" --amp \
+                       --output "$work/out/graph_${model}_bf16_b${batch}_t${threads}.bin" | field median_ms)
+        fi
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${model}_bf16" "$batch" "$threads" "$round" "$lite_bf16" "$ort" "$graph_bf16" >> "$results"
       fi
     done
   done

@@ -129,6 +129,9 @@ std::optional<dnnl::convolution_forward::primitive_desc> depthwise_on_jit_dw(con
 // How much rounding to bfloat16 may grow a value's magnitude: half a unit in its last place.
 constexpr double kRoundingGrowth = 1 + 1.0 / 256;
 
+// `values` in float32: itself, or widened (exact from bfloat16).
+Tensor as_float32(const Tensor& values) { return values.dtype() == kFloat32 ? values : values.to(kFloat32); }
+
 // Bounds at most this large keep a float32 convolution's sums far from overflow.
 constexpr double kMaxSafeBound = 1e30;
 
@@ -139,8 +142,6 @@ double convolution_bound(const Tensor& weight, const Tensor* bias, double input_
   if (!(input_bound < std::numeric_limits<double>::infinity()) || !is_float(weight) || (bias && !is_float(*bias))) {
     return std::numeric_limits<double>::infinity();
   }
-  // bfloat16 widens to float32 exactly.
-  const auto as_float32 = [](const Tensor& t) { return t.dtype() == kFloat32 ? t : t.to(kFloat32); };
   const Tensor weight_values = as_float32(weight);
   const int64_t channels = weight.size(0), per_channel = channels == 0 ? 0 : weight.numel() / channels;
   const float* w = weight_values.data_ptr<float>();
@@ -253,23 +254,35 @@ std::shared_ptr<const BlockedLayouts> BlockedLayouts::plan(const std::vector<Lay
     if (!conv || conv->kind != Kind::kConv || conv->sum_into >= 0 || conv->clamp_after) return false;
     const std::vector<int>& conv_in = *steps[conv_step].inputs;
     const Attrs& attrs = *steps[conv_step].attrs;
-    if (blocked[conv_in[0]] || producer[conv_in[0]] >= 0 || metas[conv_in[0]].dtype != kFloat32 ||
-        attrs.get<Pair>("stride") != Pair{1, 1} || attrs.get<Pair>("padding") != Pair{0, 0} || attrs.get<Pair>("dilation") != Pair{1, 1} ||
-        attrs.get<int64_t>("groups") != 1) {
+    // A bfloat16 first layer (an AMP export's) reads a model input cast to bfloat16: it runs in
+    // float32 on that input itself, its weights widened exactly (one rounding fewer, as for its
+    // float32 result), and the cast is computed later too (nothing else reads it).
+    int source = conv_in[0], cast_step = -1;
+    if (metas[source].dtype == kBFloat16 && producer[source] >= 0 && readers[source].size() == 1 && !impl->kernels[producer[source]] &&
+        is_float_cast(steps[producer[source]].op->name, metas[steps[producer[source]].inputs->front()], metas[source])) {
+      cast_step = producer[source];
+      source = steps[cast_step].inputs->front();
+    }
+    if (blocked[source] || producer[source] >= 0 || metas[source].dtype != kFloat32 || attrs.get<Pair>("stride") != Pair{1, 1} ||
+        attrs.get<Pair>("padding") != Pair{0, 0} || attrs.get<Pair>("dilation") != Pair{1, 1} || attrs.get<int64_t>("groups") != 1) {
       return false;
     }
-    const Shape &x = metas[conv_in[0]].shape, &w = metas[conv_in[1]].shape;
+    const Shape &x = metas[source].shape, &w = metas[conv_in[1]].shape;
     const cpu::ShallowConvPoolShape shape{x[0], x[1], x[2], x[3], w[0], w[2], w[3]};
     if (!cpu::ShallowConvPool::supports(shape)) return false;
-    pool.shallow_conv_pool.emplace(shape, constant_of[conv_in[1]]->data_ptr<float>(),
-                                   conv_in.size() == 3 ? constant_of[conv_in[2]]->data_ptr<float>() : nullptr);
+    const Tensor weight = as_float32(*constant_of[conv_in[1]]), bias = conv_in.size() == 3 ? as_float32(*constant_of[conv_in[2]]) : Tensor();
+    pool.shallow_conv_pool.emplace(shape, weight.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr);
     CHECK(pool.shallow_conv_pool->pooled_height() == pool.out_meta.shape[2] && pool.shallow_conv_pool->pooled_width() == pool.out_meta.shape[3]);
     pool.kind = Kind::kShallowConvPool;
     pool.relu_after = conv->relu_after;
-    pool.operands.push_back(operand(conv_in[0], plain_of(metas[conv_in[0]])));
+    pool.operands.push_back(operand(source, plain_of(metas[source])));
     pool.out_layout = channels_last_layout(dims_of(pool.out_meta.shape));
-    for (int folded : {conv_step, relu_step}) {
+    for (int folded : {cast_step, conv_step, relu_step}) {
       if (folded < 0) continue;
+      if (!impl->kernels[folded]) {  // the cast: its op's kernel would have run it
+        impl->kernels[folded] = std::make_unique<Kernel>();
+        ++impl->blocked_steps;
+      }
       Kernel& skipped = *impl->kernels[folded];
       for (const Operand& unused : skipped.operands) {
         if (unused.scratch >= 0) impl->scratch_bytes[unused.scratch] = 0;  // its reorder never runs

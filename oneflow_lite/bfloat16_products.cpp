@@ -6,7 +6,6 @@
 #include <string_view>
 #include <vector>
 
-#include "core/kernels/cpu/conv_shallow_pool.h"
 #include "core/ops/fused.h"
 #include "job/job.h"
 
@@ -235,20 +234,6 @@ class Widening {
   std::map<std::string, std::string> float32_of_, bfloat16_of_, renamed_;
 };
 
-// Whether the layout pass would run a float32 `product` with its ReLU and 2x2 max pooling as one
-// pass of flow's kernel (cpu::ShallowConvPool: a first layer of 1-4 input channels, stride 1, no
-// padding), given such a pooling after it.
-bool runs_with_its_pooling(const Bfloat16Product& product) {
-  using Pair = std::vector<int64_t>;
-  const Attrs& attrs = product.attrs;
-  if (attrs.get<int64_t>("groups") != 1 || attrs.get<Pair>("stride") != Pair{1, 1} || attrs.get<Pair>("padding") != Pair{0, 0} ||
-      attrs.get<Pair>("dilation") != Pair{1, 1}) {
-    return false;
-  }
-  const Shape &x = product.inputs.at(0).shape, &weight = product.inputs.at(1).shape;
-  return cpu::ShallowConvPool::supports({x[0], x[1], x[2], x[3], weight[0], weight[2], weight[3]});
-}
-
 }  // namespace
 
 Bfloat16Hardware cpu_bfloat16_hardware() {
@@ -263,7 +248,7 @@ bool bfloat16_pays_off(const Bfloat16Product& product, Bfloat16Hardware hardware
   }
   if (op != "conv2d" || hardware.matrix_tiles) return true;
   if (!hardware.dot_products) return false;
-  if (on_blocked_layouts) return !runs_with_its_pooling(product);
+  if (on_blocked_layouts) return true;
   const Shape& x = product.inputs.at(0).shape;
   const Shape& weight = product.inputs.at(1).shape;  // (out, in / groups, kh, kw)
   const auto stride = product.attrs.get<std::vector<int64_t>>("stride");

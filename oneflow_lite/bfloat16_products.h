@@ -57,10 +57,9 @@ inline constexpr int64_t kMinBfloat16ProductWeights = 1024;
 // on blocked layouts, its casts reorders within them or no step, and the whole export kept in
 // bfloat16 ran faster than any mix on Zen 5: resnet18, resnet50 and mobilenet_v2 at batch 1 and 8,
 // 1 and 2 threads, 0.52-0.70 of the float32 export's time (docs/performance.md, "bfloat16
-// convolutions on the layout pass"). The exception is a first layer that the pass runs in float32
-// with its ReLU and max pooling as one pass of flow's kernel (cpu::ShallowConvPool: 1-4 input
-// channels, stride 1, no padding): the benchmark CNN's 1 -> 32 3x3 took 124 us so, and 358 us in
-// bfloat16 (batch 64, 2 threads).
+// convolutions on the layout pass"). A first layer that the pass runs with its ReLU and max
+// pooling as one pass of flow's float32 kernel (cpu::ShallowConvPool) runs so in bfloat16 exports
+// too, on the model input as it is and the weights widened.
 inline constexpr int64_t kMinBfloat16ConvReduction = 256;
 inline constexpr int64_t kMinBfloat16ConvPixels = 14 * 14;
 inline constexpr int64_t kMinBfloat16PointwiseChannels = 128;
@@ -68,8 +67,8 @@ inline constexpr int64_t kMinBfloat16PointwiseChannels = 128;
 // Whether `product` runs faster in bfloat16 than in float32 on a CPU with `hardware`, on the layout
 // pass or (`on_blocked_layouts` false) through the ops' kernels. Matmuls and linears: with
 // AVX512-BF16 and kMinBfloat16ProductWeights. Convolutions: with AMX (not measured here: oneDNN's
-// AMX kernels are its fastest), with AVX512-BF16 on the layout pass but for such a first layer,
-// or with AVX512-BF16 off it on the shapes above. Other ops are not products lite widens: true
+// AMX kernels are its fastest), with AVX512-BF16 on the layout pass, or with AVX512-BF16 off it
+// on the shapes above. Other ops are not products lite widens: true
 // (kept as exported).
 bool bfloat16_pays_off(const Bfloat16Product& product, Bfloat16Hardware hardware, bool on_blocked_layouts);
 

@@ -72,6 +72,17 @@ struct AmpInvertedResidual : nn::Module {
   std::shared_ptr<nn::Conv2d> stem, expand, depthwise, project;
 };
 
+// A first layer the layout pass runs with its ReLU and 2x2 max pooling as one pass of flow's
+// float32 kernel (1 input channel, stride 1, no padding), then a second convolution.
+struct ShallowStem : nn::Module {
+  ShallowStem() {
+    stem = register_module("stem", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 16, 3)));
+    conv = register_module("conv", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(16, 16, 3)));
+  }
+  Tensor forward(const Tensor& x) override { return flow::relu((*conv)(flow::max_pool2d(flow::relu((*stem)(x)), {2, 2}))); }
+  std::shared_ptr<nn::Conv2d> stem, conv;
+};
+
 class Bfloat16ConvolutionTest : public ::testing::Test {
  protected:
   // Exports net's AMP inference Graph and loads it with its bfloat16 products kept, layout pass on
@@ -184,6 +195,36 @@ TEST_F(Bfloat16ConvolutionTest, InvertedResidualsReluSixOnBfloat16ResultsKeepsNa
   // The stem's one input channel: its bfloat16 convolution is correct only on finite inputs, so
   // this run takes the plain kernels throughout.
   if (onednn_convolves_bfloat16()) EXPECT_EQ(steps_by_op(x).at("conv2d").first, 0);
+}
+
+TEST_F(Bfloat16ConvolutionTest, AFirstLayerWithItsPoolingRunsInOnePassAsInTheGraph) {
+  flow::manual_seed(25);
+  auto net = std::make_shared<ShallowStem>();
+  export_amp(net);
+  const bool shallow_kernel = flow::cpu::dnnl_util::has_avx512_core() && onednn_convolves_bfloat16();
+  if (shallow_kernel) {
+    const auto steps = steps_by_op(flow::randn({2, 1, 28, 28}));
+    EXPECT_EQ(steps.at("conv2d").second, 0);
+    EXPECT_EQ(steps.at("max_pool2d_inference").second, 0);
+    EXPECT_EQ(steps.at("copy").second, 0) << "the model input's cast is the pass's too";
+  }
+  for (int64_t batch : {1, 5}) expect_like_plain(flow::randn({batch, 1, 28, 28}));
+  Tensor x = flow::randn({2, 1, 28, 28}).contiguous();
+  x.data_ptr<float>()[784 + 14 * 28 + 14] = std::numeric_limits<float>::quiet_NaN();
+  expect_like_plain(x);
+  // The inference Graph with AMP freezes onto the same pass: the export's results.
+  test_graphs::PredictGraph graph(net);
+  graph.config().enable_amp();
+  for (int64_t batch : {1, 5}) {
+    const Tensor input = flow::randn({batch, 1, 28, 28});
+    const auto frozen = graph(input).at(0).to(flow::kFloat32).tolist<double>();
+    const auto lite = blocked_->run({input}).at(0).to(flow::kFloat32).tolist<double>();
+    ASSERT_EQ(frozen.size(), lite.size());
+    for (size_t i = 0; i < lite.size(); ++i) EXPECT_NEAR(frozen[i], lite[i], 1e-6 * std::max(1.0, std::abs(lite[i]))) << "at " << i;
+  }
+  if (shallow_kernel) {
+    EXPECT_GT(graph.frozen_blocked_steps(), 0);
+  }
 }
 
 }  // namespace

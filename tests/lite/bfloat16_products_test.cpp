@@ -14,7 +14,6 @@
 #include "common/models.h"
 #include "common/scratch_dir.h"
 #include "core/flow.h"
-#include "core/kernels/cpu/conv_shallow_pool.h"
 #include "graph/export.h"
 #include "oneflow_lite/bfloat16_products.h"
 #include "oneflow_lite/model.h"
@@ -63,17 +62,14 @@ TEST(Bfloat16Decision, ConvolutionsPayOffWithMatrixTilesOrOnLargeShapesOffTheLay
   }
 }
 
-TEST(Bfloat16Decision, ConvolutionsPayOffOnTheLayoutPassWithDotProductsButAFirstLayerItPoolsInOnePass) {
+TEST(Bfloat16Decision, EveryConvolutionPaysOffOnTheLayoutPassWithDotProducts) {
   const Bfloat16Hardware none{}, zen4{true, false};
   for (const auto& shapes : {conv({1, 64, 56, 56}, {64, 64, 3, 3}), conv({1, 512, 7, 7}, {512, 512, 3, 3}),
                              conv({1, 96, 56, 56}, {96, 1, 3, 3}, 1, 96), conv({1, 3, 224, 224}, {64, 3, 7, 7}, 2),
-                             conv({64, 1, 28, 28}, {16, 1, 3, 3})}) {
+                             conv({64, 1, 28, 28}, {32, 1, 3, 3}, 1, 1, 0)}) {
     EXPECT_TRUE(flow::lite::bfloat16_pays_off(shapes, zen4, true));
     EXPECT_FALSE(flow::lite::bfloat16_pays_off(shapes, none, true));
   }
-  // The float32 pass runs it with its ReLU and pooling in one pass of flow's kernel.
-  const auto shallow = conv({64, 1, 28, 28}, {16, 1, 3, 3}, 1, 1, 0);
-  EXPECT_EQ(flow::lite::bfloat16_pays_off(shallow, zen4, true), !flow::cpu::ShallowConvPool::supports({64, 1, 28, 28, 16, 3, 3}));
 }
 
 TEST(Bfloat16Decision, MatmulsPayOffWithDotProductsAboveAFewWeights) {
