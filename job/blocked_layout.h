@@ -17,7 +17,8 @@
 // An AMP export's bfloat16 convolutions (AVX-512) run there too, on bfloat16 weights reordered
 // once: the casts around them are reorders within a layout, or no step where the convolution
 // writes the dtype its readers take (float32 unrounded, or bfloat16 where only casts back to
-// bfloat16 or bfloat16 convolutions read it).
+// bfloat16 or bfloat16 convolutions read it). A bfloat16 first layer on a model input's cast runs
+// as the float32 one-pass convolution, ReLU and pooling above, on the input itself.
 // ONNX Runtime's NCHWc transformer does the same for its CPU provider; without it every conv and
 // pool reorders its input, output and weights on each call. Linears on constant weights (with the
 // fusion pass's ReLU) run on weights packed once: oneDNN's matmul for 2+ rows with AVX-512, flow's
