@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <cmath>
+#include <limits>
+
 #include "common/reference.h"
 #include "common/test_util.h"
 
@@ -90,4 +93,24 @@ TEST(Conv, Errors) {
                    "[conv2d] groups 2 must divide");
   EXPECT_THROW_MSG(flow::max_pool2d(flow::zeros({1, 1, 4, 4}), {2, 2}, {0, 1}), "[max_pool2d] stride must be >= 1");
   EXPECT_THROW_MSG(flow::max_pool2d(flow::zeros({1, 1, 4, 4}), {2, 2}, {}, {2, 2}), "[max_pool2d] pad should be at most half");
+}
+
+// An infinite input pixel in the last of an odd number of input channels reaches, in bfloat16,
+// the outputs it reaches in float32 and no others: oneDNN's bfloat16 kernels pair input channels,
+// and with an odd count would read the next pixel against a zero weight (inf * 0 = NaN there), so
+// those convolutions compute in float32. Strided, so that flow's shallow kernel does not take them.
+TEST(Conv, Bfloat16WithAnOddChannelCountKeepsAnInfinityToItsOwnOutputs) {
+  flow::manual_seed(5);
+  for (int64_t channels : {1, 2, 3}) {
+    Tensor x = flow::randn({2, channels, 16, 16}).contiguous();
+    x.data_ptr<float>()[(channels - 1) * 256 + 6 * 16 + 6] = -std::numeric_limits<float>::infinity();
+    const Tensor w = flow::randn({16, channels, 3, 3}).to(flow::kBFloat16).to(flow::kFloat32);
+    const auto expected = values(flow::conv2d(x.to(flow::kBFloat16).to(flow::kFloat32), w, Tensor(), {2, 2}, {1, 1}));
+    const auto actual = values(flow::conv2d(x.to(flow::kBFloat16), w.to(flow::kBFloat16), Tensor(), {2, 2}, {1, 1}).to(flow::kFloat32));
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      EXPECT_EQ(std::isnan(actual[i]), std::isnan(expected[i])) << channels << " channels, at " << i;
+      EXPECT_EQ(std::isinf(actual[i]), std::isinf(expected[i])) << channels << " channels, at " << i;
+    }
+  }
 }

@@ -65,11 +65,24 @@ ConvPrimitives make_primitives(const ConvKey& key) {
                         dnnl::convolution_backward_weights(weights_pd)};
 }
 
+// Whether oneDNN's bfloat16 kernels would read a neighbouring pixel for this configuration: they
+// multiply input channels in pairs, and with an odd count per group (depthwise ones excepted) the
+// last pair's second element is the next pixel's first channel times a zero weight, which makes
+// NaN of an infinite or NaN input at a neighbouring output (float32 gives +-inf there).
+bool pairs_with_neighbours(const ConvKey& key) {
+  const bool grouped = key.weights.size() == 5;
+  const int64_t in_per_group = grouped ? key.weights[2] : key.weights[1], out_per_group = grouped ? key.weights[1] : key.weights[0];
+  const bool depthwise = grouped && in_per_group == 1 && out_per_group == 1;
+  return in_per_group % 2 == 1 && !depthwise;
+}
+
 // The primitives of the configuration; for bfloat16, nullopt where oneDNN has no optimized kernel
-// for one of the three on this CPU (float32 always has them).
+// for one of the three on this CPU (float32 always has them) or where its kernels would pair
+// channels across pixels (pairs_with_neighbours): those compute in float32.
 std::shared_ptr<const std::optional<ConvPrimitives>> primitives(const ConvKey& key) {
   return cached_primitives<std::optional<ConvPrimitives>>(key, [](const ConvKey& key) -> std::optional<ConvPrimitives> {
     if (key.type == memory::data_type::f32) return make_primitives(key);
+    if (pairs_with_neighbours(key)) return std::nullopt;
     try {
       ConvPrimitives p = make_primitives(key);
       for (const char* impl : {p.forward.impl_info_str(), p.backward_data.impl_info_str(), p.backward_weights.impl_info_str()}) {
