@@ -40,49 +40,39 @@ bool relu_applied_after(const Kernel& kernel) {
   return kernel.relu_after && !applies_its_own;
 }
 
-// A bfloat16's value and back: exact for a float32 that is a bfloat16 (its low half zero).
-inline float widened(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
-inline uint16_t narrowed(float value) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(value) >> 16); }
+// Writes a float32 that is a bfloat16 already (a ReLU or clamp of one) by its high half: exact,
+// and unlike BFloat16's rounding constructor it vectorises.
+inline void store_exact(float& element, float value) { element = value; }
+inline void store_exact(BFloat16& element, float value) { element.bits = static_cast<uint16_t>(std::bit_cast<uint32_t>(value) >> 16); }
 
-// apply_after on a bfloat16 result (a linear's or convolution's), as rounded: rounding keeps
-// signs, zeros and NaN and is monotonic, so the ReLU or clamp of the rounded value (to the rounded
-// bounds) is the rounded ReLU or clamp, and is a bfloat16 itself. On the bits, in float32
-// arithmetic that vectorises (BFloat16's own conversions round, and their loop does not).
-void activate_bfloat16(const Kernel& kernel, uint16_t* bits, int64_t count) {
+// The ReLU or clamp (to [lo, hi]) of apply_after over `count` elements from `values`.
+template <typename T>
+void activate(const Kernel& kernel, T* values, int64_t count, float lo, float hi) {
   if (relu_applied_after(kernel)) {
-    parallel_for(0, count, kElementwiseGrain, [bits](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) bits[i] = narrowed(cpu::math::relu(widened(bits[i])));
+    parallel_for(0, count, kElementwiseGrain, [values](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) store_exact(values[i], cpu::math::relu(static_cast<float>(values[i])));
     });
   }
   if (kernel.clamp_after) {
-    const float lo = BFloat16(kernel.clamp_after->lo), hi = BFloat16(kernel.clamp_after->hi);
-    parallel_for(0, count, kElementwiseGrain, [bits, lo, hi](int64_t first, int64_t last) {
-      for (int64_t i = first; i < last; ++i) bits[i] = narrowed(cpu::math::clamp(widened(bits[i]), lo, hi));
+    parallel_for(0, count, kElementwiseGrain, [values, lo, hi](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) store_exact(values[i], cpu::math::clamp(static_cast<float>(values[i]), lo, hi));
     });
   }
 }
 
 // The ReLU or clamp a kernel applies after its primitive (relu_after, clamp_after), in place on
 // `bytes` of its result from `data`: every element of the layout, since the padding channels of a
-// blocked one hold zeros, which both keep.
+// blocked one hold zeros, which both keep. A bfloat16 result (a linear's or convolution's) is
+// activated as rounded: rounding keeps signs, zeros and NaN and is monotonic, so the ReLU or clamp
+// of the rounded value (to the rounded bounds) is the rounded ReLU or clamp, a bfloat16 itself.
 void apply_after(const Kernel& kernel, void* data, int64_t bytes) {
   if (kernel.activation_in_primitive) return;
+  const ClampBounds bounds = kernel.clamp_after.value_or(ClampBounds{0, 0});
   if (kernel.out_layout.data_type() == memory::data_type::bf16) {
-    activate_bfloat16(kernel, static_cast<uint16_t*>(data), bytes / static_cast<int64_t>(sizeof(uint16_t)));
-    return;
-  }
-  float* values = static_cast<float*>(data);
-  const int64_t count = bytes / static_cast<int64_t>(sizeof(float));
-  if (relu_applied_after(kernel)) {
-    parallel_for(0, count, kElementwiseGrain, [values](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) values[i] = cpu::math::relu(values[i]);
-    });
-  }
-  if (kernel.clamp_after) {
-    const ClampBounds bounds = *kernel.clamp_after;
-    parallel_for(0, count, kElementwiseGrain, [values, bounds](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) values[i] = cpu::math::clamp(values[i], bounds.lo, bounds.hi);
-    });
+    const int64_t count = bytes / static_cast<int64_t>(sizeof(BFloat16));
+    activate(kernel, static_cast<BFloat16*>(data), count, BFloat16(bounds.lo), BFloat16(bounds.hi));
+  } else {
+    activate(kernel, static_cast<float*>(data), bytes / static_cast<int64_t>(sizeof(float)), bounds.lo, bounds.hi);
   }
 }
 

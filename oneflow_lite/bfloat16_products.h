@@ -68,8 +68,7 @@ inline constexpr int64_t kMinBfloat16PointwiseChannels = 128;
 // pass or (`on_blocked_layouts` false) through the ops' kernels. Matmuls and linears: with
 // AVX512-BF16 and kMinBfloat16ProductWeights. Convolutions: with AMX (not measured here: oneDNN's
 // AMX kernels are its fastest), with AVX512-BF16 on the layout pass, or with AVX512-BF16 off it
-// on the shapes above. Other ops are not products lite widens: true
-// (kept as exported).
+// on the shapes above. Other ops are not products lite widens: true (kept as exported).
 bool bfloat16_pays_off(const Bfloat16Product& product, Bfloat16Hardware hardware, bool on_blocked_layouts);
 
 // The choice in force: `option` unless it is kAuto and the environment variable
